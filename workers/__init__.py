@@ -1,0 +1,48 @@
+"""toolfleet's tool side: define tools, describe them to the model, bind the model's arguments.
+
+A worker machine needs only this package: it never imports `orchestrator`.
+"""
+
+from workers._types import Param
+from workers.contents import Image, ImageContent, TextContent
+from workers.errors import (
+    ToolArgumentsError,
+    ToolDefinitionError,
+    ToolErrorVisibleToLlm,
+    ToolfleetError,
+    ToolResultError,
+)
+from workers.invocation import InvocationContext, InvocationParameters, ToolMemoryId
+from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
+from workers.registry import ToolRegistry
+from workers.results import ToolExecutionResult
+from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+from workers.tools import ToolDefinition, compensate_for, tool, tool_specifications_from
+
+__all__ = [
+    "Image",
+    "ImageContent",
+    "InvocationContext",
+    "InvocationParameters",
+    "OutcomeKind",
+    "Param",
+    "ReturnBehavior",
+    "SearchBehavior",
+    "TextContent",
+    "ToolArgumentsError",
+    "ToolDefinition",
+    "ToolDefinitionError",
+    "ToolErrorVisibleToLlm",
+    "ToolExecution",
+    "ToolExecutionRequest",
+    "ToolExecutionResult",
+    "ToolMemoryId",
+    "ToolOutcome",
+    "ToolRegistry",
+    "ToolResultError",
+    "ToolSpecification",
+    "ToolfleetError",
+    "compensate_for",
+    "tool",
+    "tool_specifications_from",
+]

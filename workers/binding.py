@@ -1,0 +1,112 @@
+"""The model's JSON arguments -> a Python call: parsing with one repair, coercion, defaults, injection."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from decimal import Decimal
+from typing import Any
+
+from workers._convert import convert
+from workers.errors import ToolArgumentsError
+from workers.invocation import Invocation, InvocationContext, InvocationParameters, ToolMemoryId
+from workers.tools import ToolDefinition, ToolParameter
+
+__all__ = ["BoundCall", "bind_arguments", "parse_arguments"]
+
+_UNPARSED = object()
+_TRAILING_COMMA = re.compile(r",\s*([}\]])")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
+
+
+def parse_arguments(text: str | None, tool_name: str) -> dict[str, Any]:
+    """Parse the arguments JSON; on failure try one repair (outer quotes, `\\"`, trailing commas)."""
+    if text is None or not text.strip():
+        return {}
+    stripped = text.strip()
+    try:
+        parsed = _loads(stripped)
+    except (ValueError, RecursionError):
+        parsed = _UNPARSED
+    if parsed is _UNPARSED or isinstance(parsed, str):
+        # One repair: a double-encoded object, escaped quotes, trailing commas.
+        repaired = stripped
+        if len(repaired) >= 2 and repaired[0] == repaired[-1] and repaired[0] in "\"'":
+            repaired = repaired[1:-1]
+        repaired = _TRAILING_COMMA.sub(r"\1", repaired.replace('\\"', '"'))
+        try:
+            parsed = _loads(repaired)
+        except RecursionError:
+            raise ToolArgumentsError(f'Arguments of tool "{tool_name}" are nested too deeply') from None
+        except ValueError as exc:
+            raise ToolArgumentsError(f'Arguments of tool "{tool_name}" are not valid JSON: {exc}') from None
+    if not isinstance(parsed, dict):
+        raise ToolArgumentsError(
+            f'Arguments of tool "{tool_name}" must be a JSON object, got {type(parsed).__name__}'
+        )
+    return parsed
+
+
+class BoundCall:
+    """Positional and keyword arguments ready for the tool, plus the parameters it may write to."""
+
+    def __init__(self, args: list[Any], kwargs: dict[str, Any], parameters: InvocationParameters) -> None:
+        self.args = args
+        self.kwargs = kwargs
+        self.parameters = parameters
+
+
+def bind_arguments(definition: ToolDefinition, arguments: str | None, invocation: Invocation) -> BoundCall:
+    """Bind the model's arguments to `definition`'s parameters; `ToolArgumentsError` says what is wrong."""
+    values = parse_arguments(arguments, definition.name)
+    parameters = InvocationParameters(copy.deepcopy(dict(invocation.parameters)))
+    return bind_values(definition.name, definition.parameters, values, invocation.context, parameters)
+
+
+def bind_values(
+    tool_name: str,
+    declared: tuple[ToolParameter, ...],
+    values: dict[str, Any],
+    context: InvocationContext,
+    parameters: InvocationParameters,
+) -> BoundCall:
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for parameter in declared:
+        value = _value_for(parameter, values, tool_name, context, parameters)
+        if parameter.positional_only:
+            args.append(value)
+        else:
+            kwargs[parameter.attribute] = value
+    return BoundCall(args, kwargs, parameters)
+
+
+def _value_for(
+    parameter: ToolParameter,
+    values: dict[str, Any],
+    tool_name: str,
+    context: InvocationContext,
+    parameters: InvocationParameters,
+) -> Any:
+    if parameter.injected is InvocationParameters:
+        return parameters
+    if parameter.injected is InvocationContext:
+        return context
+    if parameter.injected is ToolMemoryId:
+        return ToolMemoryId(context.memory_id)
+    raw = values.get(parameter.name)
+    if raw is None:
+        if parameter.has_default:
+            return copy.deepcopy(parameter.default)
+        if not parameter.required:
+            return None
+        raise ToolArgumentsError(f'Required parameter "{parameter.name}" of tool "{tool_name}" is missing')
+    return convert(raw, parameter.annotation, parameter.name, tool_name)

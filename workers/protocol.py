@@ -1,0 +1,162 @@
+"""The wire contract between orchestrator and workers: a call request and its outcome, JSON only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from workers.contents import Content, content_from_json, content_to_json
+
+__all__ = ["OutcomeKind", "ToolExecution", "ToolExecutionRequest", "ToolOutcome"]
+
+
+@dataclass(frozen=True)
+class ToolExecutionRequest:
+    """One tool call the model asked for: its id, the tool's name and the arguments as JSON text."""
+
+    id: str | None = None
+    name: str = ""
+    arguments: str = "{}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToolExecutionRequest:
+        return cls(id=data.get("id"), name=str(data["name"]), arguments=str(data.get("arguments") or ""))
+
+
+class OutcomeKind(StrEnum):
+    """How a tool call ended."""
+
+    SUCCESS = "success"
+    ARGUMENTS_ERROR = "arguments_error"
+    EXECUTION_ERROR = "execution_error"
+    TIMED_OUT = "timed_out"
+    WORKER_LOST = "worker_lost"
+    NO_WORKER = "no_worker"
+
+    @property
+    def is_error(self) -> bool:
+        return self is not OutcomeKind.SUCCESS
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """The structured outcome of one call, identical whether it ran in-process or on a worker.
+
+    For a success, `text` is the result text and `contents` the multimodal parts, if any. For an
+    error, `text` is the error message, `error_type` the exception's class name, and
+    `message_for_llm` the text a `ToolErrorVisibleToLlm` chose for the model (`None` when unmarked).
+    `exception` is the live exception when the call ran in this process; it never crosses the wire.
+    """
+
+    kind: OutcomeKind
+    text: str
+    contents: list[Content] | None = None
+    result_object: Any = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    error_type: str | None = None
+    message_for_llm: str | None = None
+    parameter_changes: dict[str, Any] = field(default_factory=dict)
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def is_error(self) -> bool:
+        return self.kind.is_error
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "text": self.text,
+            "contents": [content_to_json(c) for c in self.contents] if self.contents is not None else None,
+            "result_object": self.result_object,
+            "attributes": self.attributes,
+            "error_type": self.error_type,
+            "message_for_llm": self.message_for_llm,
+            "parameter_changes": self.parameter_changes,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToolOutcome:
+        contents = data.get("contents")
+        return cls(
+            kind=OutcomeKind(data["kind"]),
+            text=str(data.get("text", "")),
+            contents=[content_from_json(c) for c in contents] if contents is not None else None,
+            result_object=data.get("result_object"),
+            attributes=dict(data.get("attributes") or {}),
+            error_type=data.get("error_type"),
+            message_for_llm=data.get("message_for_llm"),
+            parameter_changes=dict(data.get("parameter_changes") or {}),
+        )
+
+
+@dataclass
+class ToolExecution:
+    """One executed tool call as the caller (and a compensation) sees it.
+
+    `result` is the text the model saw; `result_object` the value in its JSON form; `status` the
+    outcome kind (or `"rolled_back"` after compensation); `task_id`, `pool` and `worker` say where it
+    ran (`None` for in-process calls).
+    """
+
+    request: ToolExecutionRequest
+    result: str
+    result_contents: list[Content] | None = None
+    result_object: Any = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    has_failed: bool = False
+    status: str = OutcomeKind.SUCCESS.value
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    task_id: str | None = None
+    pool: str | None = None
+    worker: str | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "request": self.request.to_json(),
+            "result": self.result,
+            "result_contents": (
+                [content_to_json(c) for c in self.result_contents]
+                if self.result_contents is not None
+                else None
+            ),
+            "result_object": self.result_object,
+            "attributes": self.attributes,
+            "has_failed": self.has_failed,
+            "status": self.status,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "task_id": self.task_id,
+            "pool": self.pool,
+            "worker": self.worker,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToolExecution:
+        contents = data.get("result_contents")
+        started, finished = data.get("started_at"), data.get("finished_at")
+        return cls(
+            request=ToolExecutionRequest.from_json(data["request"]),
+            result=str(data.get("result", "")),
+            result_contents=[content_from_json(c) for c in contents] if contents is not None else None,
+            result_object=data.get("result_object"),
+            attributes=dict(data.get("attributes") or {}),
+            has_failed=bool(data.get("has_failed")),
+            status=str(data.get("status", OutcomeKind.SUCCESS.value)),
+            started_at=datetime.fromisoformat(started) if started else None,
+            finished_at=datetime.fromisoformat(finished) if finished else None,
+            task_id=data.get("task_id"),
+            pool=data.get("pool"),
+            worker=data.get("worker"),
+        )

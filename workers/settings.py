@@ -1,0 +1,86 @@
+"""Typed settings, read once from the environment at the process edge and passed down."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+__all__ = ["ENVIRONMENT", "Settings"]
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything toolfleet reads from `TOOLFLEET_*` variables; `ENVIRONMENT` maps field to variable."""
+
+    redis_url: str = DEFAULT_REDIS_URL
+    broker_url: str = DEFAULT_REDIS_URL
+    result_backend: str = DEFAULT_REDIS_URL
+    database_url: str = "sqlite:///toolfleet.db"
+    default_tool_timeout_s: float = 60.0
+    visibility_timeout_s: float | None = None
+    result_expires_s: int = 24 * 3600
+    heartbeat_ttl_s: float = 6.0
+    liveness_check_interval_s: float = 0.5
+    max_fanout: int = 64
+    max_argument_bytes: int = 1 << 20
+    max_result_bytes: int = 4 << 20
+    retry_backoff_s: float = 0.2
+    retry_backoff_max_s: float = 5.0
+    send_sent_events: bool = True
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read the settings; `TOOLFLEET_REDIS_URL` is the default for broker and result backend."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for item in fields(cls):
+            raw = env.get(ENVIRONMENT[item.name])
+            if raw is None or raw == "":
+                continue
+            values[item.name] = _parse(item.name, raw, item.type)
+        redis_url = values.get("redis_url", DEFAULT_REDIS_URL)
+        values.setdefault("broker_url", redis_url)
+        values.setdefault("result_backend", redis_url)
+        return cls(**values)
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings with passwords in URLs masked, for logs and `--help` output."""
+        return {item.name: _redact(getattr(self, item.name)) for item in fields(self)}
+
+    def __repr__(self) -> str:
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in self.redacted().items())})"
+
+
+ENVIRONMENT: dict[str, str] = {item.name: f"TOOLFLEET_{item.name.upper()}" for item in fields(Settings)}
+
+
+def _parse(name: str, raw: str, kind: Any) -> Any:
+    text = str(kind)
+    try:
+        if "bool" in text:
+            lowered = raw.strip().lower()
+            if lowered not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(raw)
+            return lowered in ("1", "true", "yes", "on")
+        if "float" in text:
+            return float(raw)
+        if "int" in text:
+            return int(raw)
+    except ValueError:
+        raise ValueError(
+            f"{ENVIRONMENT[name]}={raw!r} is not a valid {text.replace(' | None', '')}"
+        ) from None
+    return raw
+
+
+def _redact(value: Any) -> Any:
+    if isinstance(value, str) and "@" in value and "://" in value:
+        scheme, rest = value.split("://", 1)
+        credentials, host = rest.rsplit("@", 1)
+        user = credentials.split(":", 1)[0] if ":" in credentials else ""
+        return f"{scheme}://{user}:***@{host}" if user or ":" in credentials else f"{scheme}://***@{host}"
+    return value
