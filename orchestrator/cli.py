@@ -7,6 +7,10 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from workers.errors import ToolfleetError
+from workers.settings import Settings
+from workers.worker import POOL_KINDS
+
 __all__ = ["main"]
 
 
@@ -19,6 +23,26 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     commands.add_parser("demo", help="show the example tools and run calls through an executor")
+    worker = commands.add_parser(
+        "worker",
+        help="serve pools with the tools of some modules",
+        description="Start a Celery worker that serves the given pools (queues) with the tools of the given "
+        "modules, and publishes them in the live catalog.",
+    )
+    worker.add_argument("--pool", required=True, help="pool names to serve, comma-separated (e.g. io,heavy)")
+    worker.add_argument(
+        "--tools",
+        required=True,
+        help="modules whose tools to serve, comma-separated (module or module:attribute)",
+    )
+    worker.add_argument(
+        "--concurrency", type=int, default=None, help="parallel calls (threads: 16, prefork: cores)"
+    )
+    worker.add_argument(
+        "--kind", choices=POOL_KINDS, default="threads", help="execution pool kind (default threads)"
+    )
+    worker.add_argument("--hostname", default=None, help="worker name shown in Flower and the catalog")
+    worker.add_argument("--loglevel", default="INFO", help="worker log level (default INFO)")
     return parser
 
 
@@ -31,6 +55,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         from orchestrator.demo import run_demo
 
         return run_demo(sys.stdout)
+    if args.command == "worker":
+        from workers.worker import run_worker
+
+        try:
+            run_worker(
+                pools=args.pool.split(","),
+                modules=args.tools.split(","),
+                settings=Settings.from_env(),
+                concurrency=args.concurrency,
+                kind=args.kind,
+                hostname=args.hostname,
+                loglevel=args.loglevel,
+            )
+        except (ValueError, ImportError, ToolfleetError) as exc:
+            print(f"toolfleet worker: {exc}", file=sys.stderr)
+            return 2
+        return 0
     raise AssertionError(f"unhandled command {args.command}")
 
 

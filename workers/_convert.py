@@ -30,6 +30,17 @@ __all__ = ["convert", "json_type_name", "show"]
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+class JsonNumber(Decimal):
+    """A JSON number with a fraction or exponent, exact, remembering the text the model wrote."""
+
+    text: str
+
+    def __new__(cls, text: str) -> JsonNumber:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
 def json_type_name(value: Any) -> str:
     if value is None:
         return "null"
@@ -44,6 +55,8 @@ def show(value: Any) -> str:
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, JsonNumber):
+        return value.text
     if isinstance(value, Decimal | int | float):
         return str(value)
     try:
@@ -89,6 +102,8 @@ def _convert(value: Any, tp: Any, path: str, tool: str, discriminator: str | Non
             return value
         if isinstance(value, bool):
             return "true" if value else "false"
+        if isinstance(value, JsonNumber):
+            return value.text
         if isinstance(value, int | Decimal | float):
             return str(value)
         raise _not_convertable(path, "str", value)
@@ -121,7 +136,7 @@ def _json_text(value: Any, expected: type) -> Any:
     """A JSON string holding an object or array is accepted where one is expected."""
     if isinstance(value, str):
         try:
-            parsed = json.loads(value, parse_float=Decimal)
+            parsed = json.loads(value, parse_float=JsonNumber)
         except ValueError:
             return value
         if isinstance(parsed, expected):
@@ -158,7 +173,10 @@ def _to_float(value: Any, path: str) -> float:
     if isinstance(value, bool):
         raise _not_convertable(path, "float", value)
     if isinstance(value, int | float | Decimal):
-        result = float(value)
+        try:
+            result = float(value)
+        except OverflowError:
+            raise _error(path, "is out of range for float", value) from None
     elif isinstance(value, str):
         try:
             result = float(Decimal(value.strip()))
@@ -174,10 +192,8 @@ def _to_float(value: Any, path: str) -> float:
 def _to_decimal(value: Any, path: str) -> Decimal:
     if isinstance(value, bool):
         raise _not_convertable(path, "Decimal", value)
-    if isinstance(value, Decimal):
-        result = value
-    elif isinstance(value, int):
-        result = Decimal(value)
+    if isinstance(value, Decimal | int):
+        result = Decimal(value)  # a plain Decimal, never the parser's JsonNumber
     elif isinstance(value, float):
         result = Decimal(repr(value))
     elif isinstance(value, str):

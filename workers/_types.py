@@ -122,8 +122,11 @@ def model_fields(cls: type) -> tuple[FieldSpec, ...]:
     if isinstance(cls, type) and issubclass(cls, BaseModel):
         for attr, info in cls.model_fields.items():
             annotation: Any = info.annotation
-            if info.metadata:
-                annotation = typing.Annotated[(annotation, *info.metadata)]
+            extra = list(info.metadata)
+            if isinstance(info.discriminator, str):
+                extra.append(PydanticFieldInfo(discriminator=info.discriminator))
+            if extra:
+                annotation = typing.Annotated[(annotation, *extra)]
             param = param_of(tuple(info.metadata))
             description = info.description or (param.description if param else None) or docs.get(attr)
             required = info.is_required()
@@ -157,9 +160,23 @@ def model_fields(cls: type) -> tuple[FieldSpec, ...]:
     for key, annotation in hints.items():
         _, metadata = split_annotated(annotation)
         description = description_of(metadata) or docs.get(key)
-        required = key in required_keys
+        required = _typeddict_required(annotation, key in required_keys)
         specs.append(FieldSpec(key, key, annotation, required, description, False))
     return tuple(specs)
+
+
+def _typeddict_required(annotation: Any, declared: bool) -> bool:
+    """`Required`/`NotRequired` as resolved (string annotations defeat `__required_keys__` on 3.11)."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is NotRequired:
+            return False
+        if origin is Required:
+            return True
+        if origin is typing.Annotated:
+            annotation = get_args(annotation)[0]
+            continue
+        return declared
 
 
 def _attribute_docs(cls: type) -> dict[str, str]:

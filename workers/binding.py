@@ -5,16 +5,16 @@ from __future__ import annotations
 import copy
 import json
 import re
-from decimal import Decimal
 from typing import Any
 
-from workers._convert import convert
+from workers._convert import JsonNumber, convert, json_type_name
 from workers.errors import ToolArgumentsError
 from workers.invocation import Invocation, InvocationContext, InvocationParameters, ToolMemoryId
 from workers.tools import ToolDefinition, ToolParameter
 
 __all__ = ["BoundCall", "bind_arguments", "parse_arguments"]
 
+MAX_DEPTH = 64
 _UNPARSED = object()
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 
@@ -24,7 +24,7 @@ def _reject_constant(name: str) -> Any:
 
 
 def _loads(text: str) -> Any:
-    return json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
+    return json.loads(text, parse_float=JsonNumber, parse_constant=_reject_constant)
 
 
 def parse_arguments(text: str | None, tool_name: str) -> dict[str, Any]:
@@ -50,9 +50,25 @@ def parse_arguments(text: str | None, tool_name: str) -> dict[str, Any]:
             raise ToolArgumentsError(f'Arguments of tool "{tool_name}" are not valid JSON: {exc}') from None
     if not isinstance(parsed, dict):
         raise ToolArgumentsError(
-            f'Arguments of tool "{tool_name}" must be a JSON object, got {type(parsed).__name__}'
+            f'Arguments of tool "{tool_name}" must be a JSON object, got {json_type_name(parsed)}'
         )
+    if _depth(parsed) > MAX_DEPTH:
+        raise ToolArgumentsError(f'Arguments of tool "{tool_name}" are nested deeper than {MAX_DEPTH} levels')
     return parsed
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of a parsed JSON value, without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(node, dict):
+            stack.extend((child, level + 1) for child in node.values())
+        elif isinstance(node, list):
+            stack.extend((child, level + 1) for child in node)
+    return deepest
 
 
 class BoundCall:
@@ -67,7 +83,7 @@ class BoundCall:
 def bind_arguments(definition: ToolDefinition, arguments: str | None, invocation: Invocation) -> BoundCall:
     """Bind the model's arguments to `definition`'s parameters; `ToolArgumentsError` says what is wrong."""
     values = parse_arguments(arguments, definition.name)
-    parameters = InvocationParameters(copy.deepcopy(dict(invocation.parameters)))
+    parameters = InvocationParameters(copy.deepcopy(dict(invocation.parameters)))  # the tool's own copy
     return bind_values(definition.name, definition.parameters, values, invocation.context, parameters)
 
 

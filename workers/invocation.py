@@ -6,6 +6,7 @@ runtime and never shown to the model.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,18 +25,16 @@ class InvocationParameters(MutableMapping[str, Any]):
 
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:
         self._values: dict[str, Any] = dict(values or {})
-        self._written: set[str] = set()
+        self._initial: dict[str, Any] = copy.deepcopy(self._values)
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._values[key] = value
-        self._written.add(key)
 
     def __delitem__(self, key: str) -> None:
         del self._values[key]
-        self._written.add(key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
@@ -50,8 +49,13 @@ class InvocationParameters(MutableMapping[str, Any]):
         return dict(self._values)
 
     def changes(self) -> dict[str, Any]:
-        """The keys written since creation (a deleted key maps to a removal marker)."""
-        return {key: self._values.get(key, _REMOVED) for key in sorted(self._written)}
+        """What differs from the values given at creation, in-place changes included.
+
+        A removed key maps to a removal marker; `merge()` applies the result to another copy.
+        """
+        changed = {k: v for k, v in self._values.items() if k not in self._initial or self._initial[k] != v}
+        changed.update({k: _REMOVED for k in self._initial if k not in self._values})
+        return changed
 
     def merge(self, changes: Mapping[str, Any]) -> None:
         """Apply `changes()` of another copy of these parameters."""

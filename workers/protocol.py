@@ -51,6 +51,7 @@ class ToolOutcome:
     error, `text` is the error message, `error_type` the exception's class name, and
     `message_for_llm` the text a `ToolErrorVisibleToLlm` chose for the model (`None` when unmarked).
     `exception` is the live exception when the call ran in this process; it never crosses the wire.
+    `task_id`, `pool` and `worker` say where the call ran (set by the executor; not compared).
     """
 
     kind: OutcomeKind
@@ -62,6 +63,9 @@ class ToolOutcome:
     message_for_llm: str | None = None
     parameter_changes: dict[str, Any] = field(default_factory=dict)
     exception: BaseException | None = field(default=None, compare=False, repr=False)
+    task_id: str | None = field(default=None, compare=False)
+    pool: str | None = field(default=None, compare=False)
+    worker: str | None = field(default=None, compare=False)
 
     @property
     def is_error(self) -> bool:

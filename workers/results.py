@@ -48,7 +48,7 @@ class ConvertedResult:
 def convert_result(value: Any, *, returns_none: bool) -> ConvertedResult:
     """Apply the result rules: `"Success"`, `"null"`, strings as is, compact JSON, contents."""
     if isinstance(value, ToolExecutionResult):
-        attributes = to_jsonable(dict(value.attributes))
+        attributes = json.loads(dump_json(to_jsonable(dict(value.attributes))))
         if value.contents is not None:
             return ConvertedResult(_contents_text(value.contents), list(value.contents), None, attributes)
         inner = convert_result(value.result_object, returns_none=False)
@@ -86,14 +86,14 @@ def _contents_text(contents: list[Content]) -> str:
 
 def to_jsonable(value: Any) -> Any:
     """A tree of dict/list/str/int/float/Decimal/bool/None for `value`, or `ToolResultError`."""
+    if isinstance(value, enum.Enum):
+        return value.name
     if value is None or isinstance(value, bool | int | str | Decimal):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ToolResultError(f"{value} is not a JSON number")
         return value
-    if isinstance(value, enum.Enum):
-        return value.name
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, uuid.UUID):

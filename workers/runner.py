@@ -32,6 +32,9 @@ def run_tool(
         bound = bind_arguments(definition, request.arguments, invocation)
     except ToolArgumentsError as exc:
         return _logged(definition, request, started, error_outcome(exc, OutcomeKind.ARGUMENTS_ERROR))
+    except (RecursionError, ArithmeticError, TypeError, ValueError) as exc:
+        error = ToolArgumentsError(f'Arguments of tool "{definition.name}" could not be bound: {exc}')
+        return _logged(definition, request, started, error_outcome(error, OutcomeKind.ARGUMENTS_ERROR))
     try:
         value = definition.function(*bound.args, **bound.kwargs)
         if inspect.isawaitable(value):
@@ -55,6 +58,9 @@ async def arun_tool(
         bound = bind_arguments(definition, request.arguments, invocation)
     except ToolArgumentsError as exc:
         return _logged(definition, request, started, error_outcome(exc, OutcomeKind.ARGUMENTS_ERROR))
+    except (RecursionError, ArithmeticError, TypeError, ValueError) as exc:
+        error = ToolArgumentsError(f'Arguments of tool "{definition.name}" could not be bound: {exc}')
+        return _logged(definition, request, started, error_outcome(error, OutcomeKind.ARGUMENTS_ERROR))
     try:
         if definition.is_async:
             value = await definition.function(*bound.args, **bound.kwargs)

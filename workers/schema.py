@@ -51,8 +51,8 @@ class SchemaBuilder:
     """Builds the schemas of one tool's parameters, collecting recursive models into `defs`."""
 
     defs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    _stack: list[type] = field(default_factory=list)
-    _recursive: set[type] = field(default_factory=set)
+    _stack: list[tuple[type, str | None]] = field(default_factory=list)
+    _recursive: set[tuple[type, str | None]] = field(default_factory=set)
 
     def parameters(self, properties: dict[str, dict[str, Any]], required: list[str]) -> dict[str, Any]:
         """The root object schema of a tool's parameters."""
@@ -138,10 +138,11 @@ class SchemaBuilder:
         return {"anyOf": [self.schema(option) for option in options]}
 
     def _model(self, cls: type, discriminator: str | None = None) -> dict[str, Any]:
-        if discriminator is None and cls in self._stack:
-            self._recursive.add(cls)
+        key = (cls, discriminator)
+        if key in self._stack:
+            self._recursive.add(key)
             return {"$ref": f"#/$defs/{cls.__name__}"}
-        self._stack.append(cls)
+        self._stack.append(key)
         try:
             properties: dict[str, Any] = {}
             required: list[str] = []
@@ -162,7 +163,7 @@ class SchemaBuilder:
             }
         finally:
             self._stack.pop()
-        if cls in self._recursive and discriminator is None:
+        if key in self._recursive:
             self.defs[cls.__name__] = node
             return {"$ref": f"#/$defs/{cls.__name__}"}
         return node

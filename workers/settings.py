@@ -31,6 +31,7 @@ class Settings:
     retry_backoff_s: float = 0.2
     retry_backoff_max_s: float = 5.0
     send_sent_events: bool = True
+    tools: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

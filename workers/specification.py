@@ -76,6 +76,11 @@ class ToolSpecification:
             raise ValueError(
                 f"Tool '{name}': 'parameters' must be a JSON-schema object, got {type(parameters).__name__}"
             )
+        if parameters is not None and parameters.get("type", "object") != "object":
+            raise ValueError(
+                f"Tool '{name}': 'parameters' must be a JSON schema of type 'object', "
+                f"got type {parameters.get('type')!r}"
+            )
         metadata = raw.get("metadata") or {}
         if not isinstance(metadata, Mapping):
             raise ValueError(f"Tool '{name}': 'metadata' must be an object")
@@ -138,7 +143,7 @@ def _nullable(node: dict[str, Any]) -> dict[str, Any]:
     return wrapped
 
 
-OPENAI_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+OPENAI_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 
 class ToolNameAliases:
@@ -160,7 +165,7 @@ class ToolNameAliases:
         known = self._to_alias.get(name)
         if known is not None:
             return known
-        alias = name if self._pattern.match(name) else self._make_alias(name)
+        alias = name if self._pattern.fullmatch(name) else self._make_alias(name)
         self._to_alias[name] = alias
         self._to_name[alias] = name
         return alias
@@ -174,6 +179,6 @@ class ToolNameAliases:
         base = re.sub(r"[^a-zA-Z0-9_-]+", "_", name).strip("_")[:50] or "tool"
         for length in range(8, len(digest) + 1):
             alias = f"{base}_{digest[:length]}"
-            if alias not in self._to_name and not self._pattern.match(name):
+            if alias not in self._to_name and not self._pattern.fullmatch(name):
                 return alias
         raise ValueError(f"Cannot find a unique alias for tool name {name!r}")

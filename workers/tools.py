@@ -114,7 +114,7 @@ def tool(
             return func
 
         return mark
-    if callable(func_or_description):
+    if callable(func_or_description) or isinstance(func_or_description, staticmethod | classmethod):
         setattr(_unwrap_method(func_or_description), _TOOL_ATTR, ToolOptions())
         return func_or_description
     raise TypeError(f"@tool takes a function or a description, got {type(func_or_description).__name__}")
@@ -365,7 +365,10 @@ def _definition(
     for parameter in parameters:
         if parameter.injected is not None:
             continue
-        properties[parameter.name] = builder.schema(parameter.annotation, parameter.description)
+        try:
+            properties[parameter.name] = builder.schema(parameter.annotation, parameter.description)
+        except ToolDefinitionError as exc:
+            raise ToolDefinitionError(f'Parameter "{parameter.name}" of tool "{name}": {exc}') from None
         if parameter.required:
             required.append(parameter.name)
     specification = ToolSpecification(
@@ -411,7 +414,7 @@ def _parameters(
         base, metadata = split_annotated(annotation)
         meta = param_of(metadata) or Param()
         has_default = param.default is not _NO_DEFAULT
-        injected = next((kind for kind in INJECTED_TYPES if base is kind), None)
+        injected = next((kind for kind in INJECTED_TYPES if optional_inner(base)[0] is kind), None)
         if injected is not None:
             if has_default:
                 raise ToolDefinitionError(
@@ -466,11 +469,16 @@ _ARGS_HEADER = re.compile(r"^(Args|Arguments|Parameters):\s*$")
 _ARG_LINE = re.compile(r"^\s+(\w+)\s*(\([^)]*\))?:\s*(.+)$")
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
 def _doc_args(function: Any) -> dict[str, str]:
     """Parameter descriptions from a Google-style `Args:` section of the docstring."""
     doc = inspect.getdoc(function) or ""
     found: dict[str, str] = {}
     inside = False
+    last: tuple[str, int] | None = None
     for line in doc.splitlines():
         if _ARGS_HEADER.match(line.strip()):
             inside = True
@@ -479,6 +487,9 @@ def _doc_args(function: Any) -> dict[str, str]:
             if line and not line[0].isspace():
                 break
             match = _ARG_LINE.match(line)
-            if match:
+            if match and (last is None or _indent(line) <= last[1]):
                 found[match.group(1)] = match.group(3).strip()
+                last = (match.group(1), _indent(line))
+            elif last is not None and line.strip():
+                found[last[0]] += " " + line.strip()
     return found

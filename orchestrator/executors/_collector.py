@@ -1,0 +1,218 @@
+"""The deadline-aware result collector: one Redis subscription per process for every call in flight.
+
+Celery's Redis result backend stores a task's state under `celery-task-meta-<id>` and publishes it
+on the channel of the same name in one step. The collector subscribes to a call's channel before the
+call is published, so no result can be missed, and resolves a future when a final state arrives.
+One thread reads the subscription; callers on any thread or event loop subscribe directly (the
+connection's writes are serialized by redis-py's lock) and wait on their future with their own
+deadline.
+
+Every `check_interval_s` the reader also reads the stored states of the calls still pending — results
+published while the subscription was reconnecting are picked up there — and asks the catalog whether
+the worker that started a call, or any worker of the call's pool, is still alive.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import redis
+from redis.exceptions import RedisError
+
+from workers.catalog import POOL_KEY, WORKER_KEY
+
+__all__ = ["FINAL_STATES", "LOST", "NO_WORKER", "ResultCollector"]
+
+log = logging.getLogger(__name__)
+
+META_PREFIX = "celery-task-meta-"
+CONTROL_CHANNEL = "toolfleet:collector"
+FINAL_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
+LOST = "TOOLFLEET_WORKER_LOST"
+NO_WORKER = "TOOLFLEET_NO_WORKER"
+
+
+@dataclass
+class _Pending:
+    task_id: str
+    pool: str
+    future: concurrent.futures.Future[dict[str, Any]]
+    since: float = field(default_factory=time.monotonic)
+    worker: str | None = None
+    on_started: Callable[[str], None] | None = None
+
+
+class ResultCollector:
+    """Futures for the final states of Celery tasks, fed by one pub/sub connection."""
+
+    _shared: ClassVar[dict[str, ResultCollector]] = {}
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, redis_url: str, *, check_interval_s: float = 0.5) -> ResultCollector:
+        """The process-wide collector for `redis_url`."""
+        with cls._shared_lock:
+            collector = cls._shared.get(redis_url)
+            if collector is None or collector._closed.is_set():
+                collector = cls(redis_url, check_interval_s=check_interval_s)
+                cls._shared[redis_url] = collector
+            return collector
+
+    def __init__(self, redis_url: str, *, check_interval_s: float = 0.5) -> None:
+        self._check_interval_s = check_interval_s
+        self._client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=2)
+        self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
+        self._pending: dict[str, _Pending] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._subscribed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="toolfleet-collector", daemon=True)
+        self._thread.start()
+
+    def watch(
+        self, task_id: str, pool: str, on_started: Callable[[str], None] | None = None
+    ) -> concurrent.futures.Future[dict[str, Any]]:
+        """Subscribe to `task_id`'s channel and return the future of its final state.
+
+        Call it before publishing the task. If Redis is unreachable the call is still watched: its
+        stored state is read once Redis answers again.
+        """
+        future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        with self._lock:
+            self._pending[task_id] = _Pending(task_id, pool, future, on_started=on_started)
+        self._subscribed.wait(timeout=2)
+        try:
+            self._pubsub.subscribe(META_PREFIX + task_id)
+        except (RedisError, OSError) as exc:
+            log.warning("subscribe for %s failed (%s); its stored state will be polled", task_id, exc)
+        return future
+
+    def forget(self, task_id: str) -> None:
+        """Stop waiting for `task_id` (its deadline passed, or its caller went away)."""
+        with self._lock:
+            entry = self._pending.pop(task_id, None)
+        if entry is not None:
+            self._unsubscribe(task_id)
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)
+        with self._lock:
+            pending, self._pending = list(self._pending.values()), {}
+        for entry in pending:
+            if not entry.future.done():
+                entry.future.set_exception(RuntimeError("result collector closed"))
+        self._pubsub.close()
+        self._client.close()
+
+    # -- the reader thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        delay = 0.05
+        next_check = time.monotonic() + self._check_interval_s
+        while not self._closed.is_set():
+            try:
+                if not self._subscribed.is_set():
+                    self._pubsub.subscribe(CONTROL_CHANNEL)
+                    self._subscribed.set()
+                timeout = max(0.0, min(0.25, next_check - time.monotonic()))
+                message = self._pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
+                if message is not None and message.get("type") == "message":
+                    self._on_message(message)
+                if time.monotonic() >= next_check:
+                    self._poll_stored()
+                    self._check_liveness()
+                    next_check = time.monotonic() + self._check_interval_s
+                delay = 0.05
+            except (RedisError, OSError) as exc:
+                log.warning("result subscription interrupted (%s); retrying in %.2f s", exc, delay)
+                self._closed.wait(delay)
+                delay = min(delay * 2, 2.0)
+                next_check = time.monotonic()
+            except Exception:
+                log.exception("result collector error")
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        channel = message["channel"]
+        channel = channel.decode() if isinstance(channel, bytes) else str(channel)
+        if not channel.startswith(META_PREFIX):
+            return
+        task_id = channel[len(META_PREFIX) :]
+        if task_id in self._pending:
+            try:
+                self._on_state(task_id, json.loads(message["data"]))
+            except ValueError as exc:
+                log.warning("unreadable state of %s ignored: %s", task_id, exc)
+
+    def _on_state(self, task_id: str, meta: dict[str, Any]) -> None:
+        status = meta.get("status")
+        if status in FINAL_STATES or status in (LOST, NO_WORKER):
+            with self._lock:
+                entry = self._pending.pop(task_id, None)
+            if entry is None:
+                return
+            self._unsubscribe(task_id)
+            if not entry.future.done():
+                entry.future.set_result(meta)
+        elif status == "STARTED":
+            entry = self._pending.get(task_id)
+            worker = meta.get("worker")
+            if entry is not None and isinstance(worker, str) and worker != entry.worker:
+                entry.worker = worker
+                if entry.on_started is not None:
+                    try:
+                        entry.on_started(worker)
+                    except Exception:
+                        log.exception("on_started callback failed")
+
+    def _unsubscribe(self, task_id: str) -> None:
+        with contextlib.suppress(RedisError, OSError):
+            self._pubsub.unsubscribe(META_PREFIX + task_id)
+
+    def _due(self) -> list[_Pending]:
+        now = time.monotonic()
+        with self._lock:
+            return [e for e in self._pending.values() if now - e.since >= self._check_interval_s]
+
+    def _poll_stored(self) -> None:
+        """Read the stored states of calls pending longer than one interval (missed publishes)."""
+        due = [e.task_id for e in self._due()]
+        for start in range(0, len(due), 500):
+            chunk = due[start : start + 500]
+            values = self._client.mget([META_PREFIX + task_id for task_id in chunk])
+            for task_id, raw in zip(chunk, values, strict=True):
+                if raw:
+                    self._on_state(task_id, json.loads(raw))
+
+    def _check_liveness(self) -> None:
+        due = self._due()
+        if not due:
+            return
+        workers = sorted({e.worker for e in due if e.worker})
+        pools = sorted({e.pool for e in due if not e.worker})
+        pipe = self._client.pipeline(transaction=False)
+        for worker in workers:
+            pipe.exists(WORKER_KEY.format(worker))
+        now = time.time()
+        for pool in pools:
+            pipe.zcount(POOL_KEY.format(pool), now, "+inf")
+        answers = pipe.execute()
+        alive_workers = {w for w, n in zip(workers, answers[: len(workers)], strict=True) if n}
+        live_pools = {p for p, n in zip(pools, answers[len(workers) :], strict=True) if n}
+        for entry in due:
+            if entry.worker and entry.worker not in alive_workers:
+                self._on_state(entry.task_id, {"status": LOST, "worker": entry.worker})
+            elif not entry.worker and entry.pool not in live_pools:
+                self._on_state(entry.task_id, {"status": NO_WORKER, "pool": entry.pool})

@@ -1,0 +1,316 @@
+"""`CeleryExecutor`: every tool call a Celery task on its pool's queue, awaited under a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from celery import Celery
+from kombu.exceptions import OperationalError
+
+from orchestrator.executors._collector import LOST, NO_WORKER, ResultCollector
+from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome, ToolRegistry
+from workers.app import make_publisher
+from workers.catalog import Catalog
+from workers.invocation import Invocation
+from workers.settings import Settings
+from workers.tasks import TASK_PREFIX, outcome_from_failure
+
+__all__ = ["CeleryExecutor"]
+
+log = logging.getLogger(__name__)
+
+_TIME_LIMIT_ERRORS = {"TimeLimitExceeded", "SoftTimeLimitExceeded", "Terminated"}
+_POOL_ALIVE_CACHE_S = 1.0
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}"
+
+
+class CeleryExecutor:
+    """Runs each tool call as the Celery task `tool.<name>` on the queue of the tool's pool.
+
+    Tools come from local objects (`tools=`) or from the live catalog that workers publish, so an
+    orchestrator can run with no tool code installed. Each call has a deadline (the tool's
+    `timeout`, else `Settings.default_tool_timeout_s`); at the deadline the call is abandoned:
+    revoked, terminated on pools that can terminate, and published with `expires` so it never
+    starts late. A pool with no live worker fails at once instead of waiting out the deadline.
+    """
+
+    def __init__(
+        self,
+        app: Celery | None = None,
+        *,
+        settings: Settings | None = None,
+        tools: Iterable[object] = (),
+    ) -> None:
+        settings = settings or Settings.from_env()
+        if app is not None:
+            backend = str(app.conf.result_backend or "")
+            settings = dataclasses.replace(
+                settings,
+                broker_url=str(app.conf.broker_url or settings.broker_url),
+                redis_url=backend
+                if backend.startswith(("redis://", "rediss://", "unix://"))
+                else settings.redis_url,
+            )
+        self.settings = settings
+        self.registry = ToolRegistry(tools)
+        self._publisher = make_publisher(settings)
+        self._redis = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
+        self.catalog = Catalog(self._redis)
+        self._pool_alive: dict[str, float] = {}
+        self._pool_kinds: dict[str, str] = {}
+
+    @property
+    def _collector(self) -> ResultCollector:
+        return ResultCollector.shared(
+            self.settings.redis_url, check_interval_s=self.settings.liveness_check_interval_s
+        )
+
+    def definition(self, name: str) -> ToolDefinition | None:
+        """A local tool of that name, else one a live worker advertises."""
+        local = self.registry.get(name)
+        if local is not None:
+            return local
+        for item in self.catalog.tools():
+            if item.specification.name == name:
+                return item.definition()
+        return None
+
+    def catalog_definitions(self) -> list[ToolDefinition]:
+        """Every tool live workers serve, as definitions this executor can dispatch."""
+        return [item.definition() for item in self.catalog.tools()]
+
+    async def execute(
+        self,
+        request: ToolExecutionRequest,
+        definition: ToolDefinition | None = None,
+        invocation: Invocation | None = None,
+    ) -> ToolOutcome:
+        """Dispatch one call and wait for its outcome until its deadline; a tool's failure is an outcome."""
+        definition = definition or self.definition(request.name)
+        invocation = invocation or Invocation()
+        if definition is None:
+            return _error(OutcomeKind.EXECUTION_ERROR, f"Unknown tool '{request.name}'", "UnknownToolError")
+        size = len(request.arguments.encode())
+        if size > self.settings.max_argument_bytes:
+            return _error(
+                OutcomeKind.ARGUMENTS_ERROR,
+                f"Arguments of tool '{definition.name}' are {size} bytes, over the limit of "
+                f"{self.settings.max_argument_bytes} bytes (TOOLFLEET_MAX_ARGUMENT_BYTES)",
+                "ArgumentsTooLarge",
+            )
+        timeout_s = definition.timeout or self.settings.default_tool_timeout_s
+        deadline = time.monotonic() + timeout_s
+        attempts = 1 + (definition.options.retries if definition.options.idempotent else 0)
+        outcome = _error(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
+        for _ in range(attempts):
+            outcome = await self._attempt(request, definition, invocation, deadline, timeout_s)
+            if outcome.kind is not OutcomeKind.WORKER_LOST or time.monotonic() >= deadline:
+                break
+            log.info(
+                "tool %s call %s: worker lost; dispatching again (idempotent)", definition.name, request.id
+            )
+        return outcome
+
+    async def _attempt(
+        self,
+        request: ToolExecutionRequest,
+        definition: ToolDefinition,
+        invocation: Invocation,
+        deadline: float,
+        timeout_s: float,
+    ) -> ToolOutcome:
+        pool = definition.pool
+        if not self._pool_has_workers(pool):
+            return _no_worker(definition)
+        task_id = str(uuid.uuid4())
+        collector = self._collector
+        future = collector.watch(task_id, pool)
+        remaining = deadline - time.monotonic()
+        try:
+            self._publish(task_id, request, definition, invocation, remaining)
+        except OperationalError as exc:
+            collector.forget(task_id)
+            return _error(
+                OutcomeKind.EXECUTION_ERROR,
+                f"Tool '{definition.name}' could not be dispatched: the broker is unreachable ({exc})",
+                "BrokerUnavailable",
+            )
+        try:
+            meta = await asyncio.wait_for(asyncio.wrap_future(future), max(remaining, 0.0))
+        except TimeoutError:
+            collector.forget(task_id)
+            self._abandon(task_id, pool)
+            outcome = _error(
+                OutcomeKind.TIMED_OUT,
+                f"Tool '{definition.name}' did not finish within {_seconds(timeout_s)} s",
+                "TimeoutError",
+            )
+            return dataclasses.replace(outcome, task_id=task_id, pool=pool)
+        except asyncio.CancelledError:
+            collector.forget(task_id)
+            self._abandon(task_id, pool)
+            raise
+        outcome = self._outcome(meta, definition, timeout_s)
+        return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=_worker_of(meta))
+
+    def _publish(
+        self,
+        task_id: str,
+        request: ToolExecutionRequest,
+        definition: ToolDefinition,
+        invocation: Invocation,
+        remaining_s: float,
+    ) -> None:
+        call_id = request.id or task_id
+        options: dict[str, Any] = {
+            "task_id": task_id,
+            "queue": definition.pool,
+            # An absolute time: spares Celery's own timezone arithmetic on the hot path.
+            "expires": datetime.fromtimestamp(time.time() + max(remaining_s, 0.001), UTC),
+            "headers": {"idempotency_key": f"{invocation.context.invocation_id}:{call_id}"},
+            # What Flower shows as the call's arguments: the model's arguments and ids, never the
+            # invocation parameters (they may hold credentials). Also spares Celery's saferepr.
+            "argsrepr": "()",
+            "kwargsrepr": _kwargs_repr(request, invocation),
+            "retry": True,
+            "retry_policy": {
+                "max_retries": 2,
+                "interval_start": 0.05,
+                "interval_step": 0.2,
+                "interval_max": 0.5,
+            },
+        }
+        if self._pool_kinds.get(definition.pool) == "prefork":
+            options["soft_time_limit"] = max(remaining_s, 0.05)
+            options["time_limit"] = max(remaining_s, 0.05) + 1.0
+        self._publisher.send_task(
+            TASK_PREFIX + definition.name,
+            kwargs={
+                "request": request.to_json(),
+                "invocation": invocation.to_json(),
+                "deadline": time.time() + remaining_s,
+            },
+            **options,
+        )
+
+    def _pool_has_workers(self, pool: str) -> bool:
+        checked = self._pool_alive.get(pool)
+        now = time.monotonic()
+        if checked is not None and now - checked < _POOL_ALIVE_CACHE_S:
+            return True
+        try:
+            alive = bool(self.catalog.live_workers(pool))
+        except redis.RedisError as exc:
+            log.warning("catalog unreadable (%s); dispatching to pool %s anyway", exc, pool)
+            return True
+        if alive:
+            self._pool_alive[pool] = now
+            if pool not in self._pool_kinds:
+                self._learn_pool_kind(pool)
+        else:
+            self._pool_alive.pop(pool, None)
+        return alive
+
+    def _learn_pool_kind(self, pool: str) -> None:
+        kinds = {entry.pool_kind for entry in self.catalog.workers() if pool in entry.pools}
+        self._pool_kinds[pool] = kinds.pop() if len(kinds) == 1 else "mixed"
+
+    def _abandon(self, task_id: str, pool: str) -> None:
+        """Revoke a call past its deadline; terminate it where the worker's pool can (prefork)."""
+        terminate = self._pool_kinds.get(pool) == "prefork"
+        try:
+            self._publisher.control.revoke(task_id, terminate=terminate, signal="SIGKILL")
+        except OperationalError as exc:
+            log.warning("could not revoke %s: %s", task_id, exc)
+
+    def _outcome(self, meta: dict[str, Any], definition: ToolDefinition, timeout_s: float) -> ToolOutcome:
+        status = meta.get("status")
+        name = definition.name
+        if status == "SUCCESS":
+            result = meta.get("result")
+            if isinstance(result, dict) and "kind" in result:
+                return ToolOutcome.from_json(result)
+            return _error(
+                OutcomeKind.EXECUTION_ERROR, f"Tool '{name}' returned an unreadable result", "ProtocolError"
+            )
+        if status == NO_WORKER:
+            return _no_worker(definition)
+        if status == LOST:
+            return _error(
+                OutcomeKind.WORKER_LOST,
+                f"Tool '{name}' lost its worker {meta.get('worker')} before finishing",
+                "WorkerLostError",
+            )
+        if status == "REVOKED":
+            return _error(
+                OutcomeKind.TIMED_OUT,
+                f"Tool '{name}' did not finish within {_seconds(timeout_s)} s",
+                "TimeoutError",
+            )
+        result = meta.get("result")
+        carried = outcome_from_failure(result)
+        if carried is not None:
+            return carried
+        exc_type = str(result.get("exc_type")) if isinstance(result, dict) else "Exception"
+        message = result.get("exc_message") if isinstance(result, dict) else result
+        if isinstance(message, list | tuple):
+            message = " ".join(str(part) for part in message)
+        if exc_type == "WorkerLostError":
+            where = f" {_worker_of(meta)}" if _worker_of(meta) else ""
+            return _error(
+                OutcomeKind.WORKER_LOST,
+                f"Tool '{name}' lost its worker{where} before finishing ({message})",
+                exc_type,
+            )
+        if exc_type in _TIME_LIMIT_ERRORS:
+            return _error(
+                OutcomeKind.TIMED_OUT,
+                f"Tool '{name}' did not finish within {_seconds(timeout_s)} s",
+                exc_type,
+            )
+        return _error(OutcomeKind.EXECUTION_ERROR, str(message or exc_type), exc_type)
+
+    def close(self) -> None:
+        self._redis.close()
+        self._publisher.close()
+
+
+def _kwargs_repr(request: ToolExecutionRequest, invocation: Invocation) -> str:
+    arguments = request.arguments if len(request.arguments) <= 1024 else request.arguments[:1024] + "…"
+    return (
+        f"{{'arguments': {arguments!r}, 'call_id': {request.id!r}, "
+        f"'invocation_id': '{invocation.context.invocation_id}'}}"
+    )
+
+
+def _worker_of(meta: dict[str, Any]) -> str | None:
+    worker = meta.get("worker")
+    if isinstance(worker, str):
+        return worker
+    result = meta.get("result")
+    if isinstance(result, dict) and isinstance(result.get("hostname"), str):
+        return str(result["hostname"])
+    return None
+
+
+def _error(kind: OutcomeKind, text: str, error_type: str) -> ToolOutcome:
+    return ToolOutcome(kind=kind, text=text, error_type=error_type)
+
+
+def _no_worker(definition: ToolDefinition) -> ToolOutcome:
+    return _error(
+        OutcomeKind.NO_WORKER,
+        f"No live worker serves pool '{definition.pool}' of tool '{definition.name}'",
+        "NoWorkerError",
+    )

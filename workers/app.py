@@ -1,0 +1,115 @@
+"""The Celery app of a worker pool, configured for tool calls: JSON only, explicit reliability.
+
+`celery -A workers.app worker -Q POOL` serves the tools of the modules named in `TOOLFLEET_TOOLS`
+(comma-separated), exactly as `toolfleet worker --pool POOL --tools MODULE` does.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import Any
+
+from celery import Celery
+
+from workers.registry import ToolRegistry
+from workers.settings import Settings
+
+__all__ = ["make_app", "make_publisher", "registry_from_modules", "visibility_timeout_s"]
+
+
+def _base_config(settings: Settings) -> dict[str, Any]:
+    return {
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "event_serializer": "json",
+        "task_default_queue": "default",
+        "task_create_missing_queues": True,
+        "task_send_sent_event": settings.send_sent_events,
+        "broker_connection_retry_on_startup": True,
+        "broker_connection_max_retries": 3,
+        "broker_connection_timeout": 4,
+        "enable_utc": True,
+    }
+
+
+def visibility_timeout_s(settings: Settings, registry: ToolRegistry | None) -> float:
+    """How long the Redis broker waits before redelivering an unacknowledged message.
+
+    It must exceed the longest queue wait plus run time, or a long tool would be delivered to a
+    second worker while the first still runs; a call's deadline bounds both, so the longest deadline
+    (with its retries) plus a margin is enough.
+    """
+    if settings.visibility_timeout_s is not None:
+        return settings.visibility_timeout_s
+    longest = settings.default_tool_timeout_s
+    for definition in registry or ():
+        timeout = definition.timeout or settings.default_tool_timeout_s
+        longest = max(longest, timeout * (1 + definition.options.retries))
+    return longest * 2 + 30
+
+
+def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: str = "toolfleet") -> Celery:
+    """The worker-side app: result backend on, task events on, one task per tool of `registry`."""
+    app = Celery(name, broker=settings.broker_url, backend=settings.result_backend, set_as_current=False)
+    app.conf.update(
+        _base_config(settings),
+        result_backend_always_retry=True,
+        result_backend_max_retries=20,
+        result_expires=settings.result_expires_s,
+        result_extended=True,
+        task_track_started=True,
+        worker_send_task_events=True,
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        broker_transport_options={"visibility_timeout": visibility_timeout_s(settings, registry)},
+        result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
+    )
+    if registry is not None:
+        from workers.tasks import register_tasks
+
+        register_tasks(app, registry, settings)
+    return app
+
+
+def make_publisher(settings: Settings) -> Celery:
+    """The orchestrator-side app: publishes only, with no result backend.
+
+    Results are read by toolfleet's own collector; a backend here would make Celery subscribe to
+    every task's channel too and leave unread messages piling up in Redis.
+    """
+    app = Celery(
+        "toolfleet-publisher", broker=settings.broker_url, backend="disabled://", set_as_current=False
+    )
+    app.conf.update(_base_config(settings), task_ignore_result=True)
+    return app
+
+
+def registry_from_modules(modules: Iterable[str]) -> ToolRegistry:
+    """A registry of every tool of the named modules (`package.module` or `package.module:attribute`)."""
+    registry = ToolRegistry()
+    for spec in modules:
+        spec = spec.strip()
+        if not spec:
+            continue
+        module_name, _, attribute = spec.partition(":")
+        module = importlib.import_module(module_name)
+        registry.add(getattr(module, attribute) if attribute else module)
+    return registry
+
+
+def _app_from_environment() -> Celery:
+    settings = Settings.from_env()
+    return make_app(settings, registry_from_modules(settings.tools.split(",")))
+
+
+def __getattr__(name: str) -> Any:
+    # `celery -A workers.app` looks up `app`; build it only then, so importing this module is cheap.
+    if name in ("app", "celery"):
+        value = _app_from_environment()
+        globals()["app"] = globals()["celery"] = value
+        return value
+    raise AttributeError(name)

@@ -1,0 +1,216 @@
+"""The live catalog: what each worker serves (tool specifications, pools), kept alive by heartbeats.
+
+Each worker writes `toolfleet:worker:<hostname>` (JSON, expiring) and its hostname with an expiry
+time into `toolfleet:pool:<pool>` (a sorted set). A worker that stops refreshing them — it died, or
+lost Redis — drops out of the catalog when its heartbeat expires. An orchestrator reads the catalog
+to find tools without importing their code, and to fail fast when no live worker serves a pool.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+from workers.tools import ToolDefinition, ToolOptions
+
+__all__ = ["Catalog", "CatalogHeartbeat", "CatalogTool", "WorkerEntry"]
+
+log = logging.getLogger(__name__)
+
+WORKER_KEY = "toolfleet:worker:{}"
+POOL_KEY = "toolfleet:pool:{}"
+POOLS_KEY = "toolfleet:pools"
+
+
+@dataclass(frozen=True)
+class CatalogTool:
+    """A tool as a worker advertises it: enough to call it without its code."""
+
+    specification: ToolSpecification
+    options: ToolOptions
+    compensable: bool
+
+    @classmethod
+    def of(cls, definition: ToolDefinition) -> CatalogTool:
+        return cls(definition.specification, definition.options, definition.compensation is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "specification": self.specification.to_dict(),
+            "pool": self.options.pool,
+            "timeout": self.options.timeout,
+            "retries": self.options.retries,
+            "idempotent": self.options.idempotent,
+            "return_behavior": self.options.return_behavior.value,
+            "search_behavior": self.options.search_behavior.value,
+            "compensable": self.compensable,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CatalogTool:
+        spec = ToolSpecification.from_json(data["specification"])
+        options = ToolOptions(
+            name=spec.name,
+            description=spec.description,
+            return_behavior=ReturnBehavior(data.get("return_behavior", "TO_LLM")),
+            search_behavior=SearchBehavior(data.get("search_behavior", "SEARCHABLE")),
+            metadata=dict(spec.metadata),
+            pool=str(data.get("pool", "default")),
+            timeout=data.get("timeout"),
+            retries=int(data.get("retries", 0)),
+            idempotent=bool(data.get("idempotent", False)),
+        )
+        return cls(spec, options, bool(data.get("compensable", False)))
+
+    def definition(self) -> ToolDefinition:
+        """A definition that can be dispatched to a pool but not run in this process."""
+        return ToolDefinition(
+            specification=self.specification,
+            function=_remote_only(self.specification.name),
+            parameters=(),
+            options=self.options,
+            returns_none=False,
+            is_async=False,
+        )
+
+
+def _remote_only(name: str) -> Any:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"Tool '{name}' comes from the worker catalog: it runs only on its pool")
+
+    run.__name__ = name
+    return run
+
+
+@dataclass(frozen=True)
+class WorkerEntry:
+    """One live worker: where it runs, which pools it serves, how, and its tools."""
+
+    hostname: str
+    pools: list[str]
+    pool_kind: str
+    concurrency: int
+    pid: int
+    started_at: float
+    tools: list[CatalogTool] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hostname": self.hostname,
+            "pools": self.pools,
+            "pool_kind": self.pool_kind,
+            "concurrency": self.concurrency,
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "tools": [t.to_json() for t in self.tools],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkerEntry:
+        return cls(
+            hostname=str(data["hostname"]),
+            pools=[str(p) for p in data.get("pools", [])],
+            pool_kind=str(data.get("pool_kind", "unknown")),
+            concurrency=int(data.get("concurrency", 0)),
+            pid=int(data.get("pid", 0)),
+            started_at=float(data.get("started_at", 0.0)),
+            tools=[CatalogTool.from_json(t) for t in data.get("tools", [])],
+        )
+
+
+class CatalogHeartbeat:
+    """Publishes a worker's entry and refreshes it every third of its time to live, on a thread."""
+
+    def __init__(self, client: redis.Redis, entry: WorkerEntry, ttl_s: float) -> None:
+        self._client = client
+        self._entry = entry
+        self._ttl_s = ttl_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="toolfleet-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self.beat()
+        self._thread.start()
+
+    def beat(self) -> None:
+        expires_at = time.time() + self._ttl_s
+        pipe = self._client.pipeline(transaction=False)
+        pipe.set(
+            WORKER_KEY.format(self._entry.hostname),
+            json.dumps(self._entry.to_json()),
+            px=int(self._ttl_s * 1000),
+        )
+        for pool in self._entry.pools:
+            pipe.zadd(POOL_KEY.format(pool), {self._entry.hostname: expires_at})
+            pipe.sadd(POOLS_KEY, pool)
+        pipe.execute()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._ttl_s / 3):
+            try:
+                self.beat()
+            except redis.RedisError as exc:
+                log.warning("catalog heartbeat of %s failed: %s", self._entry.hostname, exc)
+
+    def stop(self) -> None:
+        """Stop beating and remove the entry, so orchestrators stop sending work here at once."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.delete(WORKER_KEY.format(self._entry.hostname))
+            for pool in self._entry.pools:
+                pipe.zrem(POOL_KEY.format(pool), self._entry.hostname)
+            pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("could not remove %s from the catalog: %s", self._entry.hostname, exc)
+
+
+class Catalog:
+    """Reads the live catalog."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+
+    def workers(self) -> list[WorkerEntry]:
+        keys = list(self._client.scan_iter(match=WORKER_KEY.format("*"), count=500))
+        if not keys:
+            return []
+        entries = []
+        for raw in self._client.mget(keys):
+            if raw:
+                entries.append(WorkerEntry.from_json(json.loads(raw)))
+        return sorted(entries, key=lambda e: e.hostname)
+
+    def live_workers(self, pool: str) -> list[str]:
+        """Hostnames whose heartbeat for `pool` has not expired."""
+        names = self._client.zrangebyscore(POOL_KEY.format(pool), time.time(), "+inf")
+        return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+
+    def worker_alive(self, hostname: str) -> bool:
+        return bool(self._client.exists(WORKER_KEY.format(hostname)))
+
+    def tools(self, pools: Iterable[str] | None = None) -> list[CatalogTool]:
+        """Each tool served by a live worker, once (the first worker's description wins)."""
+        wanted = set(pools) if pools is not None else None
+        found: dict[str, CatalogTool] = {}
+        for entry in self.workers():
+            for item in entry.tools:
+                if wanted is not None and item.options.pool not in wanted:
+                    continue
+                found.setdefault(item.specification.name, item)
+        return list(found.values())
+
+
+def local_hostname(prefix: str = "toolfleet") -> str:
+    return f"{prefix}-{os.getpid()}@{os.uname().nodename}"
