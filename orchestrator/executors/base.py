@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from typing import Protocol
 
 from workers import ToolDefinition, ToolExecutionRequest, ToolOutcome
 from workers.invocation import Invocation
 
-__all__ = ["ToolExecutor"]
+__all__ = ["ToolExecutor", "execute_batch"]
 
 
 class ToolExecutor(Protocol):
-    """Runs one tool call and returns its structured outcome; never raises for a tool's failure."""
+    """Runs one tool call and returns its structured outcome; a tool's failure is an outcome, not a raise."""
 
     async def execute(
-        self, request: ToolExecutionRequest, definition: ToolDefinition, invocation: Invocation
+        self, request: ToolExecutionRequest, definition: ToolDefinition | None, invocation: Invocation | None
     ) -> ToolOutcome: ...
+
+
+async def execute_batch(
+    executor: ToolExecutor,
+    calls: Sequence[tuple[ToolExecutionRequest, ToolDefinition | None]],
+    invocation: Invocation,
+    *,
+    max_fanout: int,
+) -> list[ToolOutcome]:
+    """Run one response's calls at once, at most `max_fanout` in flight; outcomes in request order."""
+    if max_fanout < 1:
+        raise ValueError(f"max_fanout must be at least 1, got {max_fanout}")
+    gate = asyncio.Semaphore(max_fanout)
+
+    async def run(request: ToolExecutionRequest, definition: ToolDefinition | None) -> ToolOutcome:
+        async with gate:
+            return await executor.execute(request, definition, invocation)
+
+    return list(await asyncio.gather(*(run(request, definition) for request, definition in calls)))

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +16,7 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from orchestrator.executors._collector import LOST, NO_WORKER, ResultCollector
+from orchestrator.executors.base import execute_batch
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome, ToolRegistry
 from workers.app import make_publisher
 from workers.catalog import Catalog
@@ -85,6 +86,12 @@ class CeleryExecutor:
             if item.specification.name == name:
                 return item.definition()
         return None
+
+    async def execute_batch(
+        self, calls: Sequence[tuple[ToolExecutionRequest, ToolDefinition | None]], invocation: Invocation
+    ) -> list[ToolOutcome]:
+        """All calls of one response at once, capped at `Settings.max_fanout` in flight."""
+        return await execute_batch(self, calls, invocation, max_fanout=self.settings.max_fanout)
 
     def catalog_definitions(self) -> list[ToolDefinition]:
         """Every tool live workers serve, as definitions this executor can dispatch."""

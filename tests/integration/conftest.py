@@ -1,0 +1,88 @@
+"""Real Redis, real worker processes: the fixtures of the integration tests.
+
+Tests use a dedicated Redis database (`TOOLFLEET_TEST_REDIS_DB`, default 13) on the server at
+`TOOLFLEET_REDIS_URL`, flushed at the start of the session, so a developer's own data is untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from workers.process import WorkerProcess
+from workers.settings import Settings
+
+TOOLS = "tests.integration.tools"
+
+
+def _test_redis_url() -> str:
+    base = os.environ.get("TOOLFLEET_REDIS_URL", "redis://127.0.0.1:6379/0")
+    db = os.environ.get("TOOLFLEET_TEST_REDIS_DB", "13")
+    return base.rsplit("/", 1)[0] + "/" + db if base.count("/") >= 3 else base + "/" + db
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    url = _test_redis_url()
+    client = redis.Redis.from_url(url)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        pytest.fail(f"integration tests need a Redis at {url} (make test starts one): {exc}")
+    client.flushdb()
+    os.environ["TOOLFLEET_REDIS_URL"] = url  # the test tools read it, and so do child processes
+    yield url
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def settings(redis_url: str) -> Settings:
+    return Settings.from_env(
+        {
+            "TOOLFLEET_REDIS_URL": redis_url,
+            "TOOLFLEET_HEARTBEAT_TTL_S": "2",
+            "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def worker_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("worker-logs")
+
+
+def _start(
+    redis_url: str, logs: Path, pools: list[str], kind: str, concurrency: int, name: str
+) -> WorkerProcess:
+    return WorkerProcess(
+        pools=pools,
+        modules=[TOOLS],
+        redis_url=redis_url,
+        kind=kind,
+        concurrency=concurrency,
+        hostname=f"{name}@integration",
+        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        log_path=logs / f"{name}.log",
+        loglevel="INFO",
+    )
+
+
+@pytest.fixture(scope="session")
+def pools(redis_url: str, worker_logs: Path) -> Iterator[dict[str, WorkerProcess]]:
+    """Three worker processes: `alpha` and `beta` (threads) and `heavy` (prefork)."""
+    workers = {
+        "alpha": _start(redis_url, worker_logs, ["alpha"], "threads", 100, "alpha"),
+        "beta": _start(redis_url, worker_logs, ["beta"], "threads", 8, "beta"),
+        "heavy": _start(redis_url, worker_logs, ["heavy"], "prefork", 2, "heavy"),
+    }
+    try:
+        for worker in workers.values():
+            worker.wait_ready(timeout_s=60)
+        yield workers
+    finally:
+        for worker in workers.values():
+            worker.stop()
