@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 from typing import Any, cast
 
@@ -24,6 +23,7 @@ from workers.errors import ToolResultError
 from workers.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
 from workers.registry import ToolRegistry
+from workers.retry import backoff_s, is_transient
 from workers.runner import error_outcome, run_tool
 from workers.settings import Settings
 from workers.tools import ToolDefinition
@@ -75,18 +75,6 @@ def outcome_from_failure(result: Any) -> ToolOutcome | None:
     return None
 
 
-def _is_transient(outcome: ToolOutcome, definition: ToolDefinition) -> bool:
-    if outcome.kind is not OutcomeKind.EXECUTION_ERROR or outcome.exception is None:
-        return False
-    return isinstance(outcome.exception, ConnectionError | TimeoutError | definition.options.retry_on)
-
-
-def _backoff_s(attempt: int, settings: Settings) -> float:
-    """Exponential backoff with full jitter."""
-    ceiling = min(settings.retry_backoff_max_s, settings.retry_backoff_s * (2**attempt))
-    return random.uniform(ceiling / 2, ceiling)
-
-
 def _run_call(
     task: Task, definition: ToolDefinition, settings: Settings, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
@@ -112,8 +100,8 @@ def _run_call(
         )
     if outcome.is_error:
         attempt = int(task.request.retries or 0)
-        if attempt < definition.options.retries and _is_transient(outcome, definition):
-            countdown = _backoff_s(attempt, settings)
+        if attempt < definition.options.retries and is_transient(outcome, definition):
+            countdown = backoff_s(attempt, settings.retry_backoff_s, settings.retry_backoff_max_s)
             if deadline is None or time.time() + countdown < deadline:
                 log.info(
                     "tool %s attempt %d failed (%s); retrying in %.2f s",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -10,6 +11,7 @@ from orchestrator.errors import UnknownToolError
 from orchestrator.executors.base import execute_batch
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome, ToolRegistry
 from workers.invocation import Invocation
+from workers.retry import backoff_s, is_transient
 from workers.runner import arun_tool, error_outcome
 
 __all__ = ["LocalExecutor"]
@@ -18,14 +20,28 @@ __all__ = ["LocalExecutor"]
 class LocalExecutor:
     """Runs tool calls in this process: `async` tools on the event loop, others on a thread pool.
 
+    Deadlines and retries follow the same rules as on worker pools: a call past its tool's
+    `timeout` is a timeout outcome, and transient failures are retried with backoff within it.
+
     Arguments are bound and results converted by the same code a worker uses, so an invocation
     behaves the same here as on worker pools. `tools` lets it run calls on its own, without a
     service: `LocalExecutor(tools=[BankTools()]).run(request)`.
     """
 
-    def __init__(self, tools: Iterable[object] = (), *, max_threads: int = 32, max_fanout: int = 64) -> None:
+    def __init__(
+        self,
+        tools: Iterable[object] = (),
+        *,
+        max_threads: int = 32,
+        max_fanout: int = 64,
+        default_tool_timeout_s: float = 60.0,
+        retry_backoff_s: float = 0.2,
+        retry_backoff_max_s: float = 5.0,
+    ) -> None:
         self.registry = ToolRegistry(tools)
         self.max_fanout = max_fanout
+        self.default_tool_timeout_s = default_tool_timeout_s
+        self._backoff = (retry_backoff_s, retry_backoff_max_s)
         self._threads = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="toolfleet-tool")
 
     async def execute(
@@ -39,7 +55,30 @@ class LocalExecutor:
         if definition is None:
             error = UnknownToolError(f"Unknown tool '{request.name}'")
             return error_outcome(error, OutcomeKind.EXECUTION_ERROR)
-        return await arun_tool(definition, request, invocation or Invocation(), executor=self._threads)
+        timeout_s = definition.timeout or self.default_tool_timeout_s
+        deadline = time.monotonic() + timeout_s
+        invocation = invocation or Invocation()
+        attempt = 0
+        while True:
+            try:
+                outcome = await asyncio.wait_for(
+                    arun_tool(definition, request, invocation, executor=self._threads),
+                    max(deadline - time.monotonic(), 0.0),
+                )
+            except TimeoutError:
+                # A thread cannot be stopped: the call runs on, and its result is dropped.
+                return ToolOutcome(
+                    kind=OutcomeKind.TIMED_OUT,
+                    text=f"Tool '{definition.name}' did not finish within {timeout_s:g} s",
+                    error_type="TimeoutError",
+                )
+            if attempt >= definition.options.retries or not is_transient(outcome, definition):
+                return outcome
+            pause = backoff_s(attempt, *self._backoff)
+            if time.monotonic() + pause >= deadline:
+                return outcome
+            attempt += 1
+            await asyncio.sleep(pause)
 
     async def execute_batch(
         self, calls: Sequence[tuple[ToolExecutionRequest, ToolDefinition | None]], invocation: Invocation
