@@ -1,0 +1,447 @@
+"""One invocation, top to bottom: ask the model, run the tools it calls, feed the results back."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.handlers import (
+    HallucinatedToolNameError,
+    ToolErrorContext,
+    ToolErrorHandlerResult,
+    error_of,
+)
+from orchestrator.messages import (
+    ChatMessage,
+    SystemMessage,
+    ToolExecutionResultMessage,
+    UserMessage,
+)
+from orchestrator.models.base import (
+    ChatEvent,
+    ChatRequest,
+    ChatResponse,
+    CompleteResponse,
+    CompleteToolCall,
+    FinishReason,
+    TokenUsage,
+)
+from orchestrator.providers import AiServiceTool, ToolProviderRequest, ToolRunContext
+from orchestrator.result import Result, ToolExecuted
+from orchestrator.search import FOUND_TOOLS_ATTRIBUTE
+from workers.invocation import Invocation, InvocationContext, InvocationParameters
+from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
+from workers.results import ToolExecutionResult, convert_result
+from workers.runner import error_outcome
+from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+from workers.tools import ToolDefinition
+
+if TYPE_CHECKING:
+    from orchestrator.service import AiService
+
+__all__ = ["Mode", "RoundTripLimitError", "run_invocation"]
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["chat", "achat", "stream"]
+Emit = Callable[[ChatEvent | ToolExecuted], None]
+Tool = ToolDefinition | AiServiceTool
+
+
+class RoundTripLimitError(OrchestratorError):
+    """The model kept calling tools past `max_tool_calling_round_trips`."""
+
+
+@dataclass
+class _Call:
+    """One tool call of a batch: its request, and what came of it."""
+
+    index: int
+    request: ToolExecutionRequest
+    task: asyncio.Task[None] | None = None
+    execution: ToolExecution | None = None
+    message: ToolExecutionResultMessage | None = None
+    behavior: ReturnBehavior = ReturnBehavior.TO_LLM
+    failed: bool = False
+    raised: BaseException | None = None
+    found: list[str] = field(default_factory=list)
+
+
+class _Invocation:
+    """The state of one invocation; `run()` is the loop."""
+
+    def __init__(
+        self,
+        service: AiService,
+        user_message: UserMessage,
+        memory_id: str | None,
+        parameters: InvocationParameters,
+        mode: Mode,
+        emit: Emit | None,
+    ) -> None:
+        self.service = service
+        self.mode = mode
+        self.emit = emit
+        self.user_message = user_message
+        self.memory_id = memory_id or "default"
+        self.parameters = parameters
+        self.context = InvocationContext(
+            invocation_id=uuid.uuid4(),
+            service_name=service.name,
+            memory_id=self.memory_id,
+            user_message=user_message.single_text,
+            timestamp=datetime.now(UTC),
+        )
+        self.memory = service._memory_for(memory_id)
+        self.transcript: list[ChatMessage] = []  # used when no memory is configured
+        self.tools: dict[str, Tool] = dict(service._tools)
+        self.found: list[str] = []
+        self.executions: list[ToolExecution] = []
+        self.token_usage: TokenUsage | None = None
+        self.arguments_handler, self.execution_handler = service._handlers_for(mode)
+
+    # -- messages ---------------------------------------------------------------------------------
+
+    def _messages(self) -> list[ChatMessage]:
+        return self.memory.messages() if self.memory is not None else list(self.transcript)
+
+    def _add(self, message: ChatMessage) -> None:
+        if self.memory is not None:
+            self.memory.add(message)
+        else:
+            self.transcript.append(message)
+
+    # -- tools ------------------------------------------------------------------------------------
+
+    def _provider_request(self) -> ToolProviderRequest:
+        return ToolProviderRequest(
+            user_message=self.user_message,
+            memory_id=self.memory_id,
+            invocation_context=self.context,
+            parameters=self.parameters,
+            messages=self._messages(),
+        )
+
+    def _ask_providers(self, dynamic: bool) -> None:
+        providers = [
+            p for p in self.service.tool_providers if bool(getattr(p, "is_dynamic", False)) == dynamic
+        ]
+        if not providers:
+            return
+        request = self._provider_request()
+        for provider in providers:
+            for tool in self.service._resolve_tools(provider.provide_tools(request).tools):
+                name = tool.specification.name
+                if name in self.tools:
+                    if dynamic:
+                        continue  # the first definition of a name wins
+                    from workers.errors import ToolDefinitionError
+
+                    raise ToolDefinitionError(f"Duplicated definition for tool: {name}")
+                self.tools[name] = tool
+
+    def _visible(self) -> list[ToolSpecification]:
+        strategy = self.service.tool_search_strategy
+        specs = [tool.specification for tool in self.tools.values()]
+        if strategy is None:
+            return specs
+        found = self._found_in_memory() + self.found
+        visible = [
+            t.specification
+            for t in self.tools.values()
+            if _search_behavior(t) is SearchBehavior.ALWAYS_VISIBLE
+        ]
+        visible.append(strategy.search_tool())
+        names = {s.name for s in visible}
+        for name in found:
+            tool = self.tools.get(name)
+            if tool is not None and name not in names:
+                visible.append(tool.specification)
+                names.add(name)
+        return visible
+
+    def _found_in_memory(self) -> list[str]:
+        strategy = self.service.tool_search_strategy
+        if strategy is None:
+            return []
+        search_name = strategy.search_tool().name
+        found: list[str] = []
+        for message in self._messages():
+            if isinstance(message, ToolExecutionResultMessage) and message.tool_name == search_name:
+                found += [str(n) for n in message.attributes.get(FOUND_TOOLS_ATTRIBUTE, [])]
+        return found
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    async def run(self) -> Result:
+        service = self.service
+        self._ask_providers(dynamic=False)
+        system = service._system_message_for(self.memory_id)
+        if system is not None:
+            self._add(SystemMessage(system))
+        self._add(self.user_message)
+        round_trips = 0
+        while True:
+            self._ask_providers(dynamic=True)
+            request = ChatRequest(
+                messages=self._messages(),
+                tool_specifications=self._visible(),
+                tool_choice=service.tool_choice,
+            )
+            calls: dict[int, _Call] = {}
+            response = await self._ask_model(request, calls, round_trips)
+            self.token_usage = (
+                (self.token_usage or TokenUsage()) + response.token_usage
+                if response.token_usage
+                else self.token_usage
+            )
+            message = response.ai_message
+            if not message.tool_execution_requests:
+                self._add(message)
+                return self._result(message.text, response.finish_reason)
+            round_trips += 1
+            self._check_round_trips(round_trips)
+            self._add(message)  # the AI message is stored before its tools run
+            batch = await self._run_batch(message.tool_execution_requests, calls)
+            for call in batch:
+                if call.raised is not None:
+                    raise call.raised
+            for call in batch:
+                assert call.message is not None and call.execution is not None
+                self._add(call.message)
+                self.executions.append(call.execution)
+                self.found += [n for n in call.found if n not in self.found]
+            if _returns_immediately(batch):
+                return self._result(None, FinishReason.TOOL_EXECUTION)
+
+    def _check_round_trips(self, round_trips: int) -> None:
+        limit = self.service.max_tool_calling_round_trips
+        if round_trips > limit:
+            raise RoundTripLimitError(
+                f"Something is wrong, exceeded {limit} tool calling round trips "
+                "(max_tool_calling_round_trips)"
+            )
+
+    def _result(self, content: str | None, reason: FinishReason | None) -> Result:
+        return Result(
+            content=content,
+            tool_executions=list(self.executions),
+            finish_reason=reason,
+            token_usage=self.token_usage,
+            invocation_id=str(self.context.invocation_id),
+        )
+
+    async def _ask_model(
+        self, request: ChatRequest, calls: dict[int, _Call], round_trips: int
+    ) -> ChatResponse:
+        model = self.service.chat_model
+        started = time.perf_counter()
+        if self.mode != "stream":
+            response = await model.chat(request)
+        else:
+            response = await self._stream_model(request, calls, round_trips)
+        log.info(
+            "model %s: %d messages, %d tools -> %d tool calls, finish %s in %.0f ms",
+            model.provider,
+            len(request.messages),
+            len(request.tool_specifications),
+            len(response.ai_message.tool_execution_requests),
+            response.finish_reason,
+            (time.perf_counter() - started) * 1000,
+        )
+        return response
+
+    async def _stream_model(
+        self, request: ChatRequest, calls: dict[int, _Call], round_trips: int
+    ) -> ChatResponse:
+        assert self.emit is not None
+        response: ChatResponse | None = None
+        async for event in self.service.chat_model.stream(request):
+            if isinstance(event, CompleteResponse):
+                response = event.response
+                continue
+            self.emit(event)
+            if isinstance(event, CompleteToolCall) and self.service.execute_tools_concurrently:
+                if not calls:
+                    self._check_round_trips(round_trips + 1)
+                call = _Call(event.index, event.request)
+                call.task = asyncio.ensure_future(self._run_call(call))
+                calls[event.index] = call
+        if response is None:
+            raise OrchestratorError(
+                f"{self.service.chat_model.provider} stream ended without a complete response"
+            )
+        return response
+
+    # -- tool calls -------------------------------------------------------------------------------
+
+    async def _run_batch(
+        self, requests: Sequence[ToolExecutionRequest], started: dict[int, _Call]
+    ) -> list[_Call]:
+        calls: list[_Call] = []
+        for index, request in enumerate(requests):
+            early = started.get(index)
+            calls.append(
+                early if early is not None and early.request.id == request.id else _Call(index, request)
+            )
+        if self.service.execute_tools_concurrently:
+            gate = asyncio.Semaphore(self.service.max_concurrent_tool_calls)
+
+            async def gated(call: _Call) -> None:
+                async with gate:
+                    await self._run_call(call)
+
+            for call in calls:
+                if call.task is None:
+                    call.task = asyncio.ensure_future(gated(call))
+            await asyncio.gather(*(c.task for c in calls if c.task is not None))
+        else:
+            for call in calls:
+                await self._run_call(call)
+        return calls
+
+    async def _run_call(self, call: _Call) -> None:
+        try:
+            await self._execute(call)
+        except Exception as exc:  # a handler or the hallucination rule ended the invocation
+            call.raised = exc
+
+    async def _execute(self, call: _Call) -> None:
+        request = call.request
+        started_at = datetime.now(UTC)
+        strategy = self.service.tool_search_strategy
+        tool = self.tools.get(request.name)
+        if strategy is not None and request.name == strategy.search_tool().name and tool is None:
+            candidates = [t.specification for t in self.tools.values()]
+            found = strategy.search(request, candidates)
+            call.found = found.found
+            outcome = ToolOutcome(
+                OutcomeKind.SUCCESS, found.text, attributes={FOUND_TOOLS_ATTRIBUTE: found.found}
+            )
+        elif tool is None:
+            outcome = self._hallucinated(request)
+        elif isinstance(tool, AiServiceTool):
+            call.behavior = tool.return_behavior
+            outcome = await self._run_programmatic(tool, request)
+        else:
+            call.behavior = tool.return_behavior
+            invocation = Invocation(self.context, self.parameters.to_json())
+            outcome = await self.service.executor.execute(request, tool, invocation)
+        if outcome.parameter_changes:
+            self.parameters.merge(outcome.parameter_changes)
+        text = outcome.text
+        if outcome.is_error:
+            text = self._handle(outcome, request).message
+            call.failed = True
+        finished_at = datetime.now(UTC)
+        call.execution = ToolExecution(
+            request=request,
+            result=text,
+            result_contents=outcome.contents,
+            result_object=outcome.result_object,
+            attributes=dict(outcome.attributes),
+            has_failed=outcome.is_error,
+            status=outcome.kind.value,
+            started_at=started_at,
+            finished_at=finished_at,
+            task_id=outcome.task_id,
+            pool=outcome.pool,
+            worker=outcome.worker,
+        )
+        call.message = ToolExecutionResultMessage(
+            id=request.id,
+            tool_name=request.name,
+            text=text,
+            contents=tuple(outcome.contents)
+            if outcome.contents is not None and not outcome.is_error
+            else None,
+            is_error=outcome.is_error,
+            attributes=dict(outcome.attributes),
+        )
+        log.info(
+            "tool %s call %s: %s in %.0f ms%s",
+            request.name,
+            request.id,
+            outcome.kind.value,
+            (finished_at - started_at).total_seconds() * 1000,
+            f" on {outcome.worker}" if outcome.worker else "",
+        )
+        if self.emit is not None:
+            self.emit(ToolExecuted(call.execution))
+
+    def _hallucinated(self, request: ToolExecutionRequest) -> ToolOutcome:
+        strategy = self.service.hallucinated_tool_name_strategy
+        if strategy is None:
+            raise HallucinatedToolNameError(
+                f"The LLM is trying to execute the '{request.name}' tool, but no such tool exists. "
+                "Most likely, it is a hallucination. You can override this default strategy by setting the "
+                "hallucinated_tool_name_strategy on the AiService"
+            )
+        answer = strategy(request)
+        text = answer.text if isinstance(answer, ToolExecutionResultMessage) else str(answer)
+        return ToolOutcome(OutcomeKind.SUCCESS, text)
+
+    async def _run_programmatic(self, tool: AiServiceTool, request: ToolExecutionRequest) -> ToolOutcome:
+        context = ToolRunContext(self.context, self.parameters, self.memory_id)
+        try:
+            value: Any = tool.executor(request, context)
+            if inspect.isawaitable(value):
+                value = await value
+            result = convert_result(
+                value if isinstance(value, str | ToolExecutionResult) else str(value), returns_none=False
+            )
+        except Exception as exc:
+            return error_outcome(exc, OutcomeKind.EXECUTION_ERROR)
+        return ToolOutcome(
+            OutcomeKind.SUCCESS, result.text, result.contents, result.result_object, result.attributes
+        )
+
+    def _handle(self, outcome: ToolOutcome, request: ToolExecutionRequest) -> ToolErrorHandlerResult:
+        error = error_of(outcome)
+        context = ToolErrorContext(
+            request=request,
+            invocation_context=self.context,
+            parameters=self.parameters,
+            memory_id=self.memory_id,
+            raw_error=error,
+        )
+        handler = (
+            self.arguments_handler if outcome.kind is OutcomeKind.ARGUMENTS_ERROR else self.execution_handler
+        )
+        return handler(error, context)
+
+
+def _search_behavior(tool: Tool) -> SearchBehavior:
+    return tool.search_behavior
+
+
+def _returns_immediately(batch: Sequence[_Call]) -> bool:
+    """SPEC §5: no failure, and the last call is IMMEDIATE_IF_LAST or every call is immediate."""
+    if not batch or any(call.failed for call in batch):
+        return False
+    if batch[-1].behavior is ReturnBehavior.IMMEDIATE_IF_LAST:
+        return True
+    return all(
+        call.behavior in (ReturnBehavior.IMMEDIATE, ReturnBehavior.IMMEDIATE_IF_LAST) for call in batch
+    )
+
+
+async def run_invocation(
+    service: AiService,
+    user_message: UserMessage,
+    *,
+    memory_id: str | None,
+    parameters: InvocationParameters,
+    mode: Mode,
+    emit: Emit | None = None,
+) -> Result:
+    """Run one invocation to its end: the answer, an immediate return, or an exception."""
+    return await _Invocation(service, user_message, memory_id, parameters, mode, emit).run()

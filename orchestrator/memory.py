@@ -1,0 +1,182 @@
+"""Chat memory: a window of the conversation per memory id, kept in a pluggable store."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from orchestrator.messages import (
+    AiMessage,
+    ChatMessage,
+    SystemMessage,
+    ToolExecutionResultMessage,
+    messages_from_json,
+    messages_to_json,
+)
+
+__all__ = [
+    "ChatMemory",
+    "ChatMemoryStore",
+    "InMemoryChatMemoryStore",
+    "MessageWindowChatMemory",
+    "SqlChatMemoryStore",
+]
+
+
+class ChatMemoryStore(Protocol):
+    """Where a memory's messages live between invocations."""
+
+    def get_messages(self, memory_id: str) -> list[ChatMessage]: ...
+
+    def update_messages(self, memory_id: str, messages: Sequence[ChatMessage]) -> None: ...
+
+    def delete_messages(self, memory_id: str) -> None: ...
+
+
+class InMemoryChatMemoryStore:
+    """Messages in a dict of this process; the default store."""
+
+    def __init__(self) -> None:
+        self._messages: dict[str, list[ChatMessage]] = {}
+        self._lock = threading.Lock()
+
+    def get_messages(self, memory_id: str) -> list[ChatMessage]:
+        with self._lock:
+            return list(self._messages.get(memory_id, []))
+
+    def update_messages(self, memory_id: str, messages: Sequence[ChatMessage]) -> None:
+        with self._lock:
+            self._messages[memory_id] = list(messages)
+
+    def delete_messages(self, memory_id: str) -> None:
+        with self._lock:
+            self._messages.pop(memory_id, None)
+
+
+_metadata = sa.MetaData()
+_memory_table = sa.Table(
+    "toolfleet_chat_memory",
+    _metadata,
+    sa.Column("memory_id", sa.String(255), primary_key=True),
+    sa.Column("messages", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+class SqlChatMemoryStore:
+    """Messages as JSON in one SQL row per memory id (SQLAlchemy 2; SQLite by default).
+
+    Stateless orchestrator replicas share conversations through it: point them at one database,
+    e.g. `SqlChatMemoryStore("postgresql+psycopg://...")`.
+    """
+
+    def __init__(self, url_or_engine: str | Engine = "sqlite:///toolfleet.db") -> None:
+        self.engine = sa.create_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
+        _metadata.create_all(self.engine, tables=[_memory_table])
+
+    def get_messages(self, memory_id: str) -> list[ChatMessage]:
+        with self.engine.connect() as connection:
+            raw = connection.execute(
+                sa.select(_memory_table.c.messages).where(_memory_table.c.memory_id == memory_id)
+            ).scalar_one_or_none()
+        return messages_from_json(json.loads(raw)) if raw else []
+
+    def update_messages(self, memory_id: str, messages: Sequence[ChatMessage]) -> None:
+        payload = json.dumps(messages_to_json(messages), ensure_ascii=False)
+        now = datetime.now(UTC)
+        with self.engine.begin() as connection:
+            updated = connection.execute(
+                sa.update(_memory_table)
+                .where(_memory_table.c.memory_id == memory_id)
+                .values(messages=payload, updated_at=now)
+            ).rowcount
+            if not updated:
+                connection.execute(
+                    sa.insert(_memory_table).values(memory_id=memory_id, messages=payload, updated_at=now)
+                )
+
+    def delete_messages(self, memory_id: str) -> None:
+        with self.engine.begin() as connection:
+            connection.execute(sa.delete(_memory_table).where(_memory_table.c.memory_id == memory_id))
+
+
+class ChatMemory(Protocol):
+    """The conversation of one memory id, as the loop reads and writes it."""
+
+    id: str | None
+
+    def add(self, message: ChatMessage) -> None: ...
+
+    def messages(self) -> list[ChatMessage]: ...
+
+    def set_messages(self, messages: Sequence[ChatMessage]) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+class MessageWindowChatMemory:
+    """Keeps the last `max_messages` messages, and the system message always.
+
+    Evicting an AI message that called tools evicts its tool results with it, so the model is never
+    sent a result without its call (or a call without its results).
+    """
+
+    def __init__(
+        self, max_messages: int, *, id: str | None = None, store: ChatMemoryStore | None = None
+    ) -> None:
+        if max_messages < 1:
+            raise ValueError(f"max_messages must be at least 1, got {max_messages}")
+        self.max_messages = max_messages
+        self.id = id
+        self.store: ChatMemoryStore = store if store is not None else InMemoryChatMemoryStore()
+
+    @property
+    def _key(self) -> str:
+        return self.id or "default"
+
+    def messages(self) -> list[ChatMessage]:
+        return self.store.get_messages(self._key)
+
+    def add(self, message: ChatMessage) -> None:
+        messages = self.messages()
+        if isinstance(message, SystemMessage):
+            existing = next((m for m in messages if isinstance(m, SystemMessage)), None)
+            if existing == message:
+                return
+            messages = [m for m in messages if not isinstance(m, SystemMessage)]
+            messages.insert(0, message)
+        else:
+            messages.append(message)
+        self.store.update_messages(self._key, _evict(messages, self.max_messages))
+
+    def set_messages(self, messages: Sequence[ChatMessage]) -> None:
+        self.store.update_messages(self._key, _evict(list(messages), self.max_messages))
+
+    def clear(self) -> None:
+        self.store.delete_messages(self._key)
+
+
+def _evict(messages: list[ChatMessage], limit: int) -> list[ChatMessage]:
+    while len(messages) > limit:
+        index = next((i for i, m in enumerate(messages) if not isinstance(m, SystemMessage)), None)
+        if index is None:
+            break
+        evicted = messages.pop(index)
+        if isinstance(evicted, AiMessage) and evicted.tool_execution_requests:
+            while index < len(messages) and isinstance(messages[index], ToolExecutionResultMessage):
+                messages.pop(index)
+    # Never leave results whose call was evicted at the front of the window.
+    first = next((i for i, m in enumerate(messages) if not isinstance(m, SystemMessage)), None)
+    while (
+        first is not None
+        and first < len(messages)
+        and isinstance(messages[first], ToolExecutionResultMessage)
+    ):
+        messages.pop(first)
+    return messages

@@ -1,0 +1,213 @@
+"""HTTP calls to model providers: retries with backoff on 429/5xx and connection errors, and one
+mapping of failures to the package's error types, with the provider's own message."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import random
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from orchestrator.errors import (
+    ModelAuthenticationError,
+    ModelConnectionError,
+    ModelError,
+    ModelInvalidRequestError,
+    ModelRateLimitError,
+    ModelServerError,
+    ModelTimeoutError,
+)
+
+__all__ = ["RetryPolicy", "loads", "post_json", "post_stream", "provider_message", "redact_headers"]
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently to retry a provider call."""
+
+    max_retries: int = 3
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+
+    def delay_s(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.backoff_max_s)
+        ceiling = min(self.backoff_max_s, self.backoff_s * (2**attempt))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+def provider_message(response: httpx.Response) -> str:
+    """The provider's own error message: `error.message` in OpenAI's and Anthropic's formats."""
+    try:
+        body: Any = response.json()
+    except ValueError:
+        return response.text[:500] or response.reason_phrase
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if body.get("message"):
+            return str(body["message"])
+    return response.text[:500]
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def _status_error(provider: str, response: httpx.Response) -> ModelError:
+    status = response.status_code
+    message = f"{provider} returned HTTP {status}: {provider_message(response)}"
+    kind: type[ModelError]
+    if status in (401, 403):
+        kind = ModelAuthenticationError
+    elif status == 429:
+        kind = ModelRateLimitError
+    elif status >= 500:
+        kind = ModelServerError
+    else:
+        kind = ModelInvalidRequestError
+    return kind(message, provider=provider, status=status)
+
+
+def _transport_error(provider: str, exc: httpx.TransportError) -> ModelError:
+    if isinstance(exc, httpx.TimeoutException):
+        return ModelTimeoutError(
+            f"{provider} did not answer in time: {type(exc).__name__}", provider=provider
+        )
+    return ModelConnectionError(f"{provider} could not be reached: {exc}", provider=provider)
+
+
+async def post_json(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    *,
+    headers: dict[str, str],
+    provider: str,
+    policy: RetryPolicy,
+) -> dict[str, Any]:
+    """POST `body`, retrying transient failures; the parsed JSON answer, or a `ModelError`."""
+    attempt = 0
+    while True:
+        started = time.perf_counter()
+        try:
+            response = await client.post(url, json=body, headers=headers)
+        except httpx.TransportError as exc:
+            error: ModelError = _transport_error(provider, exc)
+            retry_after = None
+        else:
+            if response.is_success:
+                log.debug("%s POST %s: %d in %.0f ms", provider, url, response.status_code, _ms(started))
+                try:
+                    parsed: dict[str, Any] = response.json()
+                except ValueError as exc:
+                    raise ModelError(
+                        f"{provider} answered with invalid JSON: {exc}", provider=provider
+                    ) from exc
+                return parsed
+            error = _status_error(provider, response)
+            retry_after = _retry_after(response)
+            if response.status_code not in RETRYABLE_STATUS:
+                raise error
+        if attempt >= policy.max_retries:
+            raise error
+        delay = policy.delay_s(attempt, retry_after)
+        log.warning("%s: %s; retry %d/%d in %.2f s", provider, error, attempt + 1, policy.max_retries, delay)
+        attempt += 1
+        await asyncio.sleep(delay)
+
+
+async def post_stream(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    *,
+    headers: dict[str, str],
+    provider: str,
+    policy: RetryPolicy,
+) -> AsyncIterator[tuple[str | None, str]]:
+    """POST `body` and yield server-sent events as `(event, data)`; retries only before the first byte."""
+    attempt = 0
+    while True:
+        try:
+            async with client.stream("POST", url, json=body, headers=headers) as response:
+                if not response.is_success:
+                    await response.aread()
+                    error: ModelError = _status_error(provider, response)
+                    retry_after = _retry_after(response)
+                    if response.status_code not in RETRYABLE_STATUS or attempt >= policy.max_retries:
+                        raise error
+                else:
+                    async for event in _sse(response):
+                        yield event
+                    return
+        except httpx.TransportError as exc:
+            error = _transport_error(provider, exc)
+            retry_after = None
+            if attempt >= policy.max_retries:
+                raise error from exc
+        delay = policy.delay_s(attempt, retry_after)
+        log.warning("%s: %s; retry %d/%d in %.2f s", provider, error, attempt + 1, policy.max_retries, delay)
+        attempt += 1
+        await asyncio.sleep(delay)
+
+
+async def _sse(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
+    """Server-sent events: `event:` and `data:` lines, an empty line ends an event."""
+    event: str | None = None
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = None, []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+    if data:
+        yield event, "\n".join(data)
+
+
+def redact_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Headers safe to log: credentials masked."""
+    secret = {"authorization", "x-api-key", "api-key"}
+    return {k: ("***" if k.lower() in secret else v) for k, v in headers.items()}
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+def loads(data: str, provider: str) -> Any:
+    """Parse one event's JSON data, as a `ModelError` if it is unreadable."""
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise ModelError(f"{provider} streamed invalid JSON: {exc}", provider=provider) from exc
