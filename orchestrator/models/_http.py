@@ -9,7 +9,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ __all__ = ["RetryPolicy", "loads", "post_json", "post_stream", "provider_message
 
 log = logging.getLogger(__name__)
 
+_SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 
 
@@ -75,9 +76,17 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
-def _status_error(provider: str, response: httpx.Response) -> ModelError:
+def _secrets(headers: dict[str, str]) -> list[str]:
+    """Credential values in request headers (the last word: a bearer token's token)."""
+    found = [v.split()[-1] for k, v in headers.items() if k.lower() in _SECRET_HEADERS and v.strip()]
+    return [s for s in found if len(s) >= 4]
+
+
+def _status_error(provider: str, response: httpx.Response, secrets: list[str]) -> ModelError:
     status = response.status_code
     message = f"{provider} returned HTTP {status}: {provider_message(response)}"
+    for secret in secrets:  # a server that echoes the key must not put it into logs or errors
+        message = message.replace(secret, "***")
     kind: type[ModelError]
     if status in (401, 403):
         kind = ModelAuthenticationError
@@ -126,7 +135,7 @@ async def post_json(
                         f"{provider} answered with invalid JSON: {exc}", provider=provider
                     ) from exc
                 return parsed
-            error = _status_error(provider, response)
+            error = _status_error(provider, response, _secrets(headers))
             retry_after = _retry_after(response)
             if response.status_code not in RETRYABLE_STATUS:
                 raise error
@@ -146,7 +155,7 @@ async def post_stream(
     headers: dict[str, str],
     provider: str,
     policy: RetryPolicy,
-) -> AsyncIterator[tuple[str | None, str]]:
+) -> AsyncGenerator[tuple[str | None, str], None]:
     """POST `body` and yield server-sent events as `(event, data)`; retries only before the first byte."""
     attempt = 0
     while True:
@@ -154,7 +163,7 @@ async def post_stream(
             async with client.stream("POST", url, json=body, headers=headers) as response:
                 if not response.is_success:
                     await response.aread()
-                    error: ModelError = _status_error(provider, response)
+                    error: ModelError = _status_error(provider, response, _secrets(headers))
                     retry_after = _retry_after(response)
                     if response.status_code not in RETRYABLE_STATUS or attempt >= policy.max_retries:
                         raise error
@@ -173,7 +182,7 @@ async def post_stream(
         await asyncio.sleep(delay)
 
 
-async def _sse(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]]:
+async def _sse(response: httpx.Response) -> AsyncGenerator[tuple[str | None, str], None]:
     """Server-sent events: `event:` and `data:` lines, an empty line ends an event."""
     event: str | None = None
     data: list[str] = []
@@ -197,8 +206,7 @@ async def _sse(response: httpx.Response) -> AsyncIterator[tuple[str | None, str]
 
 def redact_headers(headers: dict[str, str]) -> dict[str, str]:
     """Headers safe to log: credentials masked."""
-    secret = {"authorization", "x-api-key", "api-key"}
-    return {k: ("***" if k.lower() in secret else v) for k, v in headers.items()}
+    return {k: ("***" if k.lower() in _SECRET_HEADERS else v) for k, v in headers.items()}
 
 
 def _ms(started: float) -> float:
