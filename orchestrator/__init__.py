@@ -1,15 +1,144 @@
 """toolfleet's agent side: the LLM loop, models, memory, and where tool calls run."""
 
-from orchestrator.errors import OrchestratorError, UnknownToolError
+from orchestrator._loop import RoundTripLimitError
+from orchestrator.errors import (
+    ModelAuthenticationError,
+    ModelConnectionError,
+    ModelError,
+    ModelInvalidRequestError,
+    ModelRateLimitError,
+    ModelResponseError,
+    ModelServerError,
+    ModelTimeoutError,
+    OrchestratorError,
+    UnknownToolError,
+    UnsupportedContentError,
+)
 from orchestrator.executors import CeleryExecutor, LocalExecutor, ToolExecutor
+from orchestrator.handlers import (
+    HallucinatedToolNameError,
+    ToolArgumentsErrorHandler,
+    ToolErrorContext,
+    ToolErrorHandlerResult,
+    ToolExecutionErrorHandler,
+    fail_invocation,
+    fail_invocation_unless_visible_to_llm,
+    send_exception_message_to_llm,
+    send_generic_message_to_llm_unless_visible_to_llm,
+)
+from orchestrator.memory import (
+    ChatMemory,
+    ChatMemoryStore,
+    InMemoryChatMemoryStore,
+    MessageWindowChatMemory,
+    SqlChatMemoryStore,
+)
+from orchestrator.messages import (
+    AiMessage,
+    ChatMessage,
+    SystemMessage,
+    ToolExecutionResultMessage,
+    UserMessage,
+)
+from orchestrator.models import (
+    ChatEvent,
+    ChatModel,
+    ChatRequest,
+    ChatResponse,
+    CompleteResponse,
+    CompleteToolCall,
+    FinishReason,
+    PartialResponse,
+    PartialToolCall,
+    TokenUsage,
+    ToolChoice,
+)
+from orchestrator.models.anthropic import AnthropicChatModel
+from orchestrator.models.openai import OpenAiChatModel
+from orchestrator.models.scripted import ScriptedChatModel, ScriptExhaustedError
+from orchestrator.providers import (
+    AiServiceTool,
+    ToolProvider,
+    ToolProviderRequest,
+    ToolProviderResult,
+    ToolRunContext,
+)
+from orchestrator.result import Result, ToolExecuted
+from orchestrator.search import (
+    EmbeddingModel,
+    HashingEmbeddingModel,
+    SimpleToolSearchStrategy,
+    ToolSearchResult,
+    ToolSearchStrategy,
+    VectorToolSearchStrategy,
+)
+from orchestrator.service import AiService
 from workers import ToolExecution, ToolExecutionRequest
 
 __all__ = [
+    "AiMessage",
+    "AiService",
+    "AiServiceTool",
+    "AnthropicChatModel",
     "CeleryExecutor",
+    "ChatEvent",
+    "ChatMemory",
+    "ChatMemoryStore",
+    "ChatMessage",
+    "ChatModel",
+    "ChatRequest",
+    "ChatResponse",
+    "CompleteResponse",
+    "CompleteToolCall",
+    "EmbeddingModel",
+    "FinishReason",
+    "HallucinatedToolNameError",
+    "HashingEmbeddingModel",
+    "InMemoryChatMemoryStore",
     "LocalExecutor",
+    "MessageWindowChatMemory",
+    "ModelAuthenticationError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelInvalidRequestError",
+    "ModelRateLimitError",
+    "ModelResponseError",
+    "ModelServerError",
+    "ModelTimeoutError",
+    "OpenAiChatModel",
     "OrchestratorError",
+    "PartialResponse",
+    "PartialToolCall",
+    "Result",
+    "RoundTripLimitError",
+    "ScriptExhaustedError",
+    "ScriptedChatModel",
+    "SimpleToolSearchStrategy",
+    "SqlChatMemoryStore",
+    "SystemMessage",
+    "TokenUsage",
+    "ToolArgumentsErrorHandler",
+    "ToolChoice",
+    "ToolErrorContext",
+    "ToolErrorHandlerResult",
+    "ToolExecuted",
     "ToolExecution",
+    "ToolExecutionErrorHandler",
     "ToolExecutionRequest",
+    "ToolExecutionResultMessage",
     "ToolExecutor",
+    "ToolProvider",
+    "ToolProviderRequest",
+    "ToolProviderResult",
+    "ToolRunContext",
+    "ToolSearchResult",
+    "ToolSearchStrategy",
     "UnknownToolError",
+    "UnsupportedContentError",
+    "UserMessage",
+    "VectorToolSearchStrategy",
+    "fail_invocation",
+    "fail_invocation_unless_visible_to_llm",
+    "send_exception_message_to_llm",
+    "send_generic_message_to_llm_unless_visible_to_llm",
 ]

@@ -94,3 +94,133 @@ def test_importing_workers_imports_neither_orchestrator_nor_celery() -> None:
     # then
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == "False False"
+
+
+ORCHESTRATOR_CONTRACT = [
+    "AiService",
+    "Result",
+    "ToolExecution",
+    "SystemMessage",
+    "UserMessage",
+    "AiMessage",
+    "ToolExecutionRequest",
+    "ToolExecutionResultMessage",
+    "ChatModel",
+    "ChatRequest",
+    "ChatResponse",
+    "PartialResponse",
+    "PartialToolCall",
+    "CompleteToolCall",
+    "CompleteResponse",
+    "ScriptedChatModel",
+    "OpenAiChatModel",
+    "AnthropicChatModel",
+    "LocalExecutor",
+    "CeleryExecutor",
+    "ChatMemory",
+    "MessageWindowChatMemory",
+    "SqlChatMemoryStore",
+    "ToolProvider",
+    "ToolProviderRequest",
+    "ToolProviderResult",
+    "AiServiceTool",
+    "SimpleToolSearchStrategy",
+    "VectorToolSearchStrategy",
+    "ToolSearchStrategy",
+    "ToolArgumentsErrorHandler",
+    "ToolExecutionErrorHandler",
+    "ToolErrorContext",
+    "ToolErrorHandlerResult",
+]
+
+
+ORCHESTRATOR_ALL = [
+    "AiMessage",
+    "AiService",
+    "AiServiceTool",
+    "AnthropicChatModel",
+    "CeleryExecutor",
+    "ChatEvent",
+    "ChatMemory",
+    "ChatMemoryStore",
+    "ChatMessage",
+    "ChatModel",
+    "ChatRequest",
+    "ChatResponse",
+    "CompleteResponse",
+    "CompleteToolCall",
+    "EmbeddingModel",
+    "FinishReason",
+    "HallucinatedToolNameError",
+    "HashingEmbeddingModel",
+    "InMemoryChatMemoryStore",
+    "LocalExecutor",
+    "MessageWindowChatMemory",
+    "ModelAuthenticationError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelInvalidRequestError",
+    "ModelRateLimitError",
+    "ModelResponseError",
+    "ModelServerError",
+    "ModelTimeoutError",
+    "OpenAiChatModel",
+    "OrchestratorError",
+    "PartialResponse",
+    "PartialToolCall",
+    "Result",
+    "RoundTripLimitError",
+    "ScriptExhaustedError",
+    "ScriptedChatModel",
+    "SimpleToolSearchStrategy",
+    "SqlChatMemoryStore",
+    "SystemMessage",
+    "TokenUsage",
+    "ToolArgumentsErrorHandler",
+    "ToolChoice",
+    "ToolErrorContext",
+    "ToolErrorHandlerResult",
+    "ToolExecuted",
+    "ToolExecution",
+    "ToolExecutionErrorHandler",
+    "ToolExecutionRequest",
+    "ToolExecutionResultMessage",
+    "ToolExecutor",
+    "ToolProvider",
+    "ToolProviderRequest",
+    "ToolProviderResult",
+    "ToolRunContext",
+    "ToolSearchResult",
+    "ToolSearchStrategy",
+    "UnknownToolError",
+    "UnsupportedContentError",
+    "UserMessage",
+    "VectorToolSearchStrategy",
+    "fail_invocation",
+    "fail_invocation_unless_visible_to_llm",
+    "send_exception_message_to_llm",
+    "send_generic_message_to_llm_unless_visible_to_llm",
+]
+
+
+def test_orchestrator_exports_every_contract_name() -> None:
+    import orchestrator
+
+    missing = [name for name in ORCHESTRATOR_CONTRACT if name not in orchestrator.__all__]
+    assert missing == []
+    for name in orchestrator.__all__:
+        assert getattr(orchestrator, name) is not None
+
+
+def test_orchestrator_all_is_pinned() -> None:
+    import orchestrator
+
+    assert orchestrator.__all__ == ORCHESTRATOR_ALL
+
+
+def test_tool_execution_is_one_class_on_both_sides() -> None:
+    import orchestrator
+    import workers
+
+    assert orchestrator.ToolExecution is workers.ToolExecution
+    assert orchestrator.ToolExecutionRequest is workers.ToolExecutionRequest
