@@ -107,6 +107,7 @@ class _Invocation:
         self.executions: list[ToolExecution] = []
         self.token_usage: TokenUsage | None = None
         self.arguments_handler, self.execution_handler = service._handlers_for(mode)
+        self.gate = asyncio.Semaphore(service.max_concurrent_tool_calls)
 
     # -- messages ---------------------------------------------------------------------------------
 
@@ -273,7 +274,7 @@ class _Invocation:
                 if not calls:
                     self._check_round_trips(round_trips + 1)
                 call = _Call(event.index, event.request)
-                call.task = asyncio.ensure_future(self._run_call(call))
+                call.task = asyncio.ensure_future(self._gated(call))
                 calls[event.index] = call
         if response is None:
             raise OrchestratorError(
@@ -293,20 +294,18 @@ class _Invocation:
                 early if early is not None and early.request.id == request.id else _Call(index, request)
             )
         if self.service.execute_tools_concurrently:
-            gate = asyncio.Semaphore(self.service.max_concurrent_tool_calls)
-
-            async def gated(call: _Call) -> None:
-                async with gate:
-                    await self._run_call(call)
-
             for call in calls:
                 if call.task is None:
-                    call.task = asyncio.ensure_future(gated(call))
+                    call.task = asyncio.ensure_future(self._gated(call))
             await asyncio.gather(*(c.task for c in calls if c.task is not None))
         else:
             for call in calls:
                 await self._run_call(call)
         return calls
+
+    async def _gated(self, call: _Call) -> None:
+        async with self.gate:  # at most max_concurrent_tool_calls of this invocation in flight
+            await self._run_call(call)
 
     async def _run_call(self, call: _Call) -> None:
         try:

@@ -237,9 +237,15 @@ class AiService:
         """The specifications of the service's own tools (providers' and search aside)."""
         return [tool.specification for tool in self._tools.values()]
 
-    def as_tool(self, name: str, description: str, *, parameter: str = "request") -> AiServiceTool:
+    def as_tool(
+        self, name: str, description: str, *, parameter: str = "request", template: str | None = None
+    ) -> AiServiceTool:
         """This service as a tool of another: each call runs a separate invocation, with this service's
-        own memory (under `<name>:<calling invocation id>`) and tools, on the argument `parameter`."""
+        own memory (under `<name>:<calling invocation id>`) and tools.
+
+        The model passes one string argument, `parameter`; the user message is that string, or
+        `template` with it filled in (`template="Review this code:\n{request}"`).
+        """
         specification = ToolSpecification(
             name=name,
             description=description,
@@ -258,7 +264,8 @@ class AiService:
             text = arguments.get(parameter) if isinstance(arguments, dict) else None
             if not isinstance(text, str):
                 raise OrchestratorError(f'Required parameter "{parameter}" of tool "{name}" is missing')
-            result = await self.achat(text, memory_id=f"{name}:{context.invocation_context.invocation_id}")
+            message = template.format(**{parameter: text}) if template is not None else text
+            result = await self.achat(message, memory_id=f"{name}:{context.invocation_context.invocation_id}")
             return result.content or ""
 
         return AiServiceTool(specification, run, ReturnBehavior.TO_LLM)

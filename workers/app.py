@@ -59,7 +59,6 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
         result_backend_always_retry=True,
         result_backend_max_retries=20,
         result_expires=settings.result_expires_s,
-        result_extended=True,
         task_track_started=True,
         worker_send_task_events=True,
         worker_prefetch_multiplier=1,

@@ -14,7 +14,7 @@ def is_transient(outcome: ToolOutcome, definition: ToolDefinition) -> bool:
     """An execution error raised as a connection error, a timeout, or a type the tool declared retryable."""
     if outcome.kind is not OutcomeKind.EXECUTION_ERROR or outcome.exception is None:
         return False
-    return isinstance(outcome.exception, ConnectionError | TimeoutError | definition.options.retry_on)
+    return isinstance(outcome.exception, (ConnectionError, TimeoutError, *definition.options.retry_on))
 
 
 def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:

@@ -176,9 +176,9 @@ class ToolNameAliases:
 
     def _make_alias(self, name: str) -> str:
         digest = hashlib.sha256(name.encode()).hexdigest()
-        base = re.sub(r"[^a-zA-Z0-9_-]+", "_", name).strip("_")[:50] or "tool"
         for length in range(8, len(digest) + 1):
+            base = re.sub(r"[^a-zA-Z0-9_-]+", "_", name).strip("_")[: 63 - length] or "tool"
             alias = f"{base}_{digest[:length]}"
-            if alias not in self._to_name and not self._pattern.fullmatch(name):
+            if alias not in self._to_name and alias not in self._to_alias and self._pattern.fullmatch(alias):
                 return alias
         raise ValueError(f"Cannot find a unique alias for tool name {name!r}")

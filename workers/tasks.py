@@ -49,7 +49,7 @@ class ToolFailure(Exception):
 _failure_types: dict[str, type[ToolFailure]] = {}
 
 
-def failure_for(outcome: ToolOutcome) -> ToolFailure:
+def failure_for(outcome: ToolOutcome, worker: str | None = None) -> ToolFailure:
     """The exception a task raises for an error outcome, named after the tool's exception type."""
     name = outcome.error_type or "ToolFailure"
     if not name.isidentifier():
@@ -59,7 +59,7 @@ def failure_for(outcome: ToolOutcome) -> ToolFailure:
         cls = cast(type[ToolFailure], type(name, (ToolFailure,), {"__module__": _FAILURE_MODULE}))
         setattr(_failures, name, cls)
         _failure_types[name] = cls
-    return cls(outcome.text, outcome.to_json())
+    return cls(outcome.text, {**outcome.to_json(), "worker": worker})
 
 
 def outcome_from_failure(result: Any) -> ToolOutcome | None:
@@ -113,8 +113,8 @@ def _run_call(
                 raise task.retry(
                     countdown=countdown, max_retries=definition.options.retries, exc=failure_for(outcome)
                 )
-        raise failure_for(outcome)
-    return outcome.to_json()
+        raise failure_for(outcome, task.request.hostname)
+    return {**outcome.to_json(), "worker": task.request.hostname}
 
 
 def register_tasks(app: Celery, registry: ToolRegistry, settings: Settings) -> None:

@@ -164,11 +164,14 @@ class ResultCollector:
             if entry is None:
                 return
             self._unsubscribe(task_id)
+            if entry.worker is not None and "worker" not in meta:
+                meta = {**meta, "worker": entry.worker}  # who started it, learned from its STARTED state
             if not entry.future.done():
                 entry.future.set_result(meta)
         elif status == "STARTED":
             entry = self._pending.get(task_id)
-            worker = meta.get("worker")
+            started = meta.get("result")
+            worker = started.get("hostname") if isinstance(started, dict) else meta.get("worker")
             if entry is not None and isinstance(worker, str) and worker != entry.worker:
                 entry.worker = worker
                 if entry.on_started is not None:

@@ -302,13 +302,15 @@ def _kwargs_repr(request: ToolExecutionRequest, invocation: Invocation) -> str:
 
 
 def _worker_of(meta: dict[str, Any]) -> str | None:
-    worker = meta.get("worker")
-    if isinstance(worker, str):
-        return worker
+    """The worker that ran the call: named in the outcome the task stored, or in its STARTED state."""
     result = meta.get("result")
-    if isinstance(result, dict) and isinstance(result.get("hostname"), str):
-        return str(result["hostname"])
-    return None
+    candidates: list[Any] = [meta.get("worker")]
+    if isinstance(result, dict):
+        candidates += [result.get("worker"), result.get("hostname")]
+        message = result.get("exc_message")
+        if isinstance(message, list) and len(message) == 2 and isinstance(message[1], dict):
+            candidates.append(message[1].get("worker"))
+    return next((c for c in candidates if isinstance(c, str) and c), None)
 
 
 def _error(kind: OutcomeKind, text: str, error_type: str) -> ToolOutcome:

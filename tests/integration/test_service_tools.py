@@ -1,0 +1,902 @@
+"""`AiService` with tools, end to end: tool providers, tool search, invocation data, AI services as
+tools, streaming, and `Result` — each run in-process (`LocalExecutor`) and on real worker processes
+over real Redis (`CeleryExecutor`), with a `ScriptedChatModel` standing in for the LLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tests.integration.search_tools as st
+import tests.integration.tools as T
+from orchestrator import (
+    AiMessage,
+    AiService,
+    AiServiceTool,
+    CeleryExecutor,
+    ChatRequest,
+    ChatResponse,
+    CompleteResponse,
+    CompleteToolCall,
+    FinishReason,
+    HallucinatedToolNameError,
+    LocalExecutor,
+    MessageWindowChatMemory,
+    PartialResponse,
+    PartialToolCall,
+    Result,
+    ScriptedChatModel,
+    SimpleToolSearchStrategy,
+    SystemMessage,
+    TokenUsage,
+    ToolErrorContext,
+    ToolErrorHandlerResult,
+    ToolExecuted,
+    ToolExecutionRequest,
+    ToolExecutionResultMessage,
+    ToolProviderRequest,
+    ToolProviderResult,
+    UserMessage,
+    VectorToolSearchStrategy,
+    send_exception_message_to_llm,
+)
+from workers import ToolSpecification, tool_specifications_from
+from workers.errors import ToolDefinitionError
+from workers.process import WorkerProcess
+from workers.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+SEARCH = SimpleToolSearchStrategy.NAME
+
+
+# -- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def srch_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
+    """A worker process of its own serving pool `srch` (tests/integration/search_tools.py)."""
+    worker = WorkerProcess(
+        pools=[st.POOL],
+        modules=["tests.integration.search_tools"],
+        redis_url=redis_url,
+        kind="threads",
+        concurrency=8,
+        hostname="srch@integration",
+        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": REPO_ROOT},
+        log_path=worker_logs / "srch.log",
+        loglevel="INFO",
+    )
+    try:
+        worker.wait_ready(timeout_s=60)
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture(params=["local", "celery"])
+def executor(request: pytest.FixtureRequest) -> Iterator[LocalExecutor | CeleryExecutor]:
+    """Where the tool calls of a test run: in this process, or on the worker processes."""
+    if request.param == "local":
+        local = LocalExecutor()
+        yield local
+        local.close()
+        return
+    request.getfixturevalue("pools")
+    request.getfixturevalue("srch_worker")
+    settings: Settings = request.getfixturevalue("settings")
+    celery = CeleryExecutor(settings=settings)
+    yield celery
+    celery.close()
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _call(name: str, call_id: str | None = None, **arguments: Any) -> ToolExecutionRequest:
+    return ToolExecutionRequest(call_id or f"call-{uuid.uuid4().hex[:8]}", name, json.dumps(arguments))
+
+
+def _calls(*requests: ToolExecutionRequest, text: str | None = None) -> AiMessage:
+    return AiMessage(text, list(requests))
+
+
+def _names(request: ChatRequest) -> list[str]:
+    return [spec.name for spec in request.tool_specifications]
+
+
+def _spec(function: Any) -> ToolSpecification:
+    return tool_specifications_from(function)[0]
+
+
+def _is_celery(executor: object) -> bool:
+    return isinstance(executor, CeleryExecutor)
+
+
+def _assert_ran(executor: object, execution: Any, pool: str, worker: str) -> None:
+    """Where the call ran: its pool and worker on Celery, nowhere in particular in-process."""
+    if _is_celery(executor):
+        assert execution.pool == pool
+        assert execution.worker == worker
+        assert execution.task_id is not None
+        uuid.UUID(execution.task_id)
+    else:
+        assert (execution.task_id, execution.pool, execution.worker) == (None, None, None)
+
+
+def _logging_model(log: list[str], responses: list[Any]) -> ScriptedChatModel:
+    """A scripted model that also writes "model" into a shared log when it is asked."""
+    remaining = list(responses)
+
+    def answer(request: ChatRequest) -> Any:
+        log.append("model")
+        return remaining.pop(0)
+
+    return ScriptedChatModel(answer)
+
+
+class RecordingProvider:
+    """A tool provider answering from a list (one entry per call, then nothing), recording requests."""
+
+    def __init__(self, label: str, *, dynamic: bool, answers: list[list[Any]], log: list[str]) -> None:
+        self.label = label
+        self.is_dynamic = dynamic
+        self.answers = answers
+        self.log = log
+        self.requests: list[ToolProviderRequest] = []
+
+    def provide_tools(self, request: ToolProviderRequest) -> ToolProviderResult:
+        self.requests.append(request)
+        self.log.append(self.label)
+        number = len(self.requests) - 1
+        return ToolProviderResult(tools=self.answers[number] if number < len(self.answers) else [])
+
+
+def _impostor(name: str) -> AiServiceTool:
+    """A programmatic tool reusing an existing tool's name: it must never be offered or run."""
+    return AiServiceTool(
+        ToolSpecification(name=name, description=f"an impostor {name}", parameters=None),
+        lambda request, context: "impostor ran",
+    )
+
+
+# -- 1. tool providers ----------------------------------------------------------------------------
+
+
+def test_static_provider_once_per_invocation_dynamic_before_every_model_call(executor: Any) -> None:
+    # given: a static provider giving `echo`, and a dynamic one giving `whereami` (plus an impostor
+    # `echo`) before the first model call, `whereami_beta` (plus an impostor `whereami`) before the
+    # second, and nothing afterwards; a window of 2 messages evicts the user message early
+    log: list[str] = []
+    static = RecordingProvider("static", dynamic=False, answers=[[T.echo]], log=log)
+    dynamic = RecordingProvider(
+        "dynamic",
+        dynamic=True,
+        answers=[[T.whereami, _impostor("echo")], [T.whereami_beta, _impostor("whereami")]],
+        log=log,
+    )
+    memory = MessageWindowChatMemory(2)
+    model = _logging_model(
+        log,
+        [
+            _calls(_call("echo", "c1", text="hi")),
+            _calls(_call("whereami", "c2"), _call("whereami_beta", "c3")),
+            "all done",
+        ],
+    )
+    service = AiService(
+        chat_model=model,
+        executor=executor,
+        tool_providers=[static, dynamic],
+        chat_memory=memory,
+        tool_execution_error_handler=send_exception_message_to_llm(),
+    )
+
+    # when
+    result = service.chat("what runs where?", memory_id="m-prov", parameters={"user": "u1"})
+
+    # then: the static provider was asked once, first; the dynamic one before each of the 3 model calls
+    assert result.content == "all done"
+    assert log == ["static", "dynamic", "model", "dynamic", "model", "dynamic", "model"]
+
+    # and: each request offered exactly the tools given so far (first definition wins, tools stay)
+    echo, whereami, whereami_beta = _spec(T.echo), _spec(T.whereami), _spec(T.whereami_beta)
+    assert model.requests[0].tool_specifications == [echo, whereami]
+    assert model.requests[1].tool_specifications == [echo, whereami, whereami_beta]
+    assert model.requests[2].tool_specifications == [echo, whereami, whereami_beta]
+
+    # and: the impostors never ran: the real tools did, where they live
+    echo_run, where_run, beta_run = result.tool_executions
+    assert echo_run.result == "hi"
+    assert "impostor" not in where_run.result and "impostor" not in beta_run.result
+    pids = [json.loads(run.result)["pid"] for run in (where_run, beta_run)]
+    if _is_celery(executor):
+        assert os.getpid() not in pids
+        _assert_ran(executor, echo_run, "alpha", "alpha@integration")
+        _assert_ran(executor, where_run, "alpha", "alpha@integration")
+        _assert_ran(executor, beta_run, "beta", "beta@integration")
+    else:
+        assert pids == [os.getpid(), os.getpid()]
+
+    # and: every provider request carries the user message (even once memory evicted it), the
+    # memory id, the invocation parameters and the invocation context
+    invocation_id = uuid.UUID(result.invocation_id)
+    user = UserMessage("what runs where?")
+    assert user not in dynamic.requests[1].messages, "the window should have evicted the user message"
+    assert user not in dynamic.requests[2].messages
+    for request in [*static.requests, *dynamic.requests]:
+        assert request.user_message == user
+        assert request.memory_id == "m-prov"
+        assert request.parameters["user"] == "u1"
+        assert request.invocation_context.invocation_id == invocation_id
+        assert request.invocation_context.user_message == "what runs where?"
+    assert len(static.requests) == 1 and len(dynamic.requests) == 3
+
+
+def test_provider_tools_last_one_invocation_only(executor: Any) -> None:
+    # given: a dynamic provider that gives `whereami` in the first invocation only
+    log: list[str] = []
+    static = RecordingProvider("static", dynamic=False, answers=[[T.echo], [T.echo]], log=log)
+    dynamic = RecordingProvider("dynamic", dynamic=True, answers=[[T.whereami]], log=log)
+    model = ScriptedChatModel([_calls(_call("whereami")), "first", "second"])
+    service = AiService(chat_model=model, executor=executor, tool_providers=[static, dynamic])
+
+    # when: two invocations
+    service.chat("one")
+    service.chat("two")
+
+    # then: the static provider was asked once per invocation, and the second invocation starts
+    # without the tool the dynamic provider gave the first one
+    assert len(static.requests) == 2
+    assert [_names(r) for r in model.requests] == [["echo", "whereami"], ["echo", "whereami"], ["echo"]]
+
+
+def test_duplicate_between_tools_and_static_provider_fails_before_the_model_is_asked() -> None:
+    # given: `echo` given both as a tool of the service and by a static provider
+    log: list[str] = []
+    model = ScriptedChatModel(["never"])
+    service = AiService(
+        chat_model=model,
+        tools=[T.echo],
+        tool_providers=[RecordingProvider("static", dynamic=False, answers=[[T.echo]], log=log)],
+    )
+
+    # when / then
+    with pytest.raises(ToolDefinitionError) as raised:
+        service.chat("hi")
+    assert str(raised.value) == "Duplicated definition for tool: echo"
+    assert model.requests == []
+
+
+def test_duplicate_between_two_static_providers_fails() -> None:
+    # given: two static providers both giving a tool named `whereami`
+    log: list[str] = []
+    model = ScriptedChatModel(["never"])
+    service = AiService(
+        chat_model=model,
+        tool_providers=[
+            RecordingProvider("a", dynamic=False, answers=[[T.whereami]], log=log),
+            RecordingProvider("b", dynamic=False, answers=[[_impostor("whereami")]], log=log),
+        ],
+    )
+
+    # when / then
+    with pytest.raises(ToolDefinitionError) as raised:
+        service.chat("hi")
+    assert str(raised.value) == "Duplicated definition for tool: whereami"
+    assert model.requests == []
+
+
+# -- 2. tool search -------------------------------------------------------------------------------
+
+FOUND_WEATHER = ["get_weather", "weather_forecast", "weather_alerts", "uv_index"]
+
+
+def test_simple_tool_search_reveals_tools_accumulates_and_remembers_them(executor: Any) -> None:
+    # given: a searchable catalog (one tool always visible) and a memory per memory id
+    memories: dict[str, MessageWindowChatMemory] = {}
+    model = ScriptedChatModel(
+        [
+            # invocation 1 (memory "trip")
+            _calls(_call(SEARCH, terms=["weather"])),
+            _calls(_call(SEARCH, terms=["flight"])),
+            _calls(_call(SEARCH, terms=["submarine"])),
+            _calls(
+                _call("get_weather", city="Oslo"),
+                # never found, so never offered: it still runs when called by name
+                _call("convert_currency", amount=2, source="EUR", target="USD"),
+            ),
+            "done",
+            # invocation 2 (memory "trip" again)
+            _calls(_call("weather_forecast", city="Oslo", days=2)),
+            "done again",
+            # invocation 3 (another memory)
+            "fresh",
+        ]
+    )
+    service = AiService(
+        chat_model=model,
+        tools=[st.current_time, *st.SEARCHABLE],
+        executor=executor,
+        tool_search_strategy=SimpleToolSearchStrategy(),
+        chat_memory_provider=lambda memory_id: memories.setdefault(memory_id, MessageWindowChatMemory(50)),
+        tool_execution_error_handler=send_exception_message_to_llm(),
+    )
+
+    # when
+    first = service.chat("plan my trip", memory_id="trip")
+
+    # then: at first only the always-visible tool and the search tool are offered
+    base = ["current_time", SEARCH]
+    assert model.requests[0].tool_specifications == [
+        _spec(st.current_time),
+        SimpleToolSearchStrategy().search_tool(),
+    ]
+    # and: each search answers with the exact text, and its finds are appended and accumulate
+    searches = [e.result for e in first.tool_executions[:3]]
+    assert searches == [
+        "Tools found: " + ", ".join(FOUND_WEATHER),
+        "Tools found: book_flight",
+        "No matching tools found",
+    ]
+    assert _names(model.requests[1]) == base + FOUND_WEATHER
+    assert _names(model.requests[2]) == [*base, *FOUND_WEATHER, "book_flight"]
+    assert _names(model.requests[3]) == [*base, *FOUND_WEATHER, "book_flight"]
+    assert model.requests[2].tool_specifications[-1] == _spec(st.book_flight)
+    # and: found and hidden tools both ran, on the srch pool when on Celery
+    weather, currency = first.tool_executions[3:]
+    assert weather.result.startswith("sunny in Oslo")
+    assert (currency.result, currency.has_failed) == ("2.0 EUR is 4.0 USD", False)
+    _assert_ran(executor, weather, "srch", "srch@integration")
+    _assert_ran(executor, currency, "srch", "srch@integration")
+    assert [e.status for e in first.tool_executions] == ["success"] * 5
+    # and: the search results in memory carry what they found
+    results = [
+        m
+        for m in service.memory("trip").messages()
+        if isinstance(m, ToolExecutionResultMessage) and m.tool_name == SEARCH
+    ]
+    assert [m.attributes.get("found_tools") for m in results] == [FOUND_WEATHER, ["book_flight"], []]
+
+    # when: a second invocation with the same memory id
+    second = service.chat("and the forecast?", memory_id="trip")
+
+    # then: it starts with every tool found before (read from memory), and can call them
+    assert _names(model.requests[5]) == [*base, *FOUND_WEATHER, "book_flight"]
+    assert second.content == "done again"
+    assert second.tool_executions[0].result == "2 sunny days in Oslo"
+    _assert_ran(executor, second.tool_executions[0], "srch", "srch@integration")
+
+    # when: an invocation with another memory id
+    third = service.chat("hello", memory_id="elsewhere")
+
+    # then: nothing found elsewhere is offered
+    assert third.content == "fresh"
+    assert _names(model.requests[7]) == base
+
+
+def test_tools_found_in_an_evicted_search_are_not_offered_to_the_next_invocation() -> None:
+    # given: a window of 3 messages, and a first invocation that finds `book_flight`
+    model = ScriptedChatModel(
+        [
+            _calls(_call(SEARCH, terms=["flight"])),
+            _calls(_call("book_flight", origin="OSL", destination="ROM")),
+            "booked",
+            "hello again",
+        ]
+    )
+    service = AiService(
+        chat_model=model,
+        tools=[st.current_time, *st.SEARCHABLE],
+        tool_search_strategy=SimpleToolSearchStrategy(),
+        chat_memory=MessageWindowChatMemory(3),
+    )
+    first = service.chat("book a flight", memory_id="short")
+
+    # then: within the invocation the found tool stayed, though its search result left the window
+    assert [e.result for e in first.tool_executions] == ["Tools found: book_flight", "booked OSL-ROM"]
+    assert not any(
+        isinstance(m, ToolExecutionResultMessage) and m.tool_name == SEARCH
+        for m in model.requests[2].messages
+    )
+    assert _names(model.requests[2]) == ["current_time", SEARCH, "book_flight"]
+
+    # when: the next invocation, with the search result no longer in memory
+    service.chat("hi", memory_id="short")
+
+    # then: only the base tools are offered
+    assert _names(model.requests[3]) == ["current_time", SEARCH]
+
+
+@pytest.mark.parametrize(
+    ("terms", "expected"),
+    [
+        # +2 name, +1 description: 3, 3 (catalog order breaks the tie), 2, 1
+        (["weather"], "Tools found: get_weather, weather_forecast, weather_alerts, uv_index"),
+        # lower-cased, split on spaces: weather_forecast scores 6
+        (["Weather FORECAST"], "Tools found: weather_forecast, get_weather, weather_alerts, uv_index"),
+        # six tools match "a": at most five, best first (convert_currency, the last 1, is cut)
+        (["a"], "Tools found: weather_alerts, get_weather, weather_forecast, uv_index, book_flight"),
+        # scores add up over terms: book_flight 3 + convert_currency 3, then get_weather 1
+        (["flight", "currency city"], "Tools found: book_flight, convert_currency, get_weather"),
+        (["submarine"], "No matching tools found"),
+        ([], "No matching tools found"),
+    ],
+)
+def test_simple_tool_search_scoring(terms: list[str], expected: str) -> None:
+    # given: the search catalog in a known order
+    model = ScriptedChatModel([_calls(_call(SEARCH, terms=terms)), "ok"])
+    service = AiService(
+        chat_model=model,
+        tools=[st.current_time, *st.SEARCHABLE],
+        tool_search_strategy=SimpleToolSearchStrategy(),
+    )
+
+    # when
+    result = service.chat("find")
+
+    # then: the exact text, and the next request offers exactly the found tools after the base ones
+    assert result.tool_executions[0].result == expected
+    found = expected.removeprefix("Tools found: ").split(", ") if expected.startswith("Tools") else []
+    assert _names(model.requests[1]) == ["current_time", SEARCH, *found]
+
+
+def test_vector_tool_search_finds_a_weather_tool(executor: Any) -> None:
+    # given: the vector strategy with its offline hashing embedding
+    strategy = VectorToolSearchStrategy()
+    model = ScriptedChatModel(
+        lambda request: (
+            _calls(_call(SEARCH, query="weather forecast for a city"))
+            if len(request.messages) == 1
+            else _calls(_call(request.tool_specifications[2].name, city="Rome"))
+            if len(request.messages) == 3
+            else "ok"
+        )
+    )
+    service = AiService(
+        chat_model=model,
+        tools=[st.current_time, *st.SEARCHABLE],
+        executor=executor,
+        tool_search_strategy=strategy,
+    )
+
+    # when: the model searches by query, then calls the first tool found
+    result = service.chat("weather?")
+
+    # then: the search tool takes a `query`; a weather tool is found first and becomes callable
+    assert model.requests[0].tool_specifications[1].parameters["required"] == ["query"]  # type: ignore[index]
+    search, called = result.tool_executions
+    assert search.result.startswith("Tools found: ")
+    found = search.result.removeprefix("Tools found: ").split(", ")
+    assert found[0] in {"weather_forecast", "get_weather"}
+    assert {"book_flight", "convert_currency"}.isdisjoint(found[:2])
+    assert _names(model.requests[1]) == ["current_time", SEARCH, *found]
+    assert called.request.name == found[0]
+    assert "Rome" in called.result and not called.has_failed
+    _assert_ran(executor, called, "srch", "srch@integration")
+
+
+# -- 3. invocation data ---------------------------------------------------------------------------
+
+
+def test_invocation_parameters_flow_between_tools_on_two_workers(executor: Any) -> None:
+    # given: remember (pool alpha), then recall (pool beta) plus probes, then a failing tool whose
+    # handler records its context
+    handled: list[tuple[BaseException, ToolErrorContext]] = []
+
+    def handler(error: BaseException, context: ToolErrorContext) -> ToolErrorHandlerResult:
+        handled.append((error, context))
+        return ToolErrorHandlerResult.text(f"handled: {error}")
+
+    model = ScriptedChatModel(
+        [
+            _calls(_call("remember", key="city", value="Paris")),
+            _calls(_call("recall", key="city"), _call("injected"), _call("context_probe")),
+            _calls(_call("fail", how="other")),
+            "done",
+            # the next invocation
+            _calls(_call("recall", key="city"), _call("context_probe")),
+            "done",
+        ]
+    )
+    service = AiService(
+        chat_model=model,
+        tools=[T.remember, T.recall, T.injected, T.fail, st.context_probe],
+        executor=executor,
+        name="trip-planner",
+        tool_execution_error_handler=handler,
+    )
+
+    # when: no memory id is given
+    result = service.chat("where am I going?", parameters={"user": "u1"})
+
+    # then: what remember wrote on one worker, recall read on another
+    remember, recall, injected, probe, failed, *rest = result.tool_executions
+    assert rest == []
+    assert remember.result == "remembered"
+    assert recall.result == "Paris"
+    _assert_ran(executor, remember, "alpha", "alpha@integration")
+    _assert_ran(executor, recall, "beta", "beta@integration")
+    _assert_ran(executor, probe, "srch", "srch@integration")
+
+    # and: tools received the parameters, the context and the memory id "default"
+    invocation_id = uuid.UUID(result.invocation_id)
+    assert invocation_id.version == 4
+    assert injected.result_object == {
+        "params": {"user": "u1", "city": "Paris"},
+        "invocation_id": str(invocation_id),
+        "memory_id": "default",
+        "user_message": "where am I going?",
+    }
+    seen = probe.result_object
+    assert seen["params"] == {"user": "u1", "city": "Paris"}
+    assert seen["memory_id"] == "default"
+    context = seen["context"]
+    assert context["invocation_id"] == str(invocation_id)
+    assert context["service_name"] == "trip-planner"
+    assert context["memory_id"] == "default"
+    assert context["user_message"] == "where am I going?"
+    stamp = datetime.fromisoformat(context["timestamp"])
+    assert abs(datetime.now(UTC) - stamp) < timedelta(minutes=1)
+    assert (seen["pid"] != os.getpid()) == _is_celery(executor)
+
+    # and: the error handler saw the same invocation data, and its text went to the model
+    assert len(handled) == 1
+    error, error_context = handled[0]
+    assert str(error) == "broken: other"
+    assert error_context.request == failed.request
+    assert error_context.memory_id == "default"
+    assert dict(error_context.parameters) == {"user": "u1", "city": "Paris"}
+    assert error_context.invocation_context.invocation_id == invocation_id
+    assert error_context.invocation_context.service_name == "trip-planner"
+    assert error_context.invocation_context.user_message == "where am I going?"
+    assert (failed.result, failed.has_failed, failed.status) == (
+        "handled: broken: other",
+        True,
+        "execution_error",
+    )
+
+    # when: the next invocation
+    after = service.chat("again", parameters={"user": "u2"})
+
+    # then: it has its own parameters and its own invocation id
+    assert after.tool_executions[0].result == "<missing>"
+    assert after.tool_executions[1].result_object["params"] == {"user": "u2"}
+    assert after.tool_executions[1].result_object["context"]["invocation_id"] == after.invocation_id
+    assert after.invocation_id != result.invocation_id
+
+
+def test_tool_memory_id_is_the_given_memory_id(executor: Any) -> None:
+    # given
+    model = ScriptedChatModel([_calls(_call("injected")), "ok"])
+    service = AiService(chat_model=model, tools=[T.injected], executor=executor)
+
+    # when
+    result = service.chat("hi", memory_id="m-42")
+
+    # then
+    assert result.tool_executions[0].result_object["memory_id"] == "m-42"
+    assert result.tool_executions[0].result_object["params"] == {}
+
+
+# -- 4. an AI service as a tool -------------------------------------------------------------------
+
+
+def test_ai_service_as_a_tool_runs_its_own_invocation(executor: Any) -> None:
+    # given: an inner service that calls `whereami` and answers with what it returned
+    def inner_script(request: ChatRequest) -> AiMessage | str:
+        results = [m for m in request.messages if isinstance(m, ToolExecutionResultMessage)]
+        if not results:
+            return _calls(_call("whereami"))
+        return f"expert answer: {results[0].text}"
+
+    inner_ids: list[str] = []
+    inner_memories: dict[str, MessageWindowChatMemory] = {}
+
+    def inner_memory(memory_id: str) -> MessageWindowChatMemory:
+        inner_ids.append(memory_id)
+        return inner_memories.setdefault(memory_id, MessageWindowChatMemory(20))
+
+    inner_model = ScriptedChatModel(inner_script)
+    inner = AiService(
+        chat_model=inner_model,
+        tools=[T.whereami],
+        executor=executor,
+        system_message="You are the expert",
+        chat_memory_provider=inner_memory,
+    )
+    outer_model = ScriptedChatModel(
+        [
+            _calls(_call("expert", "e1", request="where do you run?")),
+            "outer: thanks",
+        ]
+    )
+    outer_memory = MessageWindowChatMemory(20)
+    outer = AiService(
+        chat_model=outer_model,
+        tools=[inner.as_tool("expert", "asks the expert")],
+        executor=executor,
+        system_message="You are the outer",
+        chat_memory=outer_memory,
+    )
+
+    # when
+    result = outer.chat("ask the expert", memory_id="outer-1")
+
+    # then: the outer model was offered the expert as a tool taking a `request`
+    (expert_spec,) = outer_model.requests[0].tool_specifications
+    assert (expert_spec.name, expert_spec.description) == ("expert", "asks the expert")
+    assert expert_spec.parameters is not None
+    assert expert_spec.parameters["properties"] == {"request": {"type": "string"}}
+    assert expert_spec.parameters["required"] == ["request"]
+
+    # and: the inner invocation started from its own memory: only its system message and the request
+    assert inner_model.requests[0].messages == [
+        SystemMessage("You are the expert"),
+        UserMessage("where do you run?"),
+    ]
+    assert len(inner_ids) == 1 and inner_ids[0] != "outer-1"
+    inner_messages = inner_memories[inner_ids[0]].messages()
+    assert [type(m).__name__ for m in inner_messages] == [
+        "SystemMessage",
+        "UserMessage",
+        "AiMessage",
+        "ToolExecutionResultMessage",
+        "AiMessage",
+    ]
+
+    # and: the outer got the inner's final text as the tool result, and its memory holds none of
+    # the inner's messages
+    (execution,) = result.tool_executions
+    assert execution.request.name == "expert" and not execution.has_failed
+    assert execution.result.startswith("expert answer: {")
+    where = json.loads(execution.result.removeprefix("expert answer: "))
+    assert (where["pid"] != os.getpid()) == _is_celery(executor)  # the inner's tool ran on alpha
+    assert (execution.pool, execution.worker, execution.task_id) == (None, None, None)
+    tool_result = outer_model.requests[1].messages[-1]
+    assert isinstance(tool_result, ToolExecutionResultMessage)
+    assert (tool_result.id, tool_result.tool_name, tool_result.text) == ("e1", "expert", execution.result)
+    assert result.content == "outer: thanks"
+    assert [type(m).__name__ for m in outer_memory.messages()] == [
+        "SystemMessage",
+        "UserMessage",
+        "AiMessage",
+        "ToolExecutionResultMessage",
+        "AiMessage",
+    ]
+    assert SystemMessage("You are the expert") not in outer_memory.messages()
+
+
+# -- 5. streaming ---------------------------------------------------------------------------------
+
+
+def _stream(service: AiService, text: str, **kwargs: Any) -> list[tuple[Any, datetime]]:
+    """Consume `service.stream(...)`, recording when each event arrived."""
+
+    async def consume() -> list[tuple[Any, datetime]]:
+        return [(event, datetime.now(UTC)) async for event in service.stream(text, **kwargs)]
+
+    return asyncio.run(consume())
+
+
+def _shape(event: Any) -> tuple[Any, ...]:
+    if isinstance(event, PartialResponse):
+        return ("partial", event.text)
+    if isinstance(event, PartialToolCall):
+        return ("partial_tool_call", event.index, event.id, event.name)
+    if isinstance(event, CompleteToolCall):
+        return ("complete_tool_call", event.index, event.request)
+    if isinstance(event, ToolExecuted):
+        return ("executed", event.execution.request.id, event.execution.result)
+    if isinstance(event, CompleteResponse):
+        return ("complete", event.response.ai_message.text)
+    raise AssertionError(f"unexpected event {event!r}")
+
+
+def test_stream_events_arrive_in_order(executor: Any) -> None:
+    # given: one response with text and a tool call, then a final answer
+    call = _call("echo", "s1", text="hi", times=2)
+    model = ScriptedChatModel([_calls(call, text="Checking the echo"), "It said hi hi"])
+    service = AiService(chat_model=model, tools=[T.echo], executor=executor)
+
+    # when
+    events = [event for event, _ in _stream(service, "echo twice", memory_id="s")]
+
+    # then: text pieces, the call's pieces, the complete call, its execution, the answer, the end
+    assert [_shape(e) for e in events] == [
+        ("partial", "Checking"),
+        ("partial", " the ech"),
+        ("partial", "o"),
+        ("partial_tool_call", 0, "s1", "echo"),
+        ("partial_tool_call", 0, "s1", "echo"),
+        ("complete_tool_call", 0, call),
+        ("executed", "s1", "hi hi"),
+        ("partial", "It said "),
+        ("partial", "hi hi"),
+        ("complete", "It said hi hi"),
+    ]
+    pieces = [e.partial_arguments for e in events if isinstance(e, PartialToolCall)]
+    assert "".join(pieces) == call.arguments
+    # and: the final event carries the Result of the invocation
+    final = events[-1]
+    assert isinstance(final, CompleteResponse) and isinstance(final.result, Result)
+    assert final.result.content == "It said hi hi"
+    assert final.result.finish_reason is FinishReason.STOP
+    assert [e.result for e in final.result.tool_executions] == ["hi hi"]
+    executed = events[6]
+    assert isinstance(executed, ToolExecuted)
+    assert executed.execution == final.result.tool_executions[0]
+    _assert_ran(executor, executed.execution, "alpha", "alpha@integration")
+
+
+def test_stream_dispatches_a_tool_while_the_model_is_still_streaming(executor: Any) -> None:
+    # given: a slowly streaming model whose response holds two tool calls
+    first, second = _call("echo", "d1", text="one"), _call("echo", "d2", text="two")
+    model = ScriptedChatModel([_calls(first, second), "both done"], event_delay_s=0.05)
+    service = AiService(chat_model=model, tools=[T.echo], executor=executor)
+
+    # when
+    timed = _stream(service, "two echoes")
+
+    # then: the first call started before the model finished streaming its response (the second
+    # call's complete event is that response's last event)
+    last_of_response = next(t for e, t in timed if isinstance(e, CompleteToolCall) and e.index == 1)
+    final = timed[-1][0]
+    assert isinstance(final, CompleteResponse) and final.result is not None
+    executions = final.result.tool_executions
+    assert [e.request.id for e in executions] == ["d1", "d2"]
+    assert [e.result for e in executions] == ["one", "two"]
+    assert executions[0].started_at is not None
+    assert executions[0].started_at < last_of_response
+    assert final.result.content == "both done"
+
+
+def test_stream_without_concurrency_runs_tools_after_the_response(executor: Any) -> None:
+    # given: the same slow stream, with tools run one after another
+    first, second = _call("echo", "q1", text="one"), _call("echo", "q2", text="two")
+    model = ScriptedChatModel([_calls(first, second), "both done"], event_delay_s=0.05)
+    service = AiService(chat_model=model, tools=[T.echo], executor=executor, execute_tools_concurrently=False)
+
+    # when
+    timed = _stream(service, "two echoes")
+
+    # then: nothing started before the response was complete, and they ran in request order
+    last_of_response = next(t for e, t in timed if isinstance(e, CompleteToolCall) and e.index == 1)
+    final = timed[-1][0]
+    assert isinstance(final, CompleteResponse) and final.result is not None
+    one, two = final.result.tool_executions
+    assert one.started_at is not None and two.started_at is not None and one.finished_at is not None
+    assert one.started_at > last_of_response
+    assert two.started_at >= one.finished_at
+
+
+def test_stream_ends_with_the_error(executor: Any) -> None:
+    # given: the model calls a tool that does not exist
+    model = ScriptedChatModel([_calls(_call("nope", "h1"))])
+    service = AiService(chat_model=model, tools=[T.echo], executor=executor)
+    seen: list[Any] = []
+
+    async def consume() -> None:
+        async for event in service.stream("hi"):
+            seen.append(event)
+
+    # when / then: the stream raises the hallucination error, after the call's events
+    with pytest.raises(HallucinatedToolNameError) as raised:
+        asyncio.run(consume())
+    assert str(raised.value).startswith(
+        "The LLM is trying to execute the 'nope' tool, but no such tool exists."
+    )
+    assert isinstance(seen[-1], CompleteToolCall)
+    assert not any(isinstance(e, CompleteResponse) for e in seen)
+
+
+# -- 6. Result ------------------------------------------------------------------------------------
+
+
+def test_result_holds_every_execution_in_request_order_with_timings_and_placement(executor: Any) -> None:
+    # given: a slow call and a quick one in one response, a failing one in the next; token usage on
+    # every response
+    slow, quick, failing = (
+        _call("slow", "r1", seconds=0.3),
+        _call("echo", "r2", text="x"),
+        _call("fail", "r3", how="other"),
+    )
+    model = ScriptedChatModel(
+        [
+            ChatResponse(_calls(slow, quick), FinishReason.TOOL_EXECUTION, TokenUsage(10, 5)),
+            ChatResponse(_calls(failing), FinishReason.TOOL_EXECUTION, TokenUsage(20, 6)),
+            ChatResponse(AiMessage("done"), FinishReason.STOP, TokenUsage(7, 3)),
+        ]
+    )
+    service = AiService(
+        chat_model=model,
+        tools=[T.slow, T.echo, T.fail],
+        executor=executor,
+        tool_execution_error_handler=send_exception_message_to_llm(),
+    )
+
+    # when
+    result = service.chat("go")
+
+    # then: the answer and the summed token usage
+    assert result.content == "done"
+    assert result.finish_reason is FinishReason.STOP
+    assert result.token_usage == TokenUsage(37, 14)
+    assert result.token_usage is not None and result.token_usage.total_tokens == 51
+
+    # and: every execution, in request order (not completion order), with its outcome
+    executions = result.tool_executions
+    assert [e.request for e in executions] == [slow, quick, failing]
+    assert [e.result for e in executions] == ["slept 0.3", "x", "broken: other"]
+    assert [e.status for e in executions] == ["success", "success", "execution_error"]
+    assert [e.has_failed for e in executions] == [False, False, True]
+
+    # and: timings: each started before it finished; the calls of one response ran at once, the
+    # next response's calls after them
+    for execution in executions:
+        assert execution.started_at is not None and execution.finished_at is not None
+        assert execution.started_at.tzinfo is not None
+        assert execution.started_at <= execution.finished_at
+    assert executions[0].duration_s is not None and executions[0].duration_s >= 0.3
+    assert executions[1].finished_at < executions[0].finished_at  # type: ignore[operator]
+    assert executions[1].started_at < executions[0].finished_at  # type: ignore[operator]
+    assert executions[2].started_at >= executions[0].finished_at  # type: ignore[operator]
+
+    # and: where each ran
+    for execution in executions:
+        _assert_ran(executor, execution, "alpha", "alpha@integration")
+    if _is_celery(executor):
+        assert len({e.task_id for e in executions}) == 3
+
+    # and: the result messages reached the model in request order, after the AI message
+    assert model.requests[1].messages == [
+        UserMessage("go"),
+        _calls(slow, quick),
+        ToolExecutionResultMessage("r1", "slow", "slept 0.3"),
+        ToolExecutionResultMessage("r2", "echo", "x"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("usages", "expected"),
+    [
+        ([None, None], None),
+        ([TokenUsage(4, 1), None], TokenUsage(4, 1)),
+        ([None, TokenUsage(2, None)], TokenUsage(2, None)),
+        ([TokenUsage(4, 1), TokenUsage(2, 3)], TokenUsage(6, 4)),
+    ],
+)
+def test_token_usage_is_summed_over_responses(
+    usages: list[TokenUsage | None], expected: TokenUsage | None
+) -> None:
+    # given: a tool round and a final answer, carrying the given usages
+    model = ScriptedChatModel(
+        [
+            ChatResponse(_calls(_call("whoami_local")), FinishReason.TOOL_EXECUTION, usages[0]),
+            ChatResponse(AiMessage("ok"), FinishReason.STOP, usages[1]),
+        ]
+    )
+    service = AiService(chat_model=model, tools=[_local_tool()])
+
+    # when
+    result = service.chat("hi")
+
+    # then
+    assert result.token_usage == expected
+
+
+def _local_tool() -> AiServiceTool:
+    return AiServiceTool(
+        ToolSpecification(name="whoami_local", description="who am I", parameters=None),
+        lambda request, context: "me",
+    )
