@@ -33,7 +33,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ToolErrorContext:
-    """What a handler knows about the failed call."""
+    """What a handler knows about the failed call.
+
+    `raw_error` is the exception as the tool raised it (re-created from its type and message when the
+    call ran on a worker). toolfleet wraps nothing, so it is the very exception the handler receives.
+    """
 
     request: ToolExecutionRequest
     invocation_context: InvocationContext
