@@ -1,0 +1,142 @@
+"""The benchmark's worker: one `celery -A bench.worker worker` subprocess serving the `bench` queue."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import redis
+
+from workers.catalog import Catalog
+
+__all__ = ["BenchWorker"]
+
+_REPO = Path(__file__).resolve().parents[1]
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM if the benchmark dies without stopping us (Linux)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class BenchWorker:
+    """A threads-pool worker for the bench tools and raw tasks, ready once it is in the live catalog.
+
+    It runs in its own session (a Ctrl-C in the terminal reaches only the benchmark, which then
+    stops it) and is stopped with its whole process group: warm shutdown, then SIGKILL.
+    """
+
+    def __init__(self, redis_url: str, env: Mapping[str, str], *, concurrency: int = 100) -> None:
+        self.redis_url = redis_url
+        self.hostname = f"bench-{os.getpid()}@{socket.gethostname()}"
+        self.concurrency = concurrency
+        self.command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "bench.worker",
+            "worker",
+            "-Q",
+            "bench",
+            "-P",
+            "threads",
+            "-c",
+            str(concurrency),
+            "-E",
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            self.hostname,
+            "--loglevel",
+            "WARNING",
+        ]
+        pythonpath = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
+        self._env = {**env, "PYTHONPATH": pythonpath}
+        handle, name = tempfile.mkstemp(prefix="toolfleet-bench-worker-", suffix=".log")
+        os.close(handle)
+        self.log_path = Path(name)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60.0) -> float:
+        """Start the worker and wait until its heartbeat is in the catalog; return the seconds it took."""
+        started = time.monotonic()
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.command,
+                env=self._env,
+                cwd=_REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+        client = redis.Redis.from_url(self.redis_url)
+        catalog = Catalog(client)
+        try:
+            while time.monotonic() - started < timeout_s:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"bench worker exited with {self.process.returncode}{self._tail()}")
+                if catalog.worker_alive(self.hostname):
+                    return time.monotonic() - started
+                time.sleep(0.05)
+        finally:
+            client.close()
+        raise TimeoutError(f"bench worker not ready within {timeout_s:g} s{self._tail()}")
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Warm shutdown (SIGTERM to the group), then SIGKILL if it does not exit in time."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is not None:
+            return
+        # The group is signalled only while its leader is not reaped yet, so its id cannot be reused.
+        self._signal_group(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self._signal_group(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        except BaseException:
+            # Interrupted while waiting: still leave nothing behind.
+            if process.poll() is None:
+                self._signal_group(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+            raise
+
+    def remove_log(self) -> None:
+        with contextlib.suppress(OSError):
+            self.log_path.unlink()
+
+    @staticmethod
+    def _signal_group(pgid: int, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signum)
+
+    def _tail(self) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return f"\n--- worker log {self.log_path} ---\n{text[-3000:]}"
+
+    def log_tail(self) -> str:
+        return self._tail()
