@@ -19,7 +19,11 @@ __all__ = ["make_app", "make_publisher", "registry_from_modules", "visibility_ti
 
 
 def _base_config(settings: Settings) -> dict[str, Any]:
+    transport = {}
+    if settings.broker_url.startswith(("redis://", "rediss://")):
+        transport = {"broker_transport": "workers._transport:Transport"}
     return {
+        **transport,
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],

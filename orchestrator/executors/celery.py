@@ -19,7 +19,7 @@ from orchestrator.executors._collector import LOST, NO_WORKER, ResultCollector
 from orchestrator.executors.base import execute_batch
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome, ToolRegistry
 from workers.app import make_publisher
-from workers.catalog import Catalog
+from workers.catalog import Catalog, WorkerEntry
 from workers.invocation import Invocation
 from workers.settings import Settings
 from workers.tasks import TASK_PREFIX, outcome_from_failure
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 _TIME_LIMIT_ERRORS = {"TimeLimitExceeded", "SoftTimeLimitExceeded", "Terminated"}
 _POOL_ALIVE_CACHE_S = 1.0
+_CATALOG_CACHE_S = 2.0
 
 
 def _seconds(value: float) -> str:
@@ -70,6 +71,8 @@ class CeleryExecutor:
         self.catalog = Catalog(self._redis)
         self._pool_alive: dict[str, float] = {}
         self._pool_kinds: dict[str, str] = {}
+        self._catalog_read_at = -1e9
+        self._catalog_workers: list[WorkerEntry] = []
 
     @property
     def _collector(self) -> ResultCollector:
@@ -77,14 +80,23 @@ class CeleryExecutor:
             self.settings.redis_url, check_interval_s=self.settings.liveness_check_interval_s
         )
 
+    def _live_catalog(self) -> list[WorkerEntry]:
+        """The catalog's workers, read at most once per `_CATALOG_CACHE_S` (it is read on every call)."""
+        now = time.monotonic()
+        if now - self._catalog_read_at >= _CATALOG_CACHE_S:
+            self._catalog_workers = self.catalog.workers()
+            self._catalog_read_at = now
+        return self._catalog_workers
+
     def definition(self, name: str) -> ToolDefinition | None:
         """A local tool of that name, else one a live worker advertises."""
         local = self.registry.get(name)
         if local is not None:
             return local
-        for item in self.catalog.tools():
-            if item.specification.name == name:
-                return item.definition()
+        for entry in self._live_catalog():
+            for item in entry.tools:
+                if item.specification.name == name:
+                    return item.definition()
         return None
 
     async def execute_batch(
@@ -230,7 +242,7 @@ class CeleryExecutor:
         return alive
 
     def _learn_pool_kind(self, pool: str) -> None:
-        kinds = {entry.pool_kind for entry in self.catalog.workers() if pool in entry.pools}
+        kinds = {entry.pool_kind for entry in self._live_catalog() if pool in entry.pools}
         self._pool_kinds[pool] = kinds.pop() if len(kinds) == 1 else "mixed"
 
     def _abandon(self, task_id: str, pool: str) -> None:
