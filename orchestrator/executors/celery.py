@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 _TIME_LIMIT_ERRORS = {"TimeLimitExceeded", "SoftTimeLimitExceeded", "Terminated"}
 _POOL_ALIVE_CACHE_S = 1.0
 _CATALOG_CACHE_S = 2.0
+_CATALOG_RECHECK_S = 0.2
 
 
 def _seconds(value: float) -> str:
@@ -80,10 +81,10 @@ class CeleryExecutor:
             self.settings.redis_url, check_interval_s=self.settings.liveness_check_interval_s
         )
 
-    def _live_catalog(self) -> list[WorkerEntry]:
-        """The catalog's workers, read at most once per `_CATALOG_CACHE_S` (it is read on every call)."""
+    def _live_catalog(self, max_age_s: float = _CATALOG_CACHE_S) -> list[WorkerEntry]:
+        """The catalog's workers, read again when the copy is older than `max_age_s`."""
         now = time.monotonic()
-        if now - self._catalog_read_at >= _CATALOG_CACHE_S:
+        if now - self._catalog_read_at >= max_age_s:
             self._catalog_workers = self.catalog.workers()
             self._catalog_read_at = now
         return self._catalog_workers
@@ -93,10 +94,12 @@ class CeleryExecutor:
         local = self.registry.get(name)
         if local is not None:
             return local
-        for entry in self._live_catalog():
-            for item in entry.tools:
-                if item.specification.name == name:
-                    return item.definition()
+        # A name the cached copy does not know may belong to a worker that just started: look again.
+        for max_age_s in (_CATALOG_CACHE_S, _CATALOG_RECHECK_S):
+            for entry in self._live_catalog(max_age_s):
+                for item in entry.tools:
+                    if item.specification.name == name:
+                        return item.definition()
         return None
 
     async def execute_batch(
@@ -242,8 +245,9 @@ class CeleryExecutor:
         return alive
 
     def _learn_pool_kind(self, pool: str) -> None:
-        kinds = {entry.pool_kind for entry in self._live_catalog() if pool in entry.pools}
-        self._pool_kinds[pool] = kinds.pop() if len(kinds) == 1 else "mixed"
+        kinds = {entry.pool_kind for entry in self._live_catalog(_CATALOG_RECHECK_S) if pool in entry.pools}
+        if kinds:
+            self._pool_kinds[pool] = kinds.pop() if len(kinds) == 1 else "mixed"
 
     def _abandon(self, task_id: str, pool: str) -> None:
         """Revoke a call past its deadline; terminate it where the worker's pool can (prefork)."""
