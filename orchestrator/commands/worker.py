@@ -1,0 +1,54 @@
+"""`toolfleet worker`: serve pools with the tools of some modules."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from workers.errors import ToolfleetError
+from workers.settings import Settings
+from workers.worker import POOL_KINDS
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "worker",
+        help="serve pools with the tools of some modules",
+        description="Start a Celery worker that serves the given pools (queues) with the tools of the given "
+        "modules, and publishes them in the live catalog.",
+    )
+    parser.add_argument("--pool", required=True, help="pool names to serve, comma-separated (e.g. io,heavy)")
+    parser.add_argument(
+        "--tools",
+        required=True,
+        help="modules whose tools to serve, comma-separated (module or module:attribute)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=None, help="parallel calls (threads: 16, prefork: cores)"
+    )
+    parser.add_argument(
+        "--kind", choices=POOL_KINDS, default="threads", help="execution pool kind (default threads)"
+    )
+    parser.add_argument("--hostname", default=None, help="worker name shown in Flower and the catalog")
+    parser.add_argument("--loglevel", default="INFO", help="worker log level (default INFO)")
+    return parser
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from workers.worker import run_worker
+
+    try:
+        run_worker(
+            pools=args.pool.split(","),
+            modules=args.tools.split(","),
+            settings=settings,
+            concurrency=args.concurrency,
+            kind=args.kind,
+            hostname=args.hostname,
+            loglevel=args.loglevel,
+        )
+    except (ValueError, ImportError, ToolfleetError) as exc:
+        print(f"toolfleet worker: {exc}", file=sys.stderr)
+        return 2
+    return 0
