@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import time
@@ -36,6 +37,7 @@ from orchestrator.models.base import (
 )
 from orchestrator.providers import AiServiceTool, ToolProviderRequest, ToolRunContext
 from orchestrator.result import Result, ToolExecuted
+from orchestrator.saga import Saga, rolled_back_text
 from orchestrator.search import FOUND_TOOLS_ATTRIBUTE
 from workers.invocation import Invocation, InvocationContext, InvocationParameters
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
@@ -54,6 +56,8 @@ log = logging.getLogger(__name__)
 Mode = Literal["chat", "achat", "stream"]
 Emit = Callable[[ChatEvent | ToolExecuted], None]
 Tool = ToolDefinition | AiServiceTool
+HEARTBEAT_INTERVAL_S = 10.0
+ROLLED_BACK_STATUS = "rolled_back"
 
 
 class RoundTripLimitError(OrchestratorError):
@@ -73,6 +77,8 @@ class _Call:
     failed: bool = False
     raised: BaseException | None = None
     found: list[str] = field(default_factory=list)
+    definition: ToolDefinition | None = None
+    row: int | None = None
 
 
 class _Invocation:
@@ -108,6 +114,11 @@ class _Invocation:
         self.token_usage: TokenUsage | None = None
         self.arguments_handler, self.execution_handler = service._handlers_for(mode)
         self.gate = asyncio.Semaphore(service.max_concurrent_tool_calls)
+        self.compensating = service.compensate_on_tool_errors
+        self.journal = service.journal
+        self.saga = Saga(
+            service.executor, self.journal, str(self.context.invocation_id), keep=self.compensating
+        )
 
     # -- messages ---------------------------------------------------------------------------------
 
@@ -183,6 +194,80 @@ class _Invocation:
     # -- the loop ---------------------------------------------------------------------------------
 
     async def run(self) -> Result:
+        if self.journal is not None:
+            self.journal.start_invocation(self.context, self._invocation().to_json())
+        beating = asyncio.ensure_future(self._heartbeat()) if self.journal is not None else None
+        try:
+            result = await self._run()
+        except BaseException as exc:
+            await self._end_abnormally(exc)
+            raise
+        finally:
+            if beating is not None:
+                beating.cancel()
+        if self.journal is not None:
+            self.journal.set_invocation_state(str(self.context.invocation_id), "succeeded")
+        return result
+
+    async def _end_abnormally(self, error: BaseException) -> None:
+        """Compensate what succeeded before the error propagates (handler raised, round-trip limit,
+        provider failure, caller cancelled), even if the caller cancels again meanwhile."""
+        reason = f"the invocation failed: {type(error).__name__}"
+        if self.compensating and self.saga.steps:
+            undo = asyncio.ensure_future(self.saga.compensate_all(self._invocation(), reason))
+            try:
+                await asyncio.shield(undo)
+            except asyncio.CancelledError:
+                await undo
+        if self.journal is not None:
+            self.journal.set_invocation_state(
+                str(self.context.invocation_id), "failed", f"{type(error).__name__}: {error}"
+            )
+
+    async def _heartbeat(self) -> None:
+        """Keep the journal's heartbeat fresh, so `toolfleet recover` never takes over a live saga."""
+        assert self.journal is not None
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            try:
+                self.journal.heartbeat(str(self.context.invocation_id))
+            except Exception as exc:  # a journal hiccup must not end the invocation
+                log.warning("journal heartbeat failed: %s", exc)
+
+    def _invocation(self) -> Invocation:
+        return Invocation(self.context, self.parameters.to_json())
+
+    async def _compensate_batch(self, batch: Sequence[_Call]) -> None:
+        """After a failed batch: undo every recorded success and rewrite their result messages."""
+        failed = next(call for call in batch if call.failed)
+        undone = await self.saga.compensate_all(self._invocation(), f"tool '{failed.request.name}' failed")
+        rolled = {id(step.execution): step for step in undone}
+        if not rolled:
+            return
+        for call in batch:
+            if call.execution is not None and id(call.execution) in rolled:
+                text = rolled_back_text(call.request.name, failed.request.name)
+                call.execution.result = text
+                call.execution.status = ROLLED_BACK_STATUS
+                call.message = dataclasses.replace(call.message, text=text, is_error=True, contents=None)  # type: ignore[type-var]
+        earlier = {(e.request.id, e.request.name): e for e in self.executions if id(e) in rolled}
+        if not earlier:
+            return
+        for execution in earlier.values():
+            execution.result = rolled_back_text(execution.request.name, failed.request.name)
+            execution.status = ROLLED_BACK_STATUS
+        rewritten = [
+            dataclasses.replace(m, text=earlier[(m.id, m.tool_name)].result, is_error=True, contents=None)
+            if isinstance(m, ToolExecutionResultMessage) and (m.id, m.tool_name) in earlier
+            else m
+            for m in self._messages()
+        ]
+        if self.memory is not None:
+            self.memory.set_messages(rewritten)
+        else:
+            self.transcript = rewritten
+
+    async def _run(self) -> Result:
         service = self.service
         self._ask_providers(dynamic=False)
         system = service._system_message_for(self.memory_id)
@@ -215,6 +300,8 @@ class _Invocation:
             for call in batch:
                 if call.raised is not None:
                     raise call.raised
+            if self.compensating and any(call.failed for call in batch):
+                await self._compensate_batch(batch)
             for call in batch:
                 assert call.message is not None and call.execution is not None
                 self._add(call.message)
@@ -332,8 +419,11 @@ class _Invocation:
             outcome = await self._run_programmatic(tool, request)
         else:
             call.behavior = tool.return_behavior
-            invocation = Invocation(self.context, self.parameters.to_json())
-            outcome = await self.service.executor.execute(request, tool, invocation)
+            invocation = self._invocation()
+            call.row = self.saga.intent(request, tool, invocation)
+            call.definition = tool
+            late = self.compensating and tool.compensation is not None
+            outcome = await self.service.executor.execute(request, tool, invocation, compensate_if_late=late)
         if outcome.parameter_changes:
             self.parameters.merge(outcome.parameter_changes)
         text = outcome.text
@@ -365,6 +455,8 @@ class _Invocation:
             is_error=outcome.is_error,
             attributes=dict(outcome.attributes),
         )
+        if call.definition is not None:
+            self.saga.outcome(call.row, call.definition, outcome, call.execution)
         log.info(
             "tool %s call %s: %s in %.0f ms%s",
             request.name,

@@ -183,7 +183,7 @@ def warn_and_send_exception_message(
         "tool %s call %s failed: %s: %s",
         context.request.name,
         context.request.id,
-        type(error).__name__,
+        getattr(error, "error_type", None) or type(error).__name__,
         error,
     )
     return ToolErrorHandlerResult.text(_message(error))

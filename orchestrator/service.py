@@ -21,6 +21,7 @@ from orchestrator.handlers import (
     send_exception_message_to_llm,
     warn_and_send_exception_message,
 )
+from orchestrator.journal import Journal
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import ToolExecutionResultMessage, UserMessage
 from orchestrator.models.base import ChatEvent, ChatModel, CompleteResponse, ToolChoice
@@ -30,8 +31,9 @@ from orchestrator.search import ToolSearchStrategy
 from workers.errors import ToolDefinitionError
 from workers.invocation import InvocationParameters
 from workers.protocol import ToolExecutionRequest
+from workers.settings import Settings
 from workers.specification import ReturnBehavior, ToolSpecification
-from workers.tools import ToolDefinition, discover_tools
+from workers.tools import ToolDefinition, check_compensations, discover_tools
 
 __all__ = ["AiService"]
 
@@ -72,6 +74,7 @@ class AiService:
         hallucinated_tool_name_strategy: HallucinatedToolNameStrategy | None = None,
         tool_choice: ToolChoice | None = None,
         compensate_on_tool_errors: bool = False,
+        journal: Journal | None = None,
         name: str | None = None,
     ) -> None:
         if chat_memory is not None and chat_memory_provider is not None:
@@ -93,10 +96,18 @@ class AiService:
         self.hallucinated_tool_name_strategy = hallucinated_tool_name_strategy
         self.tool_choice = tool_choice
         self.compensate_on_tool_errors = compensate_on_tool_errors
+        if journal is None and compensate_on_tool_errors:
+            journal = Journal(Settings.from_env().database_url)
+        self.journal = journal
         self.name = name
         self._memories: dict[str, ChatMemory] = {}
         self._memories_lock = threading.Lock()
         self._tools: dict[str, ToolDefinition | AiServiceTool] = {}
+        tools = list(tools)
+        if compensate_on_tool_errors:
+            for source in tools:
+                if not isinstance(source, ToolDefinition | AiServiceTool | AiService):
+                    check_compensations(source)
         for tool in self._resolve_tools(tools):
             if tool.specification.name in self._tools:
                 raise ToolDefinitionError(f"Duplicated definition for tool: {tool.specification.name}")

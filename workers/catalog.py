@@ -20,7 +20,7 @@ from typing import Any
 import redis
 
 from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
-from workers.tools import ToolDefinition, ToolOptions
+from workers.tools import Compensation, ToolDefinition, ToolOptions
 
 __all__ = ["Catalog", "CatalogHeartbeat", "CatalogTool", "WorkerEntry"]
 
@@ -80,6 +80,11 @@ class CatalogTool:
             options=self.options,
             returns_none=False,
             is_async=False,
+            compensation=(
+                Compensation(self.specification.name, _remote_only(self.specification.name), (), False)
+                if self.compensable
+                else None
+            ),
         )
 
 

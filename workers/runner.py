@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import logging
 import time
@@ -10,14 +11,22 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from workers.binding import BoundCall, bind_arguments
-from workers.errors import ToolArgumentsError, ToolErrorVisibleToLlm
-from workers.invocation import Invocation
-from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
+from workers._types import split_annotated
+from workers.binding import BoundCall, bind_arguments, bind_values, parse_arguments
+from workers.errors import ToolArgumentsError, ToolDefinitionError, ToolErrorVisibleToLlm
+from workers.invocation import Invocation, InvocationParameters
+from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.results import convert_result
 from workers.tools import ToolDefinition
 
-__all__ = ["arun_tool", "error_outcome", "run_tool"]
+__all__ = [
+    "arun_compensation",
+    "arun_tool",
+    "bind_compensation",
+    "error_outcome",
+    "run_compensation",
+    "run_tool",
+]
 
 log = logging.getLogger(__name__)
 
@@ -131,3 +140,62 @@ def _logged(
     else:
         log.debug("tool %s call %s: success in %.1f ms", definition.name, request.id, elapsed_ms)
     return outcome
+
+
+def bind_compensation(
+    definition: ToolDefinition, execution: ToolExecution, invocation: Invocation
+) -> BoundCall:
+    """Arguments for `definition`'s compensation: the call's own arguments, or its `ToolExecution`."""
+    compensation = definition.compensation
+    if compensation is None:
+        raise ToolDefinitionError(f"Tool '{definition.name}' has no compensation")
+    parameters = InvocationParameters(copy.deepcopy(dict(invocation.parameters)))
+    visible = [p for p in compensation.parameters if p.injected is None]
+    if len(visible) == 1 and split_annotated(visible[0].annotation)[0] is ToolExecution:
+        injected = tuple(p for p in compensation.parameters if p.injected is not None)
+        bound = bind_values(definition.name, injected, {}, invocation.context, parameters)
+        if visible[0].positional_only:
+            bound.args.insert(compensation.parameters.index(visible[0]), execution)
+        else:
+            bound.kwargs[visible[0].attribute] = execution
+        return bound
+    values = parse_arguments(execution.request.arguments, definition.name)
+    return bind_values(definition.name, definition.parameters, values, invocation.context, parameters)
+
+
+def run_compensation(
+    definition: ToolDefinition, execution: ToolExecution, invocation: Invocation
+) -> ToolOutcome:
+    """Undo one successful call of `definition` in this process; a failure is an error outcome."""
+    try:
+        bound = bind_compensation(definition, execution, invocation)
+        assert definition.compensation is not None
+        value = definition.compensation.function(*bound.args, **bound.kwargs)
+        if inspect.isawaitable(value):
+            value = asyncio.run(_await(value))
+    except Exception as exc:
+        log.warning("compensation of %s call %s failed: %s", definition.name, execution.request.id, exc)
+        return error_outcome(exc, OutcomeKind.EXECUTION_ERROR)
+    return ToolOutcome(
+        kind=OutcomeKind.SUCCESS, text="Compensated", parameter_changes=bound.parameters.changes()
+    )
+
+
+async def arun_compensation(
+    definition: ToolDefinition,
+    execution: ToolExecution,
+    invocation: Invocation,
+    *,
+    executor: Executor | None = None,
+) -> ToolOutcome:
+    """`run_compensation` from async code: an `async` compensation is awaited, others run on threads."""
+    compensation = definition.compensation
+    if compensation is not None and compensation.is_async:
+        try:
+            bound = bind_compensation(definition, execution, invocation)
+            await compensation.function(*bound.args, **bound.kwargs)
+        except Exception as exc:
+            return error_outcome(exc, OutcomeKind.EXECUTION_ERROR)
+        return ToolOutcome(kind=OutcomeKind.SUCCESS, text="Compensated")
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(executor, run_compensation, definition, execution, invocation)

@@ -28,6 +28,7 @@ class Settings:
     max_fanout: int = 64
     max_argument_bytes: int = 1 << 20
     max_result_bytes: int = 4 << 20
+    compensation_retries: int = 3
     retry_backoff_s: float = 0.2
     retry_backoff_max_s: float = 5.0
     send_sent_events: bool = True

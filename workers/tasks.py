@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from typing import Any, cast
 
 import redis
@@ -18,21 +19,31 @@ from celery import Celery, Task
 from celery.signals import worker_ready, worker_shutdown
 
 from workers import _failures
-from workers.catalog import CatalogHeartbeat, CatalogTool, WorkerEntry
+from workers.catalog import WORKER_KEY, CatalogHeartbeat, CatalogTool, WorkerEntry
 from workers.errors import ToolResultError
 from workers.invocation import Invocation
-from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
+from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.registry import ToolRegistry
 from workers.retry import backoff_s, is_transient
-from workers.runner import error_outcome, run_tool
+from workers.runner import error_outcome, run_compensation, run_tool
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
-__all__ = ["TASK_PREFIX", "ToolFailure", "failure_for", "outcome_from_failure", "register_tasks"]
+__all__ = [
+    "COMPENSATION_PREFIX",
+    "TASK_PREFIX",
+    "ToolFailure",
+    "call_state_key",
+    "compensation_task_id",
+    "failure_for",
+    "outcome_from_failure",
+    "register_tasks",
+]
 
 log = logging.getLogger(__name__)
 
 TASK_PREFIX = "tool."
+COMPENSATION_PREFIX = "compensate."
 _FAILURE_MODULE = _failures.__name__
 
 
@@ -114,13 +125,143 @@ def _run_call(
                     countdown=countdown, max_retries=definition.options.retries, exc=failure_for(outcome)
                 )
         raise failure_for(outcome, task.request.hostname)
+    if kwargs.get("compensate_if_late") and definition.compensation is not None:
+        _finish_or_compensate_late(task, definition, settings, request, invocation, outcome, deadline)
+    return {**outcome.to_json(), "worker": task.request.hostname}
+
+
+def call_state_key(task_id: str) -> str:
+    """The per-call state in Redis that decides between "collected" and "abandoned"."""
+    return f"toolfleet:call:{task_id}"
+
+
+def compensation_task_id(idempotency_key: str) -> str:
+    """The one task id of the compensation of a call: every path that undoes it uses the same id."""
+    return "compensate-" + str(uuid.uuid5(_COMPENSATION_NAMESPACE, idempotency_key))
+
+
+_COMPENSATION_NAMESPACE = uuid.UUID("5b0b6a8e-4f5e-4a57-9a43-2f3c54a0c1de")
+_clients: dict[str, redis.Redis] = {}
+
+
+def _redis(settings: Settings) -> redis.Redis:
+    # Created lazily in the process that uses it: prefork children must not share the parent's sockets.
+    key = f"{os.getpid()}:{settings.redis_url}"
+    client = _clients.get(key)
+    if client is None:
+        client = _clients[key] = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+    return client
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _holder_is_gone(client: redis.Redis, holder: str, my_hostname: str | None) -> bool:
+    """Whether the process that took a compensation lock died: its pid on this worker, or its worker."""
+    hostname, _, rest = holder.partition("|")
+    pid_text = rest.partition("|")[0]
+    if hostname == my_hostname and pid_text.isdigit():
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    return not client.exists(WORKER_KEY.format(hostname))
+
+
+def _finish_or_compensate_late(
+    task: Task,
+    definition: ToolDefinition,
+    settings: Settings,
+    request: ToolExecutionRequest,
+    invocation: Invocation,
+    outcome: ToolOutcome,
+    deadline: float | None,
+) -> None:
+    """Mark the call finished; if the orchestrator already abandoned it, enqueue its compensation.
+
+    One atomic SET ... GET decides: whichever of worker and orchestrator writes first wins, so a late
+    success is either collected by the orchestrator or compensated here, never both, never neither.
+    """
+    ttl = int(max(settings.result_expires_s, 60))
+    previous = _redis(settings).set(call_state_key(task.request.id), "finished", ex=ttl, get=True)
+    if previous != b"abandoned":
+        return
+    key = str(task.request.headers.get("idempotency_key") if task.request.headers else "") or task.request.id
+    execution = ToolExecution(
+        request=request,
+        result=outcome.text,
+        result_object=outcome.result_object,
+        attributes=dict(outcome.attributes),
+        status=OutcomeKind.SUCCESS.value,
+        task_id=task.request.id,
+        pool=definition.pool,
+        worker=task.request.hostname,
+    )
+    log.warning(
+        "tool %s call %s finished after its deadline; enqueuing its compensation", definition.name, request.id
+    )
+    timeout_s = (definition.timeout or settings.default_tool_timeout_s) * (1 + settings.compensation_retries)
+    task.app.send_task(
+        COMPENSATION_PREFIX + definition.name,
+        kwargs={
+            "execution": execution.to_json(),
+            "invocation": invocation.to_json(),
+            "idempotency_key": key,
+            "deadline": time.time() + timeout_s,
+        },
+        task_id=compensation_task_id(key),
+        queue=definition.pool,
+        headers={"idempotency_key": key, "late": True},
+    )
+
+
+def _run_compensation(
+    task: Task, definition: ToolDefinition, settings: Settings, kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """Undo one call, at most once per idempotency key, whatever the number of deliveries."""
+    execution = ToolExecution.from_json(kwargs["execution"])
+    invocation = Invocation.from_json(kwargs["invocation"])
+    key = str(kwargs["idempotency_key"])
+    deadline = float(kwargs.get("deadline") or 0) or None
+    lock = f"toolfleet:compensation:{key}"
+    client = _redis(settings)
+    lock_ttl = int((definition.timeout or settings.default_tool_timeout_s) + 30)
+    mine = f"{task.request.hostname}|{os.getpid()}|{uuid.uuid4().hex}"
+    if not client.set(lock, mine, nx=True, ex=lock_ttl):
+        holder = client.get(lock)
+        if holder == b"done":
+            return {"kind": "success", "text": "Already compensated", "worker": task.request.hostname}
+        if holder is not None and not _holder_is_gone(client, _text(holder), task.request.hostname):
+            # Another delivery is undoing it right now: look again shortly.
+            raise task.retry(countdown=1.0, max_retries=None, exc=RuntimeError("compensation in progress"))
+        if client.set(lock, mine, ex=lock_ttl, get=True) != holder:
+            raise task.retry(countdown=1.0, max_retries=None, exc=RuntimeError("compensation in progress"))
+    outcome = run_compensation(definition, execution, invocation)
+    if outcome.is_error:
+        client.delete(lock)
+        attempt = int(task.request.retries or 0)
+        if attempt < settings.compensation_retries:
+            countdown = backoff_s(attempt, settings.retry_backoff_s, settings.retry_backoff_max_s)
+            if deadline is None or time.time() + countdown < deadline:
+                raise task.retry(
+                    countdown=countdown, max_retries=settings.compensation_retries, exc=failure_for(outcome)
+                )
+        raise failure_for(outcome, task.request.hostname)
+    client.set(lock, "done", ex=7 * 24 * 3600)
     return {**outcome.to_json(), "worker": task.request.hostname}
 
 
 def register_tasks(app: Celery, registry: ToolRegistry, settings: Settings) -> None:
-    """Register `tool.<name>` for every tool, and publish the catalog while a worker of `app` runs."""
+    """Register `tool.<name>` for every tool and `compensate.<name>` for every compensable one, and
+    publish the catalog while a worker of `app` runs."""
     for definition in registry:
         _register(app, definition, settings)
+        if definition.compensation is not None:
+            _register_compensation(app, definition, settings)
     _publish_catalog_while_running(app, registry, settings)
 
 
@@ -136,6 +277,25 @@ def _register(app: Celery, definition: ToolDefinition, settings: Settings) -> No
         queue=definition.pool,
         acks_late=definition.options.idempotent,
         reject_on_worker_lost=definition.options.idempotent,
+        throws=(ToolFailure,),
+        track_started=True,
+        typing=False,
+    )(run)
+
+
+def _register_compensation(app: Celery, definition: ToolDefinition, settings: Settings) -> None:
+    def run(self: Task, **kwargs: Any) -> dict[str, Any]:
+        return _run_compensation(self, definition, settings, kwargs)
+
+    run.__name__ = f"compensate_{definition.name}"
+    run.__doc__ = f"Undoes a call of {definition.name}"
+    # Compensations must complete: acknowledged late and redelivered when their worker dies.
+    app.task(
+        bind=True,
+        name=COMPENSATION_PREFIX + definition.name,
+        queue=definition.pool,
+        acks_late=True,
+        reject_on_worker_lost=True,
         throws=(ToolFailure,),
         track_started=True,
         typing=False,

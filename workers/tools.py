@@ -21,6 +21,7 @@ __all__ = [
     "ToolDefinition",
     "ToolOptions",
     "ToolParameter",
+    "check_compensations",
     "compensate_for",
     "discover_tools",
     "tool",
@@ -237,6 +238,59 @@ def discover_tools(source: object) -> list[ToolDefinition]:
         raise ToolDefinitionError(f"Object '{source!r}' does not have any methods annotated with @tool")
     _check_unique(definitions)
     return definitions
+
+
+def check_compensations(source: object) -> None:
+    """Check every `@compensate_for` of `source`: its tool exists on the same object, and it takes the
+    tool's parameters (same names and types, in order) or one `ToolExecution` parameter."""
+    if isinstance(source, types.ModuleType):
+        for value in list(vars(source).values()):
+            if (
+                not isinstance(value, type | types.ModuleType)
+                and not callable(value)
+                and _class_members(type(value))
+            ):
+                check_compensations(value)
+        return
+    if callable(source) and not isinstance(source, type) and _marker(source) is not None:
+        return
+    cls = source if isinstance(source, type) else type(source)
+    members = _class_members(cls)
+    tools = {(options.name or attr): attr for attr, options, _ in members if options is not None}
+    for attr, _, compensates in members:
+        if compensates is None:
+            continue
+        where = f'@compensate_for("{compensates}") on {cls.__qualname__}.{attr}'
+        if compensates not in tools:
+            raise ToolDefinitionError(
+                f"{where}: {cls.__qualname__} has no tool named '{compensates}'. A compensation names a tool "
+                "of its own object and takes the same parameters as that tool, or one ToolExecution parameter"
+            )
+        tool_shape = _shape(_member(cls, tools[compensates], None), compensates)
+        own_shape = _shape(_member(cls, attr, None), compensates)
+        if own_shape == tool_shape or _takes_execution(own_shape):
+            continue
+        raise ToolDefinitionError(
+            f"{where} must take the same parameters as tool '{compensates}' ({_render(tool_shape)}) "
+            f"or one ToolExecution parameter; it takes ({_render(own_shape)})"
+        )
+
+
+def _shape(function: Callable[..., Any], tool_name: str) -> list[tuple[str, Any]]:
+    hints = _hints(function, tool_name)
+    return [
+        (name, split_annotated(hints.get(name, Any))[0]) for name in inspect.signature(function).parameters
+    ]
+
+
+def _takes_execution(shape: list[tuple[str, Any]]) -> bool:
+    from workers.protocol import ToolExecution
+
+    return len(shape) == 1 and split_annotated(shape[0][1])[0] is ToolExecution
+
+
+def _render(shape: list[tuple[str, Any]]) -> str:
+    return ", ".join(f"{name}: {type_label(split_annotated(tp)[0])}" for name, tp in shape)
 
 
 def _check_unique(definitions: Iterable[ToolDefinition]) -> None:

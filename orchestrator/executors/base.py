@@ -6,17 +6,31 @@ import asyncio
 from collections.abc import Sequence
 from typing import Protocol
 
-from workers import ToolDefinition, ToolExecutionRequest, ToolOutcome
+from workers import ToolDefinition, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.invocation import Invocation
 
-__all__ = ["ToolExecutor", "execute_batch"]
+__all__ = ["ToolExecutor", "execute_batch", "idempotency_key"]
+
+
+def idempotency_key(invocation: Invocation, request: ToolExecutionRequest) -> str:
+    """The key that identifies one call everywhere: invocation id and call id."""
+    return f"{invocation.context.invocation_id}:{request.id or request.name}"
 
 
 class ToolExecutor(Protocol):
     """Runs one tool call and returns its structured outcome; a tool's failure is an outcome, not a raise."""
 
     async def execute(
-        self, request: ToolExecutionRequest, definition: ToolDefinition | None, invocation: Invocation | None
+        self,
+        request: ToolExecutionRequest,
+        definition: ToolDefinition | None,
+        invocation: Invocation | None,
+        *,
+        compensate_if_late: bool = False,
+    ) -> ToolOutcome: ...
+
+    async def compensate(
+        self, definition: ToolDefinition, execution: ToolExecution, invocation: Invocation
     ) -> ToolOutcome: ...
 
 

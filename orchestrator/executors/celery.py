@@ -16,13 +16,26 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from orchestrator.executors._collector import LOST, NO_WORKER, ResultCollector
-from orchestrator.executors.base import execute_batch
-from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome, ToolRegistry
+from orchestrator.executors.base import execute_batch, idempotency_key
+from workers import (
+    OutcomeKind,
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionRequest,
+    ToolOutcome,
+    ToolRegistry,
+)
 from workers.app import make_publisher
 from workers.catalog import Catalog, WorkerEntry
 from workers.invocation import Invocation
 from workers.settings import Settings
-from workers.tasks import TASK_PREFIX, outcome_from_failure
+from workers.tasks import (
+    COMPENSATION_PREFIX,
+    TASK_PREFIX,
+    call_state_key,
+    compensation_task_id,
+    outcome_from_failure,
+)
 
 __all__ = ["CeleryExecutor"]
 
@@ -32,6 +45,7 @@ _TIME_LIMIT_ERRORS = {"TimeLimitExceeded", "SoftTimeLimitExceeded", "Terminated"
 _POOL_ALIVE_CACHE_S = 1.0
 _CATALOG_CACHE_S = 2.0
 _CATALOG_RECHECK_S = 0.2
+_LATE_RESULT_GRACE_S = 5.0
 
 
 def _seconds(value: float) -> str:
@@ -117,8 +131,14 @@ class CeleryExecutor:
         request: ToolExecutionRequest,
         definition: ToolDefinition | None = None,
         invocation: Invocation | None = None,
+        *,
+        compensate_if_late: bool = False,
     ) -> ToolOutcome:
-        """Dispatch one call and wait for its outcome until its deadline; a tool's failure is an outcome."""
+        """Dispatch one call and wait for its outcome until its deadline; a tool's failure is an outcome.
+
+        With `compensate_if_late`, a call abandoned at its deadline that completes afterwards is undone
+        by its worker: the call's state in Redis decides atomically between collected and abandoned.
+        """
         definition = definition or self.definition(request.name)
         invocation = invocation or Invocation()
         if definition is None:
@@ -133,10 +153,25 @@ class CeleryExecutor:
             )
         timeout_s = definition.timeout or self.settings.default_tool_timeout_s
         deadline = time.monotonic() + timeout_s
+        key = idempotency_key(invocation, request)
         attempts = 1 + (definition.options.retries if definition.options.idempotent else 0)
         outcome = _error(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
         for _ in range(attempts):
-            outcome = await self._attempt(request, definition, invocation, deadline, timeout_s)
+            outcome = await self._dispatch(
+                TASK_PREFIX + definition.name,
+                str(uuid.uuid4()),
+                {
+                    "request": request.to_json(),
+                    "invocation": invocation.to_json(),
+                    "compensate_if_late": compensate_if_late and definition.compensation is not None,
+                },
+                definition,
+                deadline,
+                timeout_s,
+                key=key,
+                kwargs_repr=_kwargs_repr(request.arguments, request.id, invocation),
+                abandon_atomically=compensate_if_late and definition.compensation is not None,
+            )
             if outcome.kind is not OutcomeKind.WORKER_LOST or time.monotonic() >= deadline:
                 break
             log.info(
@@ -144,23 +179,61 @@ class CeleryExecutor:
             )
         return outcome
 
-    async def _attempt(
+    async def compensate(
+        self, definition: ToolDefinition, execution: ToolExecution, invocation: Invocation
+    ) -> ToolOutcome:
+        """Undo one successful call as the task `compensate.<tool>` on the tool's pool.
+
+        The task id is derived from the call's idempotency key, and the worker runs a compensation at
+        most once per key, so dispatching it again (after a lost worker, or from `toolfleet recover`)
+        never undoes a call twice. Retries with backoff happen on the worker, within the deadline.
+        """
+        key = idempotency_key(invocation, execution.request)
+        per_attempt = definition.timeout or self.settings.default_tool_timeout_s
+        timeout_s = per_attempt * (1 + self.settings.compensation_retries) + self.settings.retry_backoff_max_s
+        deadline = time.monotonic() + timeout_s
+        outcome = _error(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
+        for _ in range(1 + self.settings.compensation_retries):
+            outcome = await self._dispatch(
+                COMPENSATION_PREFIX + definition.name,
+                compensation_task_id(key),
+                {
+                    "execution": execution.to_json(),
+                    "invocation": invocation.to_json(),
+                    "idempotency_key": key,
+                },
+                definition,
+                deadline,
+                timeout_s,
+                key=key,
+                kwargs_repr=_kwargs_repr(execution.request.arguments, execution.request.id, invocation),
+            )
+            if outcome.kind is not OutcomeKind.WORKER_LOST or time.monotonic() >= deadline:
+                break
+            log.info("compensation of %s call %s: worker lost; dispatching again", definition.name, key)
+        return outcome
+
+    async def _dispatch(
         self,
-        request: ToolExecutionRequest,
+        task_name: str,
+        task_id: str,
+        kwargs: dict[str, Any],
         definition: ToolDefinition,
-        invocation: Invocation,
         deadline: float,
         timeout_s: float,
+        *,
+        key: str,
+        kwargs_repr: str,
+        abandon_atomically: bool = False,
     ) -> ToolOutcome:
         pool = definition.pool
         if not self._pool_has_workers(pool):
             return _no_worker(definition)
-        task_id = str(uuid.uuid4())
         collector = self._collector
         future = collector.watch(task_id, pool)
         remaining = deadline - time.monotonic()
         try:
-            self._publish(task_id, request, definition, invocation, remaining)
+            self._publish(task_name, task_id, kwargs, pool, remaining, key=key, kwargs_repr=kwargs_repr)
         except OperationalError as exc:
             collector.forget(task_id)
             return _error(
@@ -168,17 +241,22 @@ class CeleryExecutor:
                 f"Tool '{definition.name}' could not be dispatched: the broker is unreachable ({exc})",
                 "BrokerUnavailable",
             )
+        waiting = asyncio.wrap_future(future)
         try:
-            meta = await asyncio.wait_for(asyncio.wrap_future(future), max(remaining, 0.0))
+            meta = await asyncio.wait_for(asyncio.shield(waiting), max(remaining, 0.0))
         except TimeoutError:
-            collector.forget(task_id)
-            self._abandon(task_id, pool)
-            outcome = _error(
-                OutcomeKind.TIMED_OUT,
-                f"Tool '{definition.name}' did not finish within {_seconds(timeout_s)} s",
-                "TimeoutError",
-            )
-            return dataclasses.replace(outcome, task_id=task_id, pool=pool)
+            if abandon_atomically and not self._mark_abandoned(task_id):
+                # The worker finished first: the call succeeded and its result is on its way.
+                meta = await asyncio.wait_for(waiting, _LATE_RESULT_GRACE_S)
+            else:
+                collector.forget(task_id)
+                self._abandon(task_id, pool)
+                outcome = _error(
+                    OutcomeKind.TIMED_OUT,
+                    f"Tool '{definition.name}' did not finish within {_seconds(timeout_s)} s",
+                    "TimeoutError",
+                )
+                return dataclasses.replace(outcome, task_id=task_id, pool=pool)
         except asyncio.CancelledError:
             collector.forget(task_id)
             self._abandon(task_id, pool)
@@ -186,25 +264,38 @@ class CeleryExecutor:
         outcome = self._outcome(meta, definition, timeout_s)
         return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=_worker_of(meta))
 
+    def _mark_abandoned(self, task_id: str) -> bool:
+        """Claim a call as abandoned, unless its worker already marked it finished."""
+        ttl = int(max(self.settings.result_expires_s, 60))
+        try:
+            return bool(self._redis.set(call_state_key(task_id), "abandoned", nx=True, ex=ttl))
+        except redis.RedisError as exc:
+            log.warning(
+                "could not mark %s abandoned (%s); it will not be compensated if it finishes", task_id, exc
+            )
+            return True
+
     def _publish(
         self,
+        task_name: str,
         task_id: str,
-        request: ToolExecutionRequest,
-        definition: ToolDefinition,
-        invocation: Invocation,
+        kwargs: dict[str, Any],
+        pool: str,
         remaining_s: float,
+        *,
+        key: str,
+        kwargs_repr: str,
     ) -> None:
-        call_id = request.id or task_id
         options: dict[str, Any] = {
             "task_id": task_id,
-            "queue": definition.pool,
+            "queue": pool,
             # An absolute time: spares Celery's own timezone arithmetic on the hot path.
             "expires": datetime.fromtimestamp(time.time() + max(remaining_s, 0.001), UTC),
-            "headers": {"idempotency_key": f"{invocation.context.invocation_id}:{call_id}"},
+            "headers": {"idempotency_key": key},
             # What Flower shows as the call's arguments: the model's arguments and ids, never the
             # invocation parameters (they may hold credentials). Also spares Celery's saferepr.
             "argsrepr": "()",
-            "kwargsrepr": _kwargs_repr(request, invocation),
+            "kwargsrepr": kwargs_repr,
             "retry": True,
             "retry_policy": {
                 "max_retries": 2,
@@ -213,17 +304,11 @@ class CeleryExecutor:
                 "interval_max": 0.5,
             },
         }
-        if self._pool_kinds.get(definition.pool) == "prefork":
+        if self._pool_kinds.get(pool) == "prefork":
             options["soft_time_limit"] = max(remaining_s, 0.05)
             options["time_limit"] = max(remaining_s, 0.05) + 1.0
         self._publisher.send_task(
-            TASK_PREFIX + definition.name,
-            kwargs={
-                "request": request.to_json(),
-                "invocation": invocation.to_json(),
-                "deadline": time.time() + remaining_s,
-            },
-            **options,
+            task_name, kwargs={**kwargs, "deadline": time.time() + remaining_s}, **options
         )
 
     def _pool_has_workers(self, pool: str) -> bool:
@@ -309,12 +394,10 @@ class CeleryExecutor:
         self._publisher.close()
 
 
-def _kwargs_repr(request: ToolExecutionRequest, invocation: Invocation) -> str:
-    arguments = request.arguments if len(request.arguments) <= 1024 else request.arguments[:1024] + "…"
-    return (
-        f"{{'arguments': {arguments!r}, 'call_id': {request.id!r}, "
-        f"'invocation_id': '{invocation.context.invocation_id}'}}"
-    )
+def _kwargs_repr(arguments: str, call_id: str | None, invocation: Invocation) -> str:
+    shown = arguments if len(arguments) <= 1024 else arguments[:1024] + "…"
+    invocation_id = invocation.context.invocation_id
+    return f"{{'arguments': {shown!r}, 'call_id': {call_id!r}, 'invocation_id': '{invocation_id}'}}"
 
 
 def _worker_of(meta: dict[str, Any]) -> str | None:

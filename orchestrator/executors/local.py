@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from orchestrator.errors import UnknownToolError
-from orchestrator.executors.base import execute_batch
-from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome, ToolRegistry
+from orchestrator.executors.base import execute_batch, idempotency_key
+from workers import (
+    OutcomeKind,
+    ToolDefinition,
+    ToolExecution,
+    ToolExecutionRequest,
+    ToolOutcome,
+    ToolRegistry,
+)
 from workers.invocation import Invocation
 from workers.retry import backoff_s, is_transient
-from workers.runner import arun_tool, error_outcome
+from workers.runner import arun_compensation, arun_tool, error_outcome, run_compensation, run_tool
 
 __all__ = ["LocalExecutor"]
+
+log = logging.getLogger(__name__)
 
 
 class LocalExecutor:
@@ -37,9 +49,13 @@ class LocalExecutor:
         default_tool_timeout_s: float = 60.0,
         retry_backoff_s: float = 0.2,
         retry_backoff_max_s: float = 5.0,
+        compensation_retries: int = 3,
     ) -> None:
         self.registry = ToolRegistry(tools)
         self.max_fanout = max_fanout
+        self.compensation_retries = compensation_retries
+        self._compensated: set[str] = set()
+        self._lock = threading.Lock()
         self.default_tool_timeout_s = default_tool_timeout_s
         self._backoff = (retry_backoff_s, retry_backoff_max_s)
         self._threads = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="toolfleet-tool")
@@ -49,8 +65,14 @@ class LocalExecutor:
         request: ToolExecutionRequest,
         definition: ToolDefinition | None = None,
         invocation: Invocation | None = None,
+        *,
+        compensate_if_late: bool = False,
     ) -> ToolOutcome:
-        """Run one call of `definition` (looked up by the request's name when not given)."""
+        """Run one call of `definition` (looked up by the request's name when not given).
+
+        With `compensate_if_late`, a call that outlives its deadline is compensated here as soon as it
+        completes successfully.
+        """
         definition = definition or self.registry.get(request.name)
         if definition is None:
             error = UnknownToolError(f"Unknown tool '{request.name}'")
@@ -58,15 +80,11 @@ class LocalExecutor:
         timeout_s = definition.timeout or self.default_tool_timeout_s
         deadline = time.monotonic() + timeout_s
         invocation = invocation or Invocation()
+        late = compensate_if_late and definition.compensation is not None
         attempt = 0
         while True:
-            try:
-                outcome = await asyncio.wait_for(
-                    arun_tool(definition, request, invocation, executor=self._threads),
-                    max(deadline - time.monotonic(), 0.0),
-                )
-            except TimeoutError:
-                # A thread cannot be stopped: the call runs on, and its result is dropped.
+            outcome = await self._run_once(definition, request, invocation, deadline, late)
+            if outcome is None:
                 return ToolOutcome(
                     kind=OutcomeKind.TIMED_OUT,
                     text=f"Tool '{definition.name}' did not finish within {timeout_s:g} s",
@@ -79,6 +97,102 @@ class LocalExecutor:
                 return outcome
             attempt += 1
             await asyncio.sleep(pause)
+
+    async def _run_once(
+        self,
+        definition: ToolDefinition,
+        request: ToolExecutionRequest,
+        invocation: Invocation,
+        deadline: float,
+        compensate_if_late: bool,
+    ) -> ToolOutcome | None:
+        """One attempt; `None` when the deadline passed first (the call runs on: a thread cannot stop)."""
+        running: asyncio.Future[ToolOutcome] | concurrent.futures.Future[ToolOutcome]
+        if definition.is_async:
+            running = asyncio.ensure_future(arun_tool(definition, request, invocation))
+            waiting: asyncio.Future[ToolOutcome] = running
+        else:
+            running = self._threads.submit(run_tool, definition, request, invocation)
+            waiting = asyncio.wrap_future(running)
+        done, _ = await asyncio.wait({waiting}, timeout=max(deadline - time.monotonic(), 0.0))
+        if waiting in done:
+            return waiting.result()
+        if compensate_if_late:
+            key = idempotency_key(invocation, request)
+            running.add_done_callback(
+                lambda finished: self._compensate_late(definition, request, invocation, key, finished)
+            )
+        return None
+
+    def _compensate_late(
+        self,
+        definition: ToolDefinition,
+        request: ToolExecutionRequest,
+        invocation: Invocation,
+        key: str,
+        finished: asyncio.Future[ToolOutcome] | concurrent.futures.Future[ToolOutcome],
+    ) -> None:
+        if finished.cancelled() or finished.exception() is not None:
+            return
+        outcome = finished.result()
+        if outcome.is_error:
+            return
+        execution = ToolExecution(
+            request=request,
+            result=outcome.text,
+            result_object=outcome.result_object,
+            attributes=dict(outcome.attributes),
+        )
+        log.warning(
+            "tool %s call %s finished after its deadline; compensating it", definition.name, request.id
+        )
+        self._threads.submit(self._compensate_sync, definition, execution, invocation, key)
+
+    def _compensate_sync(
+        self, definition: ToolDefinition, execution: ToolExecution, invocation: Invocation, key: str
+    ) -> ToolOutcome:
+        with self._lock:
+            if key in self._compensated:
+                return ToolOutcome(OutcomeKind.SUCCESS, "Already compensated")
+        outcome = run_compensation(definition, execution, invocation)
+        for attempt in range(self.compensation_retries):
+            if not outcome.is_error:
+                break
+            time.sleep(backoff_s(attempt, *self._backoff))
+            outcome = run_compensation(definition, execution, invocation)
+        if not outcome.is_error:
+            with self._lock:
+                self._compensated.add(key)
+        return outcome
+
+    async def compensate(
+        self, definition: ToolDefinition, execution: ToolExecution, invocation: Invocation
+    ) -> ToolOutcome:
+        """Undo one successful call in this process, with retries and backoff; at most once per call."""
+        key = idempotency_key(invocation, execution.request)
+        with self._lock:
+            if key in self._compensated:
+                return ToolOutcome(OutcomeKind.SUCCESS, "Already compensated")
+        timeout_s = definition.timeout or self.default_tool_timeout_s
+        outcome = ToolOutcome(OutcomeKind.EXECUTION_ERROR, "not run", error_type="NotRun")
+        for attempt in range(1 + self.compensation_retries):
+            try:
+                outcome = await asyncio.wait_for(
+                    arun_compensation(definition, execution, invocation, executor=self._threads), timeout_s
+                )
+            except TimeoutError:
+                outcome = ToolOutcome(
+                    OutcomeKind.TIMED_OUT,
+                    f"Compensation of tool '{definition.name}' did not finish within {timeout_s:g} s",
+                    error_type="TimeoutError",
+                )
+            if not outcome.is_error:
+                with self._lock:
+                    self._compensated.add(key)
+                return outcome
+            if attempt < self.compensation_retries:
+                await asyncio.sleep(backoff_s(attempt, *self._backoff))
+        return outcome
 
     async def execute_batch(
         self, calls: Sequence[tuple[ToolExecutionRequest, ToolDefinition | None]], invocation: Invocation

@@ -1,0 +1,60 @@
+"""`toolfleet recover`: finish the sagas an orchestrator left unfinished."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from typing import Any
+
+from workers.settings import Settings
+
+HELP = "complete the compensations of invocations whose orchestrator stopped mid-saga"
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "recover",
+        help=HELP,
+        description=HELP.capitalize() + ". Reads the SQL log (TOOLFLEET_DATABASE_URL), claims each stale "
+        "invocation and runs its remaining compensations on the tools' pools.",
+    )
+    parser.add_argument(
+        "--stale-after", type=float, default=60.0, metavar="S", help="seconds without heartbeat (default 60)"
+    )
+    parser.add_argument("--invocation", default=None, help="recover this invocation id only")
+    parser.add_argument(
+        "--tools",
+        default="",
+        help="modules with the tools, comma-separated (default: the live worker catalog)",
+    )
+    return parser
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from orchestrator.executors.celery import CeleryExecutor
+    from orchestrator.journal import Journal
+    from orchestrator.recovery import recover
+    from workers.app import registry_from_modules
+
+    journal = Journal(settings.database_url)
+    executor = CeleryExecutor(settings=settings, tools=registry_from_modules(args.tools.split(",")))
+    try:
+        reports = asyncio.run(
+            recover(journal, executor, stale_after_s=args.stale_after, invocation_id=args.invocation)
+        )
+    finally:
+        executor.close()
+    if not reports:
+        print("Nothing to recover: no stale unfinished invocation.")
+        return 0
+    failed = 0
+    for report in reports:
+        print(f"invocation {report.invocation_id}:")
+        for label in report.compensated:
+            print(f"  compensated  {label}")
+        for label in report.failed:
+            print(f"  FAILED       {label}  (see `toolfleet sagas --failed`)")
+        for label in report.unknown:
+            print(f"  unknown      {label}  (dispatched, outcome never recorded: check it by hand)")
+        failed += len(report.failed)
+    return 1 if failed else 0

@@ -1,0 +1,34 @@
+"""`toolfleet runs`: recent invocations from the SQL log."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from workers.settings import Settings
+
+HELP = "list recent invocations from the SQL log"
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser("runs", help=HELP, description=HELP)
+    parser.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    parser.add_argument("--state", choices=("running", "compensating", "succeeded", "failed"), default=None)
+    return parser
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from orchestrator.journal import Journal
+
+    journal = Journal(settings.database_url)
+    records = journal.invocations(limit=args.limit, state=args.state)
+    if not records:
+        print("No invocations recorded.")
+        return 0
+    print(f"{'invocation':36}  {'started':19}  {'state':12}  {'calls':5}  user message")
+    for record in records:
+        calls = len(journal.calls(record.id))
+        started = record.started_at.strftime("%Y-%m-%d %H:%M:%S")
+        message = (record.user_message or "").replace("\n", " ")[:50]
+        print(f"{record.id:36}  {started:19}  {record.state:12}  {calls:5}  {message}")
+    return 0

@@ -1,0 +1,113 @@
+"""The compensation coordinator: undo the successful calls of an invocation when one of them fails.
+
+The saga lives for the whole invocation. Every call is written to the journal before it is
+dispatched (intent) and again when its outcome is known; successful calls of compensable tools are
+kept in request order. When a batch has a failure — or the invocation ends abnormally — their
+compensations run latest first, one at a time, each on the tool's pool (or in-process with
+`LocalExecutor`) with its own deadline, retries and the idempotency key of the call it undoes. A
+compensation that keeps failing is recorded and the rest go on; the record is then cleared, so
+nothing is compensated twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from orchestrator.executors.base import ToolExecutor, idempotency_key
+from orchestrator.journal import Journal
+from workers.invocation import Invocation
+from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
+from workers.tools import ToolDefinition
+
+__all__ = ["ROLLED_BACK", "Saga", "SagaStep", "rolled_back_text"]
+
+log = logging.getLogger(__name__)
+
+ROLLED_BACK = "Tool '{tool}' was executed successfully but was rolled back due to failure of tool '{failed}'"
+
+
+def rolled_back_text(tool: str, failed: str) -> str:
+    return ROLLED_BACK.format(tool=tool, failed=failed)
+
+
+@dataclass
+class SagaStep:
+    """A successful call of a compensable tool, waiting to be undone if the saga fails."""
+
+    definition: ToolDefinition
+    execution: ToolExecution
+    call_row: int | None
+
+
+class Saga:
+    """The compensations owed by one invocation."""
+
+    def __init__(
+        self, executor: ToolExecutor, journal: Journal | None, invocation_id: str, *, keep: bool = True
+    ) -> None:
+        self.executor = executor
+        self.keep = keep
+        self.journal = journal
+        self.invocation_id = invocation_id
+        self.steps: list[SagaStep] = []
+        self._sequence = 0
+
+    def intent(
+        self, request: ToolExecutionRequest, definition: ToolDefinition, invocation: Invocation
+    ) -> int | None:
+        """Write the call to the journal before it is dispatched."""
+        self._sequence += 1
+        if self.journal is None:
+            return None
+        return self.journal.record_intent(
+            self.invocation_id,
+            self._sequence,
+            request,
+            pool=definition.pool,
+            compensable=definition.compensation is not None,
+            idempotency_key=idempotency_key(invocation, request),
+        )
+
+    def outcome(
+        self, call_row: int | None, definition: ToolDefinition, outcome: ToolOutcome, execution: ToolExecution
+    ) -> None:
+        """Write the outcome; keep a successful compensable call for compensation."""
+        if self.journal is not None and call_row is not None:
+            self.journal.record_outcome(call_row, outcome, execution.result)
+        if self.keep and not outcome.is_error and definition.compensation is not None:
+            self.steps.append(SagaStep(definition, execution, call_row))
+
+    async def compensate_all(self, invocation: Invocation, reason: str) -> list[SagaStep]:
+        """Undo every recorded success, latest first, one at a time; returns those undone."""
+        steps, self.steps = list(reversed(self.steps)), []
+        if not steps:
+            return []
+        if self.journal is not None:
+            rows = {c.id: c for c in self.journal.calls(self.invocation_id)}
+            self.journal.set_invocation_state(self.invocation_id, "compensating")
+            self.journal.plan_compensations(
+                self.invocation_id, [rows[s.call_row] for s in steps if s.call_row in rows], reason
+            )
+        undone: list[SagaStep] = []
+        for step in steps:
+            request = step.execution.request
+            if self.journal is not None and step.call_row is not None:
+                self.journal.compensation_running(step.call_row, None)
+            outcome = await self.executor.compensate(step.definition, step.execution, invocation)
+            if self.journal is not None and step.call_row is not None:
+                self.journal.compensation_finished(
+                    step.call_row, not outcome.is_error, outcome.text if outcome.is_error else None
+                )
+            if outcome.is_error:
+                log.error(
+                    "compensation of %s call %s failed (%s): %s; see `toolfleet sagas --failed`",
+                    request.name,
+                    request.id,
+                    outcome.kind.value,
+                    outcome.text,
+                )
+            else:
+                log.info("compensated %s call %s (%s)", request.name, request.id, reason)
+                undone.append(step)
+        return undone
