@@ -30,6 +30,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         updated = row.updated_at.strftime("%Y-%m-%d %H:%M:%S")
         error = (row.error or "").replace("\n", " ")[:80]
         print(
-            f"{row.invocation_id:36}  {row.tool[:20]:20}  {row.state:9}  {row.attempts:5}  {updated:19}  {error}"
+            f"{row.invocation_id:36}  {row.tool[:20]:20}  {row.state:9}  {row.attempts:5}  "
+            f"{updated:19}  {error}"
         )
     return 0

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     print(f"invocation {record.id}  [{record.state}]  owner {record.owner}")
     print(
-        f"  service {record.service_name or '-'}  memory {record.memory_id}  started {record.started_at:%Y-%m-%d %H:%M:%S}"
+        f"  service {record.service_name or '-'}  memory {record.memory_id}  "
+        f"started {record.started_at:%Y-%m-%d %H:%M:%S}"
     )
     if record.user_message:
         print(f"  user: {record.user_message[:200]}")
@@ -45,7 +46,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
         print(f"  #{call.sequence} {call.tool}({call.arguments[:80]})")
         print(
-            f"      {call.state} / {call.outcome or '-'}  pool {call.pool or '-'}  worker {call.worker or '-'}  {took}"
+            f"      {call.state} / {call.outcome or '-'}  pool {call.pool or '-'}  "
+            f"worker {call.worker or '-'}  {took}"
         )
         if call.result:
             print(f"      -> {call.result[:160]}")
