@@ -1,40 +1,276 @@
-"""`toolfleet demo`: the example tools as the model sees them, and calls run through an executor."""
+"""`toolfleet demo`: the whole system on one machine — two worker pools, four scripted stories.
+
+An embedded Redis is started when none answers at `TOOLFLEET_REDIS_URL`; an `io` pool (threads) and a
+`heavy` pool (prefork) run as worker processes with the example tools; the orchestrator discovers
+the tools from the live catalog (it imports none of their code) and runs, in order: the square-root
+example of the documentation, weather lookups fanned out in parallel, a bank transfer whose second
+call fails and whose first is compensated, and a trip booking where the car rental times out and
+the two other bookings are undone in reverse order. `--model openai:<name>` (or `anthropic:<name>`)
+runs the same tools with a real model.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TextIO
 
-from orchestrator.executors import LocalExecutor
-from workers import ToolExecutionRequest, tool_specifications_from
-from workers.examples import bank, math, travel, weather
+from orchestrator.executors.celery import CallEvent, CeleryExecutor
+from orchestrator.journal import Journal
+from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
+from orchestrator.models.base import ChatModel, ChatRequest
+from orchestrator.models.scripted import ScriptedChatModel
+from orchestrator.result import Result
+from orchestrator.service import AiService
+from workers.process import WorkerProcess
+from workers.protocol import ToolExecutionRequest
+from workers.settings import Settings
 
-_CALLS = [
-    ToolExecutionRequest("call_1", "squareRoot", '{"x": 475695037565}'),
-    ToolExecutionRequest("call_2", "add", '{"a": 2, "b": "3"}'),
-    ToolExecutionRequest("call_3", "get_weather", '{"city": "London", "unit": "fahrenheit"}'),
-    ToolExecutionRequest("call_4", "credit", '{"name": "Dmytro", "amount": 100}'),
-    ToolExecutionRequest("call_5", "withdraw", '{"name": "Dmytro", "amount": 1000000}'),
-    ToolExecutionRequest("call_6", "add", '{"a": 1.5, "b": 2}'),
-    ToolExecutionRequest(
-        "call_7", "book_flight", '{"origin": "Kyiv", "destination": "Rome", "day": "2026-12-24"}'
-    ),
+__all__ = ["STORIES", "run_demo"]
+
+Script = Callable[[ChatRequest], AiMessage | str]
+
+
+def _last_results(request: ChatRequest) -> list[ToolExecutionResultMessage]:
+    results: list[ToolExecutionResultMessage] = []
+    for message in reversed(request.messages):
+        if not isinstance(message, ToolExecutionResultMessage):
+            break
+        results.insert(0, message)
+    return results
+
+
+def _asks(request: ChatRequest) -> bool:
+    return isinstance(request.messages[-1], UserMessage)
+
+
+def _call(call_id: str, tool: str, **arguments: object) -> ToolExecutionRequest:
+    return ToolExecutionRequest(call_id, tool, json.dumps(arguments))
+
+
+def _square_root(request: ChatRequest) -> AiMessage | str:
+    if _asks(request):
+        return AiMessage(tool_execution_requests=[_call("call_sqrt", "squareRoot", x=475695037565)])
+    (result,) = _last_results(request)
+    return f"The square root of 475695037565 is {float(result.text):.6f}."
+
+
+CITIES = ("London", "Kyiv", "Tokyo", "Lima", "Nairobi")
+
+
+def _weather(request: ChatRequest) -> AiMessage | str:
+    if _asks(request):
+        calls = [_call(f"call_w{i}", "get_weather", city=c, delay_s=0.5) for i, c in enumerate(CITIES)]
+        return AiMessage(tool_execution_requests=calls)
+    parts = []
+    for result in _last_results(request):
+        forecast = json.loads(result.text)
+        parts.append(f"{forecast['city']} {forecast['temperature']}°C {forecast['summary']}")
+    return "Forecasts: " + "; ".join(parts) + "."
+
+
+def _transfer(request: ChatRequest) -> AiMessage | str:
+    if _asks(request):
+        return AiMessage(tool_execution_requests=[_call("call_credit", "credit", name="Dmytro", amount=100)])
+    results = _last_results(request)
+    if results and results[-1].tool_name == "credit":
+        return AiMessage(
+            tool_execution_requests=[_call("call_withdraw", "withdraw", name="Mario", amount=5000)]
+        )
+    rolled = [
+        m.text
+        for m in request.messages
+        if isinstance(m, ToolExecutionResultMessage) and m.id == "call_credit"
+    ]
+    return f"The transfer did not happen: {results[-1].text}. {rolled[0]}."
+
+
+def _trip(request: ChatRequest) -> AiMessage | str:
+    if _asks(request):
+        return AiMessage(
+            tool_execution_requests=[
+                _call("call_flight", "book_flight", origin="Kyiv", destination="Lisbon", day="2026-12-24"),
+                _call("call_hotel", "book_hotel", city="Lisbon", nights=3),
+                _call("call_car", "rentCar", city="Lisbon", days=3),
+            ]
+        )
+    return "I could not book the whole trip: " + " | ".join(m.text for m in _last_results(request))
+
+
+STORIES: list[tuple[str, str, Script]] = [
+    ("Square root", "What is the square root of 475695037565?", _square_root),
+    ("Weather, fanned out", f"What is the weather in {', '.join(CITIES)}?", _weather),
+    ("Bank transfer, compensated", "Transfer 100 from Mario to Dmytro.", _transfer),
+    ("Trip booking, a timeout undone", "Book me a flight, a hotel and a car in Lisbon for Christmas.", _trip),
 ]
 
 
-def run_demo(out: TextIO) -> int:
-    """Print the example tools' specifications, then run a few calls in-process; returns an exit code."""
-    sources: list[object] = [math.Calculator(), weather, bank.BankTools(), travel.TravelAgency()]
-    out.write("== Tool specifications (what the model is shown)\n")
-    for source in sources:
-        for spec in tool_specifications_from(source):
-            out.write(json.dumps(spec.to_dict(), ensure_ascii=False) + "\n")
-    executor = LocalExecutor(tools=sources)
-    out.write("\n== Calls run in-process by LocalExecutor\n")
+class LiveTable:
+    """Every call in flight: tool, pool, worker, state, elapsed — redrawn on a terminal, a line per
+    change otherwise."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.redraw = out.isatty()
+        self.rows: dict[str, CallEvent] = {}
+        self.first: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.start = time.monotonic()
+
+    def __call__(self, event: CallEvent) -> None:
+        with self.lock:
+            self.first.setdefault(event.task_id, event.at)
+            previous = self.rows.get(event.task_id)
+            worker = event.worker or (previous.worker if previous else None)
+            self.rows[event.task_id] = dataclasses.replace(event, worker=worker)
+            if self.redraw:
+                self._draw()
+            else:
+                elapsed = event.at - self.first[event.task_id]
+                self.out.write(self._row(event.task_name, event.pool, worker, event.state, elapsed) + "\n")
+                self.out.flush()
+
+    def _draw(self) -> None:
+        now = time.monotonic()
+        lines = [f"    {'task':24} {'pool':6} {'worker':12} {'state':14} elapsed"]
+        for task_id, event in self.rows.items():
+            done = event.state not in ("queued", "started")
+            elapsed = (event.at if done else now) - self.first[task_id]
+            lines.append(self._row(event.task_name, event.pool, event.worker, event.state, elapsed))
+        self.out.write("\x1b[J" + "\n".join(lines) + f"\x1b[{len(lines)}F")
+        self.out.flush()
+
+    @staticmethod
+    def _row(task: str, pool: str, worker: str | None, state: str, elapsed: float) -> str:
+        return f"    {task:24} {pool:6} {worker or '-':12} {state:14} {elapsed:6.2f} s"
+
+    def close(self) -> None:
+        if self.redraw and self.rows:
+            self.out.write(f"\x1b[{len(self.rows) + 1}E\n")
+        self.rows.clear()
+        self.first.clear()
+
+
+def _model(spec: str | None, script: Script) -> ChatModel:
+    if spec is None:
+        return ScriptedChatModel(script)
+    provider, _, name = spec.partition(":")
+    if provider == "openai":
+        from orchestrator.models.openai import OpenAiChatModel
+
+        return OpenAiChatModel(name or "gpt-4o-mini")
+    if provider == "anthropic":
+        from orchestrator.models.anthropic import AnthropicChatModel
+
+        return AnthropicChatModel(name or "claude-sonnet-4-5")
+    raise ValueError(f"--model must be openai:<model> or anthropic:<model>, got {spec!r}")
+
+
+def _summary(out: TextIO, title: str, result: Result, journal: Journal) -> None:
+    out.write(f"  Summary of '{title}' (invocation {result.invocation_id}):\n")
+    for execution in result.tool_executions:
+        took = f"{execution.duration_s * 1000:.0f} ms" if execution.duration_s is not None else "-"
+        out.write(
+            f"    {execution.request.name:12} {execution.status:16} {execution.pool or '-':6} "
+            f"{execution.worker or '-':12} {took:>8}  {execution.result[:70]}\n"
+        )
+    compensations = journal.compensations(result.invocation_id)
+    for compensation in compensations:
+        out.write(f"    compensation of {compensation.tool}: {compensation.state} (#{compensation.id})\n")
+    out.write(f"  Answer: {result.content}\n\n")
+
+
+@contextlib.contextmanager
+def _pools(settings: Settings, logs: str) -> Iterator[list[WorkerProcess]]:
+    env = {"TOOLFLEET_EXAMPLES_SLOW": "car=4", "TOOLFLEET_HEARTBEAT_TTL_S": "3"}
+    workers = [
+        WorkerProcess(
+            pools=["io"],
+            modules=["workers.examples.weather", "workers.examples.bank"],
+            redis_url=settings.redis_url,
+            kind="threads",
+            concurrency=16,
+            hostname="io@demo",
+            env={
+                **env,
+                "TOOLFLEET_BROKER_URL": settings.broker_url,
+                "TOOLFLEET_RESULT_BACKEND": settings.result_backend,
+            },
+            log_path=None if logs == "" else Path(logs) / "io.log",
+        ),
+        WorkerProcess(
+            pools=["heavy"],
+            modules=["workers.examples.math", "workers.examples.travel"],
+            redis_url=settings.redis_url,
+            kind="prefork",
+            concurrency=3,
+            hostname="heavy@demo",
+            env={
+                **env,
+                "TOOLFLEET_BROKER_URL": settings.broker_url,
+                "TOOLFLEET_RESULT_BACKEND": settings.result_backend,
+            },
+            log_path=None if logs == "" else Path(logs) / "heavy.log",
+        ),
+    ]
     try:
-        for request in _CALLS:
-            outcome = executor.run(request)
-            out.write(f"{request.name}({request.arguments}) -> [{outcome.kind.value}] {outcome.text}\n")
+        for worker in workers:
+            worker.wait_ready(timeout_s=60)
+        yield workers
     finally:
-        executor.close()
+        for worker in workers:
+            worker.stop()
+
+
+def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None = None) -> int:
+    """Run the four stories; returns the exit code."""
+    from workers._devredis import embedded_redis
+
+    settings = settings or Settings.from_env()
+    with tempfile.TemporaryDirectory(prefix="toolfleet-demo-") as scratch, embedded_redis(settings.redis_url):
+        database = os.environ.get("TOOLFLEET_DATABASE_URL") or f"sqlite:///{scratch}/demo.db"
+        journal = Journal(database)
+        out.write(
+            "Starting worker pools: io (threads x16: weather, bank), heavy (prefork x3: math, travel)\n"
+        )
+        started = time.monotonic()
+        with _pools(settings, scratch) as workers:
+            names = ", ".join(w.hostname for w in workers)
+            out.write(f"Pools ready in {time.monotonic() - started:.1f} s: {names}\n\n")
+            table = LiveTable(out)
+            executor = CeleryExecutor(settings=settings, on_call=table)
+            try:
+                tools = executor.catalog_definitions()
+                out.write(f"Tools found in the live catalog: {', '.join(sorted(t.name for t in tools))}\n\n")
+                for number, (title, question, script) in enumerate(STORIES, 1):
+                    out.write(f"== {number}. {title}\n  User: {question}\n")
+                    service = AiService(
+                        chat_model=_model(model, script),
+                        tools=tools,
+                        executor=executor,
+                        compensate_on_tool_errors=True,
+                        journal=journal,
+                        name="demo",
+                    )
+                    began = time.monotonic()
+                    result = asyncio.run(service.achat(question))
+                    table.close()
+                    out.write(f"  ({time.monotonic() - began:.2f} s)\n")
+                    _summary(out, title, result, journal)
+            finally:
+                executor.close()
+    out.write("Demo complete: all worker processes stopped.\n")
     return 0
+
+
+def main() -> int:
+    return run_demo(sys.stdout)

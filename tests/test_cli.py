@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
-from orchestrator.cli import main
+import pytest
 
 
 def test_help_lists_the_commands(capsys: object) -> None:
@@ -19,18 +21,42 @@ def test_help_lists_the_commands(capsys: object) -> None:
         assert command in result.stdout
 
 
-def test_demo_shows_specifications_and_in_process_calls(capsys: object) -> None:
+@pytest.mark.integration
+def test_demo_runs_the_four_stories_and_leaves_no_process_behind(tmp_path: Path) -> None:
+    # given: the test Redis (a dedicated database) and a journal file of our own
+    base = os.environ.get("TOOLFLEET_REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0]
+    env = {
+        **os.environ,
+        "TOOLFLEET_REDIS_URL": f"{base}/11",
+        "TOOLFLEET_DATABASE_URL": f"sqlite:///{tmp_path}/demo.db",
+    }
+    env.pop("TOOLFLEET_BROKER_URL", None)
+    env.pop("TOOLFLEET_RESULT_BACKEND", None)
     # when
-    code = main(["demo"])
-    out = capsys.readouterr().out  # type: ignore[attr-defined]
-    # then
-    assert code == 0
-    assert '{"name": "squareRoot", "description": "Returns a square root of a given number."' in out
-    assert 'squareRoot({"x": 475695037565}) -> [success] 689706.4865324959' in out
-    assert (
-        'add({"a": 1.5, "b": 2}) -> [arguments_error] Argument "a" has non-integer value for int: <1.5>'
-        in out
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "demo"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
+    # then: it succeeds and tells the four stories
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "The square root of 475695037565 is 689706.486532." in out
+    assert out.count("tool.get_weather         io     io@demo      success") == 5
+    assert "compensation of credit: succeeded" in out
+    assert (
+        "Tool 'credit' was executed successfully but was rolled back due to failure of tool 'withdraw'" in out
+    )
+    assert "Tool 'rentCar' did not finish within 2 s" in out
+    assert out.index("compensation of book_hotel: succeeded") < out.index(
+        "compensation of book_flight: succeeded"
+    )
+    assert "Demo complete: all worker processes stopped." in out
+    # and no worker process is left behind
+    leftovers = subprocess.run(["pgrep", "-f", "--hostname (io|heavy)@demo"], capture_output=True, text=True)
+    assert leftovers.stdout.strip() == ""
 
 
 def test_worker_with_a_pool_no_tool_belongs_to_fails_clearly() -> None:
@@ -54,6 +80,5 @@ def test_worker_with_a_pool_no_tool_belongs_to_fails_clearly() -> None:
     # then
     assert result.returncode == 2
     assert (
-        "No tool of workers.examples.math belongs to pool(s) nowhere; their pools are: default"
-        in result.stderr
+        "No tool of workers.examples.math belongs to pool(s) nowhere; their pools are: heavy" in result.stderr
     )

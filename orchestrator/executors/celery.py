@@ -7,7 +7,8 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,7 +38,7 @@ from workers.tasks import (
     outcome_from_failure,
 )
 
-__all__ = ["CeleryExecutor"]
+__all__ = ["CallEvent", "CeleryExecutor"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class CeleryExecutor:
         *,
         settings: Settings | None = None,
         tools: Iterable[object] = (),
+        on_call: Callable[[CallEvent], None] | None = None,
     ) -> None:
         settings = settings or Settings.from_env()
         if app is not None:
@@ -81,6 +83,7 @@ class CeleryExecutor:
             )
         self.settings = settings
         self.registry = ToolRegistry(tools)
+        self.on_call = on_call
         self._publisher = make_publisher(settings)
         self._redis = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
         self.catalog = Catalog(self._redis)
@@ -230,7 +233,12 @@ class CeleryExecutor:
         if not self._pool_has_workers(pool):
             return _no_worker(definition)
         collector = self._collector
-        future = collector.watch(task_id, pool)
+        notify = self._notifier(task_id, task_name, pool)
+        future = collector.watch(
+            task_id, pool, (lambda worker: notify("started", worker)) if notify else None
+        )
+        if notify:
+            notify("queued", None)
         remaining = deadline - time.monotonic()
         try:
             self._publish(task_name, task_id, kwargs, pool, remaining, key=key, kwargs_repr=kwargs_repr)
@@ -251,6 +259,8 @@ class CeleryExecutor:
             else:
                 collector.forget(task_id)
                 self._abandon(task_id, pool)
+                if notify:
+                    notify(OutcomeKind.TIMED_OUT.value, None)
                 outcome = _error(
                     OutcomeKind.TIMED_OUT,
                     f"Tool '{definition.name}' did not finish within {_seconds(timeout_s)} s",
@@ -262,7 +272,22 @@ class CeleryExecutor:
             self._abandon(task_id, pool)
             raise
         outcome = self._outcome(meta, definition, timeout_s)
+        if notify:
+            notify(outcome.kind.value, _worker_of(meta))
         return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=_worker_of(meta))
+
+    def _notifier(self, task_id: str, task_name: str, pool: str) -> Callable[[str, str | None], None] | None:
+        on_call = self.on_call
+        if on_call is None:
+            return None
+
+        def notify(state: str, worker: str | None) -> None:
+            try:
+                on_call(CallEvent(task_id, task_name, pool, state, worker, time.monotonic()))
+            except Exception:
+                log.exception("on_call observer failed")
+
+        return notify
 
     def _mark_abandoned(self, task_id: str) -> bool:
         """Claim a call as abandoned, unless its worker already marked it finished."""
@@ -392,6 +417,19 @@ class CeleryExecutor:
     def close(self) -> None:
         self._redis.close()
         self._publisher.close()
+
+
+@dataclass(frozen=True)
+class CallEvent:
+    """A step of one dispatched task, for observers (`CeleryExecutor(on_call=...)`): `queued`,
+    `started` (with the worker), then the outcome kind (`success`, `timed_out`, ...)."""
+
+    task_id: str
+    task_name: str
+    pool: str
+    state: str
+    worker: str | None
+    at: float
 
 
 def _kwargs_repr(arguments: str, call_id: str | None, invocation: Invocation) -> str:

@@ -21,7 +21,7 @@ class BankTools:
         )
         self._lock = threading.Lock()
 
-    @tool("Credits money to a bank account", pool="payments", timeout=10)
+    @tool("Credits money to a bank account", pool="io", timeout=10)
     def credit(self, name: Annotated[str, Param("account owner")], amount: float) -> str:
         with self._lock:
             self._account(name)
@@ -33,7 +33,7 @@ class BankTools:
         with self._lock:
             self.balances[name] -= amount
 
-    @tool("Withdraws money from a bank account", pool="payments", timeout=10)
+    @tool("Withdraws money from a bank account", pool="io", timeout=10)
     def withdraw(self, name: Annotated[str, Param("account owner")], amount: float) -> str:
         with self._lock:
             self._account(name)
@@ -47,7 +47,7 @@ class BankTools:
         with self._lock:
             self.balances[name] += amount
 
-    @tool("Returns the balance of a bank account", pool="payments")
+    @tool("Returns the balance of a bank account", pool="io")
     def balance(self, name: str) -> float:
         with self._lock:
             return self._account(name)

@@ -10,11 +10,11 @@ from workers import tool
 class Calculator:
     """Arithmetic tools; `square_root` is the documentation's example."""
 
-    @tool("Adds two numbers")
+    @tool("Adds two numbers", pool="heavy", timeout=10)
     def add(self, a: int, b: int) -> float:
         return float(a + b)
 
-    @tool(name="squareRoot")
+    @tool(name="squareRoot", pool="heavy", timeout=10)
     def square_root(self, x: float) -> float:
         """Returns a square root of a given number."""
         if x < 0:

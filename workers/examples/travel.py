@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from datetime import date
@@ -39,7 +40,7 @@ class TravelAgency:
         with self._lock:
             self.bookings.pop(str(execution.result_object), None)
 
-    @tool("Books a flight and returns the booking id", pool="travel", timeout=5)
+    @tool("Books a flight and returns the booking id", pool="heavy", timeout=5)
     def book_flight(self, origin: str, destination: str, day: date) -> str:
         return self._book("flight", f"{origin}->{destination} on {day.isoformat()}")
 
@@ -47,7 +48,7 @@ class TravelAgency:
     def cancel_flight(self, execution: ToolExecution) -> None:
         self._cancel(execution)
 
-    @tool("Books a hotel room and returns the booking id", pool="travel", timeout=5)
+    @tool("Books a hotel room and returns the booking id", pool="heavy", timeout=5)
     def book_hotel(self, city: str, nights: int) -> str:
         return self._book("hotel", f"{city} for {nights} nights")
 
@@ -55,7 +56,7 @@ class TravelAgency:
     def cancel_hotel(self, execution: ToolExecution) -> None:
         self._cancel(execution)
 
-    @tool("Rents a car and returns the rental id", name="rentCar", pool="travel", timeout=5)
+    @tool("Rents a car and returns the rental id", name="rentCar", pool="heavy", timeout=2)
     def rent_car(self, city: str, days: int) -> str:
         return self._book("car", f"{city} for {days} days")
 
@@ -64,4 +65,15 @@ class TravelAgency:
         self._cancel(execution)
 
 
-agency = TravelAgency()
+def _slow_from_environment() -> dict[str, float]:
+    """`TOOLFLEET_EXAMPLES_SLOW="car=4,hotel=0.5"`: seconds each kind of booking takes (the demo's
+    slow car rental that times out)."""
+    slow: dict[str, float] = {}
+    for item in os.environ.get("TOOLFLEET_EXAMPLES_SLOW", "").split(","):
+        kind, _, seconds = item.partition("=")
+        if kind.strip() and seconds.strip():
+            slow[kind.strip()] = float(seconds)
+    return slow
+
+
+agency = TravelAgency(slow=_slow_from_environment())
