@@ -13,7 +13,7 @@ from workers.settings import Settings
 __all__ = ["COMMANDS", "main"]
 
 # Each name is a module of orchestrator.commands with `add_parser(commands)` and `run(args, settings)`.
-COMMANDS = ("demo", "worker")
+COMMANDS = ("demo", "worker", "recover", "sagas", "runs", "show", "tools", "flower")
 
 
 def _parser() -> argparse.ArgumentParser:

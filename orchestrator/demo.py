@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+import redis
+
 from orchestrator.executors.celery import CallEvent, CeleryExecutor
 from orchestrator.journal import Journal
 from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
@@ -31,6 +33,7 @@ from orchestrator.models.base import ChatModel, ChatRequest
 from orchestrator.models.scripted import ScriptedChatModel
 from orchestrator.result import Result
 from orchestrator.service import AiService
+from workers.catalog import Catalog
 from workers.process import WorkerProcess
 from workers.protocol import ToolExecutionRequest
 from workers.settings import Settings
@@ -190,7 +193,25 @@ def _summary(out: TextIO, title: str, result: Result, journal: Journal) -> None:
 
 
 @contextlib.contextmanager
-def _pools(settings: Settings, logs: str) -> Iterator[list[WorkerProcess]]:
+def _pools(settings: Settings, logs: str, out: TextIO) -> Iterator[list[str]]:
+    """The demo's worker pools: those already live (a deployed stack), else two started here."""
+    catalog = Catalog(redis.Redis.from_url(settings.redis_url))
+    live = {pool: catalog.live_workers(pool) for pool in ("io", "heavy")}
+    if all(live.values()):
+        out.write(
+            "Using the live worker pools: "
+            + ", ".join(f"{p}: {', '.join(w)}" for p, w in live.items())
+            + "\n"
+        )
+        yield [w for names in live.values() for w in names]
+        return
+    out.write("Starting worker pools: io (threads x16: weather, bank), heavy (prefork x3: math, travel)\n")
+    with _own_pools(settings, logs) as workers:
+        yield [w.hostname for w in workers]
+
+
+@contextlib.contextmanager
+def _own_pools(settings: Settings, logs: str) -> Iterator[list[WorkerProcess]]:
     env = {"TOOLFLEET_EXAMPLES_SLOW": "car=4", "TOOLFLEET_HEARTBEAT_TTL_S": "3"}
     workers = [
         WorkerProcess(
@@ -239,12 +260,9 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
     with tempfile.TemporaryDirectory(prefix="toolfleet-demo-") as scratch, embedded_redis(settings.redis_url):
         database = os.environ.get("TOOLFLEET_DATABASE_URL") or f"sqlite:///{scratch}/demo.db"
         journal = Journal(database)
-        out.write(
-            "Starting worker pools: io (threads x16: weather, bank), heavy (prefork x3: math, travel)\n"
-        )
         started = time.monotonic()
-        with _pools(settings, scratch) as workers:
-            names = ", ".join(w.hostname for w in workers)
+        with _pools(settings, scratch, out) as workers:
+            names = ", ".join(workers)
             out.write(f"Pools ready in {time.monotonic() - started:.1f} s: {names}\n\n")
             table = LiveTable(out)
             executor = CeleryExecutor(settings=settings, on_call=table)

@@ -1,0 +1,27 @@
+# One image for every service of the stack: workers, Flower and the orchestrator.
+#   docker build -t toolfleet .
+#   docker run --rm -e TOOLFLEET_REDIS_URL=redis://:PASSWORD@redis-host:6379/0 toolfleet tools
+# Configuration comes from TOOLFLEET_* environment variables (see docker-compose.yml and the README).
+FROM python:3.11-slim
+
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+# Only what the distribution needs (the README is its long description); tests, benchmarks and the
+# development extras stay out of the image.
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY workers/ workers/
+COPY orchestrator/ orchestrator/
+RUN pip install ".[postgres]" \
+    && cd / && rm -rf /src
+
+RUN useradd --create-home --home-dir /home/toolfleet --uid 10001 --user-group --shell /usr/sbin/nologin toolfleet
+USER toolfleet
+WORKDIR /home/toolfleet
+
+ENTRYPOINT ["toolfleet"]
+CMD ["--help"]

@@ -1,0 +1,206 @@
+"""`toolfleet tools`: the live catalog — which workers are up, and the tools they serve."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+import redis
+
+from workers.catalog import Catalog, CatalogTool, WorkerEntry
+from workers.settings import ENVIRONMENT, Settings
+
+HELP = "list the live workers and the tools they serve"
+
+_DESCRIPTION_WIDTH = 72
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "tools",
+        help=HELP,
+        description="Show the live catalog in Redis (TOOLFLEET_REDIS_URL): every worker whose heartbeat "
+        "has not expired, with its pools, pool kind and concurrency, and every tool those workers serve. "
+        "Exits 2 when Redis cannot be reached.",
+    )
+    parser.add_argument(
+        "--pool", default=None, help="only these pools (comma-separated): their workers and their tools"
+    )
+    parser.add_argument("--json", action="store_true", help="print the catalog as JSON")
+    return parser
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    pools = _pools(args.pool)
+    url = str(settings.redacted()["redis_url"])
+    try:
+        workers = _read_workers(settings.redis_url)
+    except (redis.RedisError, OSError, ValueError) as exc:
+        reason = _scrub(str(exc) or type(exc).__name__, settings.redis_url)
+        print(
+            f"toolfleet tools: cannot read the catalog from Redis at {url} "
+            f"({ENVIRONMENT['redis_url']}): {reason}",
+            file=sys.stderr,
+        )
+        return 2
+    if pools is not None:
+        workers = [w for w in workers if pools.intersection(w.pools)]
+    tools = _tools(workers, pools)
+    if args.json:
+        json.dump(_as_json(url, pools, workers, tools), sys.stdout, indent=2, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        _print_text(sys.stdout, url, pools, workers, tools)
+    return 0
+
+
+def _pools(raw: str | None) -> set[str] | None:
+    if raw is None:
+        return None
+    pools = {p.strip() for p in raw.split(",") if p.strip()}
+    return pools or None
+
+
+def _read_workers(redis_url: str) -> list[WorkerEntry]:
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+    try:
+        return Catalog(client).workers()
+    finally:
+        client.close()
+
+
+def _scrub(text: str, redis_url: str) -> str:
+    """Error texts should not carry the password, but make sure they never do."""
+    try:
+        password = urlsplit(redis_url).password
+    except ValueError:
+        password = None
+    return text.replace(password, "***") if password else text
+
+
+class _Served:
+    """One tool as the live workers serve it: the first worker's definition, and who serves it."""
+
+    def __init__(self, tool: CatalogTool) -> None:
+        self.tool = tool
+        self.workers: list[str] = []
+
+
+def _tools(workers: Sequence[WorkerEntry], pools: set[str] | None) -> list[_Served]:
+    served: dict[str, _Served] = {}
+    for worker in workers:
+        for tool in worker.tools:
+            if pools is not None and tool.options.pool not in pools:
+                continue
+            entry = served.setdefault(tool.specification.name, _Served(tool))
+            entry.workers.append(worker.hostname)
+    return sorted(served.values(), key=lambda s: (s.tool.options.pool, s.tool.specification.name))
+
+
+def _as_json(
+    url: str, pools: set[str] | None, workers: Sequence[WorkerEntry], tools: Sequence[_Served]
+) -> dict[str, Any]:
+    return {
+        "redis_url": url,
+        "pools": sorted(pools) if pools is not None else None,
+        "workers": [
+            {
+                "hostname": w.hostname,
+                "pools": w.pools,
+                "pool_kind": w.pool_kind,
+                "concurrency": w.concurrency,
+                "pid": w.pid,
+                "started_at": w.started_at,
+                "tools": sorted(t.specification.name for t in w.tools),
+            }
+            for w in workers
+        ],
+        "tools": [
+            {
+                "name": s.tool.specification.name,
+                "pool": s.tool.options.pool,
+                "timeout": s.tool.options.timeout,
+                "retries": s.tool.options.retries,
+                "idempotent": s.tool.options.idempotent,
+                "compensable": s.tool.compensable,
+                "return_behavior": s.tool.options.return_behavior.value,
+                "description": s.tool.specification.description,
+                "parameters": s.tool.specification.parameters,
+                "workers": s.workers,
+            }
+            for s in tools
+        ],
+    }
+
+
+def _print_text(
+    out: TextIO, url: str, pools: set[str] | None, workers: Sequence[WorkerEntry], tools: Sequence[_Served]
+) -> None:
+    scope = f" for pool(s) {', '.join(sorted(pools))}" if pools is not None else ""
+    if not workers:
+        out.write(f"No live workers{scope} in the catalog at {url}.\n")
+        pool = ",".join(sorted(pools)) if pools is not None else "POOL"
+        out.write(f"Start one with: toolfleet worker --pool {pool} --tools MODULE[,MODULE]\n")
+        if pools is None:
+            out.write("  e.g. toolfleet worker --pool io --tools workers.examples.weather\n")
+        out.write(f"  (with the same {ENVIRONMENT['redis_url']}: workers publish the catalog there).\n")
+        return
+    out.write(f"Catalog at {url}{scope}\n\n")
+    out.write(f"Live workers ({len(workers)}):\n")
+    _table(
+        out,
+        ("HOSTNAME", "POOLS", "KIND", "CONCURRENCY"),
+        [(w.hostname, ",".join(w.pools), w.pool_kind, str(w.concurrency)) for w in workers],
+    )
+    out.write(f"\nTools ({len(tools)}):\n")
+    if not tools:
+        out.write("  (none: these workers serve no tool of the selected pools)\n")
+        return
+    _table(
+        out,
+        ("NAME", "POOL", "TIMEOUT", "IDEMPOTENT", "COMPENSABLE", "WORKERS", "DESCRIPTION"),
+        [
+            (
+                s.tool.specification.name,
+                s.tool.options.pool,
+                _timeout(s.tool.options.timeout),
+                _yes_no(s.tool.options.idempotent),
+                _yes_no(s.tool.compensable),
+                str(len(s.workers)),
+                _short(s.tool.specification.description),
+            )
+            for s in tools
+        ],
+    )
+    if any(s.tool.options.timeout is None for s in tools):
+        out.write(
+            f"\ntimeout 'default': the orchestrator's {ENVIRONMENT['default_tool_timeout_s']} applies.\n"
+        )
+
+
+def _table(out: TextIO, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=False)]
+        out.write("  " + "  ".join([*cells, row[-1]]).rstrip() + "\n")
+
+
+def _timeout(value: float | None) -> str:
+    if value is None:
+        return "default"
+    return f"{value:g} s"
+
+
+def _yes_no(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def _short(description: str | None) -> str:
+    if not description:
+        return ""
+    line = " ".join(description.split())
+    return line if len(line) <= _DESCRIPTION_WIDTH else line[: _DESCRIPTION_WIDTH - 1] + "…"

@@ -1,0 +1,478 @@
+"""The deployment files: docker-compose.yml and Dockerfile agree with the CLI and the settings.
+
+Docker does not run where the tests run, and PyYAML is no dependency: the compose file is kept in a
+plain YAML subset (block mappings and sequences, quoted or plain scalars, flow sequences of quoted
+strings, comments) that `parse_yaml` below reads strictly — anything else is an error, so the file
+cannot drift into YAML this parser would misread.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.cli import COMMANDS, _parser
+from workers.settings import ENVIRONMENT
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+
+# Variables a toolfleet service may set besides the settings' TOOLFLEET_* ones, and why.
+ALLOWED_ENVIRONMENT = {
+    "FLOWER_BASIC_AUTH": "Flower reads it natively: USER:PASSWORD of its web UI and REST API",
+    "FLOWER_UNAUTHENTICATED_API": "Flower reads it natively (only without authentication)",
+    "PYTHONUNBUFFERED": "logs reach `docker compose logs` at once",
+    "TOOLFLEET_EXAMPLES_SLOW": "workers.examples.travel reads it: the demo's slow car rental",
+}
+# Variables whose values are secrets: required (`${VAR:?message}`) wherever they are used.
+SECRETS = ("REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH")
+TOOLFLEET_IMAGE = "toolfleet"
+
+
+# --- a strict reader of the YAML subset the compose file uses -------------------------------------
+
+
+class YamlSubsetError(ValueError):
+    pass
+
+
+_KEY = re.compile(r"^([A-Za-z0-9_.-]+):(?: (.*))?$")
+_INTEGER = re.compile(r"^-?(0|[1-9][0-9]*)$")
+_AMBIGUOUS = {"yes", "no", "on", "off", "y", "n", "null", "~", "true", "false"}
+
+
+def parse_yaml(text: str) -> Any:
+    """Parse the subset; raise `YamlSubsetError` with the line number on anything outside it."""
+    lines: list[tuple[int, int, str]] = []  # (line number, indent, content)
+    for number, raw in enumerate(text.splitlines(), 1):
+        if "\t" in raw:
+            raise YamlSubsetError(f"line {number}: tab character")
+        content = _strip_comment(raw, number).rstrip()
+        if not content.strip():
+            continue
+        if content.strip() in ("---", "..."):
+            raise YamlSubsetError(f"line {number}: document markers are not supported")
+        indent = len(content) - len(content.lstrip(" "))
+        lines.append((number, indent, content.strip()))
+    if not lines:
+        return None
+    if lines[0][1] != 0:
+        raise YamlSubsetError(f"line {lines[0][0]}: the document must start at column 0")
+    value, end = _block(lines, 0, 0)
+    if end != len(lines):
+        raise YamlSubsetError(f"line {lines[end][0]}: unexpected indentation")
+    return value
+
+
+def _strip_comment(raw: str, number: int) -> str:
+    quote: str | None = None
+    for index, char in enumerate(raw):
+        if quote is None:
+            if char in "\"'":
+                quote = char
+            elif char == "#" and (index == 0 or raw[index - 1] == " "):
+                return raw[:index]
+        elif char == quote and not (quote == '"' and _escaped(raw, index)):
+            quote = None
+    if quote is not None:
+        raise YamlSubsetError(f"line {number}: unterminated quoted string (multi-line strings unsupported)")
+    return raw
+
+
+def _escaped(text: str, index: int) -> bool:
+    backslashes = 0
+    while index - backslashes - 1 >= 0 and text[index - backslashes - 1] == "\\":
+        backslashes += 1
+    return backslashes % 2 == 1
+
+
+def _block(lines: list[tuple[int, int, str]], start: int, indent: int) -> tuple[Any, int]:
+    if lines[start][2] == "-" or lines[start][2].startswith("- "):
+        return _sequence(lines, start, indent)
+    return _mapping(lines, start, indent)
+
+
+def _mapping(lines: list[tuple[int, int, str]], start: int, indent: int) -> tuple[dict[str, Any], int]:
+    result: dict[str, Any] = {}
+    index = start
+    while index < len(lines) and lines[index][1] == indent:
+        number, _, content = lines[index]
+        match = _KEY.match(content)
+        if match is None:
+            raise YamlSubsetError(f"line {number}: expected `key: value` or `key:`, got {content!r}")
+        key, rest = match.group(1), match.group(2)
+        if key in result:
+            raise YamlSubsetError(f"line {number}: duplicate key {key!r}")
+        index += 1
+        if rest is not None and rest.strip():
+            result[key] = _scalar(rest.strip(), number)
+        elif index < len(lines) and lines[index][1] > indent:
+            result[key], index = _block(lines, index, lines[index][1])
+        else:
+            result[key] = None
+    if index < len(lines) and lines[index][1] > indent:
+        raise YamlSubsetError(f"line {lines[index][0]}: unexpected indentation")
+    return result, index
+
+
+def _sequence(lines: list[tuple[int, int, str]], start: int, indent: int) -> tuple[list[Any], int]:
+    result: list[Any] = []
+    index = start
+    while index < len(lines) and lines[index][1] == indent:
+        number, _, content = lines[index]
+        if not content.startswith("- "):
+            raise YamlSubsetError(f"line {number}: expected a `- item` of the sequence")
+        item = content[2:].strip()
+        if _KEY.match(item) or item.endswith(":"):
+            raise YamlSubsetError(f"line {number}: mappings inside sequences are not supported")
+        result.append(_scalar(item, number))
+        index += 1
+    if index < len(lines) and lines[index][1] > indent:
+        raise YamlSubsetError(f"line {lines[index][0]}: unexpected indentation")
+    return result, index
+
+
+def _scalar(text: str, number: int) -> Any:
+    if text.startswith('"'):
+        if not text.endswith('"') or len(text) < 2:
+            raise YamlSubsetError(f"line {number}: text after a quoted string: {text!r}")
+        try:
+            value: str = json.loads(text)  # JSON string escapes are a subset of YAML's double-quoted ones
+        except json.JSONDecodeError as exc:
+            raise YamlSubsetError(f"line {number}: unsupported double-quoted string {text!r}") from exc
+        return value
+    if text.startswith("'"):
+        if not text.endswith("'") or len(text) < 2 or "'" in text[1:-1].replace("''", ""):
+            raise YamlSubsetError(f"line {number}: unsupported single-quoted string {text!r}")
+        return text[1:-1].replace("''", "'")
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise YamlSubsetError(
+                f"line {number}: a flow sequence must hold double-quoted strings only: {text!r}"
+            ) from exc
+        if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+            raise YamlSubsetError(f"line {number}: a flow sequence must hold strings only: {text!r}")
+        return items
+    if text[0] in "]{}&*!|>%@`,?:-" and not (text[0] == "-" and _INTEGER.match(text)):
+        raise YamlSubsetError(f"line {number}: unsupported YAML syntax {text!r} (quote the value)")
+    if ": " in text or text.endswith(":"):
+        raise YamlSubsetError(f"line {number}: `: ` inside a plain value: quote it ({text!r})")
+    if text in ("true", "false"):
+        return text == "true"
+    if text.lower() in _AMBIGUOUS:
+        raise YamlSubsetError(f"line {number}: {text!r} means different things to YAML 1.1 and 1.2: quote it")
+    if _INTEGER.match(text):
+        return int(text)
+    if re.fullmatch(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|\.(inf|nan)", text, re.I):
+        raise YamlSubsetError(f"line {number}: floating-point value {text!r}: quote it")
+    return text
+
+
+# --- the reader itself ------------------------------------------------------------------------------
+
+
+def test_parser_reads_the_subset() -> None:
+    # given
+    text = (
+        "# comment\n"
+        "name: demo  # trailing comment\n"
+        "services:\n"
+        "  a:\n"
+        '    command: "x --y ${Z:?set Z} # not a comment"\n'
+        "    init: true\n"
+        "    list:\n"
+        "      - one\n"
+        "      - 'it''s'\n"
+        '    test: ["CMD", "a b"]\n'
+        "    retries: 10\n"
+        "    empty:\n"
+        "volumes:\n"
+        "  data:\n"
+    )
+    # then
+    assert parse_yaml(text) == {
+        "name": "demo",
+        "services": {
+            "a": {
+                "command": "x --y ${Z:?set Z} # not a comment",
+                "init": True,
+                "list": ["one", "it's"],
+                "test": ["CMD", "a b"],
+                "retries": 10,
+                "empty": None,
+            }
+        },
+        "volumes": {"data": None},
+    }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: &anchor x\n",
+        "a: *alias\n",
+        "a: |\n  text\n",
+        "a: 1\na: 2\n",
+        "a:\n  - b: c\n",
+        "a: no\n",
+        "a: b: c\n",
+        "a: 1.5\n",
+        "a:\n\tb: c\n",
+        'a: "unterminated\n',
+        "a: 1\n   b: 2\n",
+        "a: {b: c}\n",
+        "---\na: 1\n",
+    ],
+)
+def test_parser_rejects_what_it_does_not_understand(text: str) -> None:
+    with pytest.raises(YamlSubsetError):
+        parse_yaml(text)
+
+
+# --- the compose file ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    document = parse_yaml(COMPOSE.read_text())
+    assert isinstance(document, dict)
+    return document
+
+
+def _services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    services = compose["services"]
+    assert isinstance(services, dict)
+    return services
+
+
+def _toolfleet_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        name: service
+        for name, service in _services(compose).items()
+        if "build" in service or str(service.get("image", "")).split(":")[0].endswith(TOOLFLEET_IMAGE)
+    }
+
+
+def _references(text: str) -> list[tuple[str, str, str]]:
+    """Every `${NAME<operator>WORD}` reference: (name, operator, word)."""
+    return re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?[-?+]|)([^}]*)\}", text)
+
+
+def test_the_stack_has_its_services(compose: dict[str, Any]) -> None:
+    assert set(_services(compose)) == {
+        "redis",
+        "postgres",
+        "flower",
+        "worker-io",
+        "worker-heavy",
+        "orchestrator",
+    }
+    assert set(_toolfleet_services(compose)) == {"flower", "worker-io", "worker-heavy", "orchestrator"}
+    assert set(compose["volumes"]) == {"redis-data", "postgres-data"}
+
+
+def test_every_toolfleet_command_is_one_the_cli_accepts(compose: dict[str, Any]) -> None:
+    for name, service in _toolfleet_services(compose).items():
+        command = service.get("command")
+        assert isinstance(command, str), f"{name}: the command is a string of toolfleet's arguments"
+        assert "$" not in command, f"{name}: configuration goes in the environment, not the command"
+        words = command.split()
+        assert words[0] in COMMANDS, f"{name}: {words[0]!r} is no toolfleet command ({COMMANDS})"
+        args = _parser().parse_args(words)  # exits (SystemExit) on anything the CLI would reject
+        assert args.command == words[0]
+
+
+def test_every_tool_has_a_worker_with_its_code_and_its_pool(compose: dict[str, Any]) -> None:
+    # given
+    from workers.app import registry_from_modules
+
+    loaded: set[str] = {f"workers.examples.{name}" for name in ("math", "weather", "bank", "travel")}
+    served: set[str] = set()
+    for name, service in _toolfleet_services(compose).items():
+        args = _parser().parse_args(service["command"].split())
+        if args.command != "worker":
+            continue
+        pools = set(args.pool.split(","))
+        for module in args.tools.split(","):
+            tools = {d.name for d in registry_from_modules([module]) if d.pool in pools}
+            # then: no module is loaded for nothing
+            assert tools, f"{name} loads {module} but consumes none of its tools' pools"
+            served |= tools
+            loaded.add(module)
+    # and every tool of every module (the examples at least) has a worker
+    everything = registry_from_modules(sorted(loaded))
+    unserved = [f"{d.name} (pool {d.pool})" for d in everything if d.name not in served]
+    assert unserved == [], "no worker service serves these tools"
+
+
+def test_toolfleet_services_set_only_variables_toolfleet_reads(compose: dict[str, Any]) -> None:
+    known = set(ENVIRONMENT.values()) | set(ALLOWED_ENVIRONMENT)
+    for name, service in _toolfleet_services(compose).items():
+        environment = service.get("environment") or {}
+        assert isinstance(environment, dict), f"{name}: environment is a mapping"
+        unknown = set(environment) - known
+        assert not unknown, f"{name} sets variables nothing reads: {sorted(unknown)}"
+        for variable, value in environment.items():
+            assert isinstance(value, str), f"{name}: {variable} must be a quoted string"
+
+
+def test_toolfleet_services_reach_the_authenticated_redis(compose: dict[str, Any]) -> None:
+    url = "redis://:${REDIS_PASSWORD:?set REDIS_PASSWORD}@redis:6379/0"
+    for name, service in _toolfleet_services(compose).items():
+        environment = service["environment"]
+        for field in ("redis_url", "broker_url", "result_backend"):
+            assert environment[ENVIRONMENT[field]] == url, f"{name}: {ENVIRONMENT[field]}"
+        assert service["restart"] in ("unless-stopped", "always", "on-failure"), name
+        assert service["depends_on"]["redis"] == {"condition": "service_healthy"}, name
+
+
+def test_the_orchestrator_uses_postgres(compose: dict[str, Any]) -> None:
+    orchestrator = _services(compose)["orchestrator"]
+    url = orchestrator["environment"][ENVIRONMENT["database_url"]]
+    assert url.startswith("postgresql+psycopg://")
+    assert "${POSTGRES_PASSWORD:?" in url
+    assert url.endswith("@postgres:5432/${POSTGRES_DB:-toolfleet}")
+    assert orchestrator["depends_on"]["postgres"] == {"condition": "service_healthy"}
+
+
+def test_the_workers_have_their_pools(compose: dict[str, Any]) -> None:
+    services = _services(compose)
+    io = _parser().parse_args(services["worker-io"]["command"].split())
+    heavy = _parser().parse_args(services["worker-heavy"]["command"].split())
+    assert (io.pool, io.kind, io.concurrency) == ("io", "threads", 32)
+    assert (heavy.pool, heavy.kind, heavy.concurrency) == ("heavy", "prefork", 2)
+    timeout = float(services["worker-heavy"]["environment"][ENVIRONMENT["default_tool_timeout_s"]])
+    assert timeout >= 60
+
+
+def test_redis_is_durable_and_authenticated(compose: dict[str, Any]) -> None:
+    redis = _services(compose)["redis"]
+    assert redis["image"].split(":")[0] == "redis"
+    assert int(redis["image"].split(":")[1].split(".")[0]) >= 7
+    # Compose substitutes variables first, then splits the command into words.
+    words = shlex.split(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}", r"<\1>", redis["command"]))
+    assert words[0] == "redis-server"
+    assert words[words.index("--appendonly") + 1] == "yes"
+    assert words[words.index("--maxmemory-policy") + 1] == "noeviction"
+    assert words[words.index("--requirepass") + 1] == "<REDIS_PASSWORD>"
+    assert "${REDIS_PASSWORD:?" in redis["command"]
+    assert any(volume.endswith(":/data") for volume in redis["volumes"])
+    assert redis["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
+    assert "ports" not in redis, "Redis stays inside the stack's network"
+
+
+def test_postgres_is_persistent_and_checked(compose: dict[str, Any]) -> None:
+    postgres = _services(compose)["postgres"]
+    assert postgres["image"].split(":")[0] == "postgres"
+    assert set(postgres["environment"]) == {"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB"}
+    assert postgres["environment"]["POSTGRES_PASSWORD"].startswith("${POSTGRES_PASSWORD:?")
+    assert any(volume.endswith(":/var/lib/postgresql/data") for volume in postgres["volumes"])
+    assert "pg_isready" in postgres["healthcheck"]["test"]
+    assert "ports" not in postgres
+
+
+def test_flower_requires_basic_auth(compose: dict[str, Any]) -> None:
+    flower = _services(compose)["flower"]
+    args = _parser().parse_args(flower["command"].split())
+    assert args.command == "flower"
+    assert args.basic_auth is None, "the credentials come from the environment, not the command line"
+    assert not args.unauthenticated_api
+    assert flower["environment"]["FLOWER_BASIC_AUTH"].startswith("${FLOWER_BASIC_AUTH:?")
+    assert flower["ports"] == ["127.0.0.1:${FLOWER_PORT:-5555}:" + str(args.port)]
+
+
+def test_no_secret_is_written_in_the_file(compose: dict[str, Any]) -> None:
+    text = COMPOSE.read_text()
+    for name, operator, _ in _references(text):
+        if name in SECRETS:
+            assert operator == ":?", f"${{{name}}} is a required secret: use ${{{name}:?message}}"
+    # No password literal: credentials in URLs, and every password-like variable, are references.
+    without_references = re.sub(r"\$\{[^}]*\}", "REF", text)
+    urls = re.findall(r"[a-z+]+://[^\s\"']*", without_references)
+    assert len(urls) >= 4
+    for url in urls:
+        credentials = url.split("://", 1)[1].rpartition("@")[0]
+        if credentials:
+            assert credentials.partition(":")[2] == "REF", f"a literal password in {url}"
+    for service in _services(compose).values():
+        for variable, value in (service.get("environment") or {}).items():
+            if re.search(r"PASSWORD|SECRET|TOKEN|AUTH|KEY", variable):
+                assert re.fullmatch(r"\$\{[A-Z_]+:\?[^}]*\}", value), (
+                    f"{variable} must be a ${{...}} reference"
+                )
+
+
+def test_long_running_services_restart_and_are_healthy_first(compose: dict[str, Any]) -> None:
+    services = _services(compose)
+    for name, service in services.items():
+        assert "restart" in service, f"{name} has no restart policy"
+        for dependency, condition in (service.get("depends_on") or {}).items():
+            assert dependency in services, f"{name} depends on an unknown service {dependency}"
+            wanted = "service_healthy" if "healthcheck" in services[dependency] else "service_started"
+            assert condition == {"condition": wanted}, f"{name} -> {dependency}"
+
+
+# --- the Dockerfile -------------------------------------------------------------------------------
+
+
+def _instructions() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    result = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            result.append((keyword.upper(), rest.strip()))
+    return result
+
+
+def test_the_image_runs_toolfleet_as_a_non_root_user() -> None:
+    instructions = _instructions()
+    assert instructions[0] == ("FROM", "python:3.11-slim")
+    assert ("ENTRYPOINT", '["toolfleet"]') in instructions
+    assert ("CMD", '["--help"]') in instructions
+    runs = [rest for keyword, rest in instructions if keyword == "RUN"]
+    assert any(re.search(r"pip install .*\"?\.\[postgres\]\"?", run) for run in runs), runs
+    assert not any(re.search(r"\[[^\]]*\bdev\b", run) for run in runs), "no development extras"
+    users = [rest for keyword, rest in instructions if keyword == "USER"]
+    assert users and users[-1] not in ("root", "0"), "the services run as a non-root user"
+    copied = " ".join(rest for keyword, rest in instructions if keyword == "COPY")
+    for needed in ("pyproject.toml", "README.md", "workers", "orchestrator"):
+        assert needed in copied
+
+
+def test_the_build_context_leaves_out_what_the_image_does_not_need() -> None:
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert patterns[0] == "*", "everything is excluded unless listed"
+    assert {p.lstrip("!").rstrip("/") for p in patterns if p.startswith("!")} == {
+        "pyproject.toml",
+        "README.md",
+        "workers",
+        "orchestrator",
+    }
+
+
+def test_the_image_installs_what_the_redis_broker_needs() -> None:
+    # kombu's Redis transport imports `packaging`, which only the `redis` extra of celery (or kombu)
+    # installs; a development virtualenv has it from other tools, the image would not. Found by
+    # installing the image's build context into a fresh virtualenv: `toolfleet worker` failed with
+    # "No module named 'packaging'".
+    import tomllib
+
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=!~; ]", dependency, maxsplit=1)[0].lower() for dependency in dependencies}
+    assert names & {"celery[redis]", "kombu[redis]", "packaging"}, (
+        f"pyproject.toml: declare celery[redis] (or packaging); dependencies are {dependencies}"
+    )
