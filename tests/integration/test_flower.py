@@ -1,0 +1,152 @@
+"""Every tool call and compensation is visible in Flower, under its task name, with its state,
+arguments and runtime — checked through Flower's REST API, behind basic auth."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from orchestrator.executors.celery import CeleryExecutor
+from workers import OutcomeKind, ToolExecution, ToolExecutionRequest
+from workers.invocation import Invocation
+from workers.process import WorkerProcess
+from workers.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+AUTH = ("ops", "flower-test-secret")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
+    process = WorkerProcess(
+        pools=["flowerpool"],
+        modules=["tests.integration.flower_tools"],
+        redis_url=redis_url,
+        hostname="flower@integration",
+        env={"PYTHONPATH": REPO_ROOT, "TOOLFLEET_HEARTBEAT_TTL_S": "2"},
+        log_path=worker_logs / "flower-worker.log",
+    )
+    try:
+        yield process.wait_ready(timeout_s=60)
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def flower(redis_url: str, worker: WorkerProcess, worker_logs: Path) -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, "TOOLFLEET_REDIS_URL": redis_url, "FLOWER_BASIC_AUTH": f"{AUTH[0]}:{AUTH[1]}"}
+    for name in ("TOOLFLEET_BROKER_URL", "TOOLFLEET_RESULT_BACKEND"):
+        env.pop(name, None)
+    log = open(worker_logs / "flower.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "flower", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # ready once Flower has seen our worker through its events
+            assert process.poll() is None, (worker_logs / "flower.log").read_text()
+            assert time.monotonic() < deadline, "Flower did not see the worker within 30 s"
+            try:
+                workers = httpx.get(f"{url}/api/workers", auth=AUTH, params={"refresh": "1"}, timeout=5)
+                if workers.status_code == 200 and worker.hostname in workers.json():
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def _task(url: str, task_id: str, final: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while True:
+        response = httpx.get(f"{url}/api/task/info/{task_id}", auth=AUTH, timeout=5)
+        if response.status_code == 200 and response.json().get("state") == final:
+            info: dict[str, Any] = response.json()
+            return info
+        assert time.monotonic() < deadline, (
+            f"{task_id} never reached {final} in Flower: {response.text[:500]}"
+        )
+        time.sleep(0.1)
+
+
+def test_a_successful_call_a_failing_call_and_a_compensation_show_in_flower(
+    flower: str, settings: Settings
+) -> None:
+    # given
+    executor = CeleryExecutor(settings=settings)
+    definition = executor.definition("charge")
+    assert definition is not None
+    invocation = Invocation()
+    ok_request = ToolExecutionRequest("call_ok", "charge", '{"card": "4242", "amount": 12.5}')
+    bad_request = ToolExecutionRequest("call_bad", "charge", '{"card": "declined", "amount": 99}')
+
+    # when: a call that succeeds, one that fails, and the compensation of the first
+    async def scenario() -> tuple[Any, Any, Any]:
+        ok = await executor.execute(ok_request, definition, invocation)
+        bad = await executor.execute(bad_request, definition, invocation)
+        execution = ToolExecution(request=ok_request, result=ok.text, task_id=ok.task_id)
+        undo = await executor.compensate(definition, execution, invocation)
+        return ok, bad, undo
+
+    try:
+        ok, bad, undo = asyncio.run(scenario())
+    finally:
+        executor.close()
+    assert (ok.kind, bad.kind, undo.kind) == (
+        OutcomeKind.SUCCESS,
+        OutcomeKind.EXECUTION_ERROR,
+        OutcomeKind.SUCCESS,
+    )
+
+    # then: Flower shows each under its task name, with state, arguments and runtime
+    success = _task(flower, ok.task_id, "SUCCESS")
+    assert success["name"] == "tool.charge"
+    assert success["worker"] == "flower@integration"
+    assert '{"card": "4242", "amount": 12.5}' in success["kwargs"]
+    assert "'call_id': 'call_ok'" in success["kwargs"]
+    assert success["runtime"] is not None and success["runtime"] > 0
+
+    failure = _task(flower, bad.task_id, "FAILURE")
+    assert failure["name"] == "tool.charge"
+    assert failure["exception"] == "Declined('card declined declined for 99')"
+    assert '{"card": "declined", "amount": 99}' in failure["kwargs"]
+
+    compensation = _task(flower, undo.task_id, "SUCCESS")
+    assert compensation["name"] == "compensate.charge"
+    assert '{"card": "4242", "amount": 12.5}' in compensation["kwargs"]
+    assert compensation["runtime"] is not None
+
+    # and the invocation's parameters (which may hold secrets) are never among the arguments
+    assert "parameters" not in success["kwargs"]
