@@ -21,6 +21,7 @@ from orchestrator.handlers import (
     error_of,
 )
 from orchestrator.messages import (
+    AiMessage,
     ChatMessage,
     SystemMessage,
     ToolExecutionResultMessage,
@@ -289,7 +290,7 @@ class _Invocation:
                 if response.token_usage
                 else self.token_usage
             )
-            message = response.ai_message
+            message = _with_unique_ids(response.ai_message, round_trips + 1)
             if not message.tool_execution_requests:
                 self._add(message)
                 return self._result(message.text, response.finish_reason)
@@ -508,6 +509,27 @@ class _Invocation:
             self.arguments_handler if outcome.kind is OutcomeKind.ARGUMENTS_ERROR else self.execution_handler
         )
         return handler(error, context)
+
+
+def _with_unique_ids(message: AiMessage, round_trip: int) -> AiMessage:
+    """Every call of a response gets an id of its own: results are matched to calls by id, and a call's
+    idempotency key is built from it. A missing id gets a stable generated one; a repeated id a suffix."""
+    seen: set[str] = set()
+    requests: list[ToolExecutionRequest] = []
+    changed = False
+    for index, request in enumerate(message.tool_execution_requests):
+        call_id = request.id or f"call_{round_trip}_{index}"
+        if call_id in seen:
+            suffix = 2
+            while f"{call_id}_{suffix}" in seen:
+                suffix += 1
+            call_id = f"{call_id}_{suffix}"
+        seen.add(call_id)
+        if call_id != request.id:
+            changed = True
+            request = dataclasses.replace(request, id=call_id)
+        requests.append(request)
+    return dataclasses.replace(message, tool_execution_requests=requests) if changed else message
 
 
 def _search_behavior(tool: Tool) -> SearchBehavior:
