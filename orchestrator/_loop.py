@@ -353,6 +353,7 @@ class _Invocation:
     ) -> ChatResponse:
         assert self.emit is not None
         response: ChatResponse | None = None
+        seen: set[str] = set()
         async for event in self.service.chat_model.stream(request):
             if isinstance(event, CompleteResponse):
                 response = event.response
@@ -361,7 +362,7 @@ class _Invocation:
             if isinstance(event, CompleteToolCall) and self.service.execute_tools_concurrently:
                 if not calls:
                     self._check_round_trips(round_trips + 1)
-                call = _Call(event.index, event.request)
+                call = _Call(event.index, _unique_id(event.request, event.index, round_trips + 1, seen))
                 call.task = asyncio.ensure_future(self._gated(call))
                 calls[event.index] = call
         if response is None:
@@ -515,21 +516,23 @@ def _with_unique_ids(message: AiMessage, round_trip: int) -> AiMessage:
     """Every call of a response gets an id of its own: results are matched to calls by id, and a call's
     idempotency key is built from it. A missing id gets a stable generated one; a repeated id a suffix."""
     seen: set[str] = set()
-    requests: list[ToolExecutionRequest] = []
-    changed = False
-    for index, request in enumerate(message.tool_execution_requests):
-        call_id = request.id or f"call_{round_trip}_{index}"
-        if call_id in seen:
-            suffix = 2
-            while f"{call_id}_{suffix}" in seen:
-                suffix += 1
-            call_id = f"{call_id}_{suffix}"
-        seen.add(call_id)
-        if call_id != request.id:
-            changed = True
-            request = dataclasses.replace(request, id=call_id)
-        requests.append(request)
-    return dataclasses.replace(message, tool_execution_requests=requests) if changed else message
+    requests = [_unique_id(r, i, round_trip, seen) for i, r in enumerate(message.tool_execution_requests)]
+    if requests == message.tool_execution_requests:
+        return message
+    return dataclasses.replace(message, tool_execution_requests=requests)
+
+
+def _unique_id(
+    request: ToolExecutionRequest, index: int, round_trip: int, seen: set[str]
+) -> ToolExecutionRequest:
+    call_id = request.id or f"call_{round_trip}_{index}"
+    if call_id in seen:
+        suffix = 2
+        while f"{call_id}_{suffix}" in seen:
+            suffix += 1
+        call_id = f"{call_id}_{suffix}"
+    seen.add(call_id)
+    return request if call_id == request.id else dataclasses.replace(request, id=call_id)
 
 
 def _search_behavior(tool: Tool) -> SearchBehavior:
