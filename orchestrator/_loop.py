@@ -80,6 +80,7 @@ class _Call:
     found: list[str] = field(default_factory=list)
     definition: ToolDefinition | None = None
     row: int | None = None
+    succeeded: bool = False
 
 
 class _Invocation:
@@ -115,6 +116,7 @@ class _Invocation:
         self.token_usage: TokenUsage | None = None
         self.arguments_handler, self.execution_handler = service._handlers_for(mode)
         self.gate = asyncio.Semaphore(service.max_concurrent_tool_calls)
+        self.used_ids: set[str] = set()
         self.compensating = service.compensate_on_tool_errors
         self.journal = service.journal
         self.saga = Saga(
@@ -290,7 +292,8 @@ class _Invocation:
                 if response.token_usage
                 else self.token_usage
             )
-            message = _with_unique_ids(response.ai_message, round_trips + 1)
+            message = _with_unique_ids(response.ai_message, round_trips + 1, set(self.used_ids))
+            self.used_ids.update(r.id for r in message.tool_execution_requests if r.id)
             if not message.tool_execution_requests:
                 self._add(message)
                 return self._result(message.text, response.finish_reason)
@@ -298,6 +301,9 @@ class _Invocation:
             self._check_round_trips(round_trips)
             self._add(message)  # the AI message is stored before its tools run
             batch = await self._run_batch(message.tool_execution_requests, calls)
+            for call in batch:  # kept in request order, whatever order they finished in
+                if call.succeeded and call.definition is not None and call.execution is not None:
+                    self.saga.keep(call.definition, call.execution, call.row)
             for call in batch:
                 if call.raised is not None:
                     raise call.raised
@@ -353,7 +359,7 @@ class _Invocation:
     ) -> ChatResponse:
         assert self.emit is not None
         response: ChatResponse | None = None
-        seen: set[str] = set()
+        seen = set(self.used_ids)  # the same ids `_with_unique_ids` gives the complete response
         async for event in self.service.chat_model.stream(request):
             if isinstance(event, CompleteResponse):
                 response = event.response
@@ -458,7 +464,8 @@ class _Invocation:
             attributes=dict(outcome.attributes),
         )
         if call.definition is not None:
-            self.saga.outcome(call.row, call.definition, outcome, call.execution)
+            self.saga.outcome(call.row, outcome, call.execution)
+            call.succeeded = not outcome.is_error
         log.info(
             "tool %s call %s: %s in %.0f ms%s",
             request.name,
@@ -512,10 +519,10 @@ class _Invocation:
         return handler(error, context)
 
 
-def _with_unique_ids(message: AiMessage, round_trip: int) -> AiMessage:
-    """Every call of a response gets an id of its own: results are matched to calls by id, and a call's
-    idempotency key is built from it. A missing id gets a stable generated one; a repeated id a suffix."""
-    seen: set[str] = set()
+def _with_unique_ids(message: AiMessage, round_trip: int, seen: set[str]) -> AiMessage:
+    """Every call of an invocation gets an id of its own (`seen` holds those of earlier responses):
+    results are matched to calls by id, and a call's idempotency key is built from it. A missing id
+    gets a stable generated one; an id used before gets a suffix."""
     requests = [_unique_id(r, i, round_trip, seen) for i, r in enumerate(message.tool_execution_requests)]
     if requests == message.tool_execution_requests:
         return message

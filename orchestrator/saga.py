@@ -47,7 +47,7 @@ class Saga:
         self, executor: ToolExecutor, journal: Journal | None, invocation_id: str, *, keep: bool = True
     ) -> None:
         self.executor = executor
-        self.keep = keep
+        self.compensating = keep
         self.journal = journal
         self.invocation_id = invocation_id
         self.steps: list[SagaStep] = []
@@ -69,13 +69,14 @@ class Saga:
             idempotency_key=idempotency_key(invocation, request),
         )
 
-    def outcome(
-        self, call_row: int | None, definition: ToolDefinition, outcome: ToolOutcome, execution: ToolExecution
-    ) -> None:
-        """Write the outcome; keep a successful compensable call for compensation."""
+    def outcome(self, call_row: int | None, outcome: ToolOutcome, execution: ToolExecution) -> None:
+        """Write a call's outcome to the journal as soon as it is known."""
         if self.journal is not None and call_row is not None:
             self.journal.record_outcome(call_row, outcome, execution.result)
-        if self.keep and not outcome.is_error and definition.compensation is not None:
+
+    def keep(self, definition: ToolDefinition, execution: ToolExecution, call_row: int | None) -> None:
+        """Remember a successful call for compensation (called in request order after each batch)."""
+        if self.compensating and definition.compensation is not None:
             self.steps.append(SagaStep(definition, execution, call_row))
 
     async def compensate_all(self, invocation: Invocation, reason: str) -> list[SagaStep]:
