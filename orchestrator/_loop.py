@@ -411,6 +411,7 @@ class _Invocation:
     async def _execute(self, call: _Call) -> None:
         request = call.request
         started_at = datetime.now(UTC)
+        late = False
         strategy = self.service.tool_search_strategy
         tool = self.tools.get(request.name)
         if strategy is not None and request.name == strategy.search_tool().name and tool is None:
@@ -466,6 +467,14 @@ class _Invocation:
         if call.definition is not None:
             self.saga.outcome(call.row, outcome, call.execution)
             call.succeeded = not outcome.is_error
+            if (
+                late
+                and outcome.kind is OutcomeKind.TIMED_OUT
+                and self.journal is not None
+                and call.row is not None
+            ):
+                # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
+                self.journal.set_call_state(call.row, "abandoned")
         log.info(
             "tool %s call %s: %s in %.0f ms%s",
             request.name,

@@ -35,6 +35,7 @@ __all__ = [
     "ToolFailure",
     "call_state_key",
     "compensation_task_id",
+    "compensation_timeout_s",
     "failure_for",
     "outcome_from_failure",
     "register_tasks",
@@ -130,6 +131,15 @@ def _run_call(
     return {**outcome.to_json(), "worker": task.request.hostname}
 
 
+def compensation_timeout_s(definition: ToolDefinition, settings: Settings) -> float:
+    """How long undoing one call may take, retries and backoff included."""
+    per_attempt = max(definition.timeout or settings.default_tool_timeout_s, _MIN_COMPENSATION_ATTEMPT_S)
+    return per_attempt * (1 + settings.compensation_retries) + settings.retry_backoff_max_s
+
+
+_MIN_COMPENSATION_ATTEMPT_S = 30.0
+
+
 def call_state_key(task_id: str) -> str:
     """The per-call state in Redis that decides between "collected" and "abandoned"."""
     return f"toolfleet:call:{task_id}"
@@ -151,6 +161,25 @@ def _redis(settings: Settings) -> redis.Redis:
     if client is None:
         client = _clients[key] = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
     return client
+
+
+_UNBOUNDED = 1_000_000  # retries of compensation tasks are bounded by their deadline instead
+
+
+def _wait_for_other_delivery(task: Task, kwargs: dict[str, Any], deadline: float | None) -> None:
+    """Another delivery is undoing this call right now: look again in a second, until the deadline."""
+    if deadline is not None and time.time() + 1.0 >= deadline:
+        raise failure_for(
+            ToolOutcome(
+                kind=OutcomeKind.EXECUTION_ERROR,
+                text="Compensation still in progress elsewhere at its deadline",
+                error_type="CompensationInProgress",
+            ),
+            task.request.hostname,
+        )
+    raise task.retry(
+        countdown=1.0, max_retries=_UNBOUNDED, kwargs=kwargs, exc=RuntimeError("compensation in progress")
+    )
 
 
 def _text(value: bytes | str) -> str:
@@ -204,7 +233,7 @@ def _finish_or_compensate_late(
     log.warning(
         "tool %s call %s finished after its deadline; enqueuing its compensation", definition.name, request.id
     )
-    timeout_s = (definition.timeout or settings.default_tool_timeout_s) * (1 + settings.compensation_retries)
+    timeout_s = compensation_timeout_s(definition, settings)
     task.app.send_task(
         COMPENSATION_PREFIX + definition.name,
         kwargs={
@@ -236,19 +265,21 @@ def _run_compensation(
         if holder == b"done":
             return {"kind": "success", "text": "Already compensated", "worker": task.request.hostname}
         if holder is not None and not _holder_is_gone(client, _text(holder), task.request.hostname):
-            # Another delivery is undoing it right now: look again shortly.
-            raise task.retry(countdown=1.0, max_retries=None, exc=RuntimeError("compensation in progress"))
+            _wait_for_other_delivery(task, kwargs, deadline)
         if client.set(lock, mine, ex=lock_ttl, get=True) != holder:
-            raise task.retry(countdown=1.0, max_retries=None, exc=RuntimeError("compensation in progress"))
+            _wait_for_other_delivery(task, kwargs, deadline)
     outcome = run_compensation(definition, execution, invocation)
     if outcome.is_error:
         client.delete(lock)
-        attempt = int(task.request.retries or 0)
-        if attempt < settings.compensation_retries:
-            countdown = backoff_s(attempt, settings.retry_backoff_s, settings.retry_backoff_max_s)
+        failures = int(kwargs.get("failures") or 0)  # lock waits are retries too: count failures apart
+        if failures < settings.compensation_retries:
+            countdown = backoff_s(failures, settings.retry_backoff_s, settings.retry_backoff_max_s)
             if deadline is None or time.time() + countdown < deadline:
                 raise task.retry(
-                    countdown=countdown, max_retries=settings.compensation_retries, exc=failure_for(outcome)
+                    countdown=countdown,
+                    max_retries=_UNBOUNDED,
+                    kwargs={**kwargs, "failures": failures + 1},
+                    exc=failure_for(outcome),
                 )
         raise failure_for(outcome, task.request.hostname)
     client.set(lock, "done", ex=7 * 24 * 3600)

@@ -35,6 +35,7 @@ from workers.tasks import (
     TASK_PREFIX,
     call_state_key,
     compensation_task_id,
+    compensation_timeout_s,
     outcome_from_failure,
 )
 
@@ -192,8 +193,7 @@ class CeleryExecutor:
         never undoes a call twice. Retries with backoff happen on the worker, within the deadline.
         """
         key = idempotency_key(invocation, execution.request)
-        per_attempt = definition.timeout or self.settings.default_tool_timeout_s
-        timeout_s = per_attempt * (1 + self.settings.compensation_retries) + self.settings.retry_backoff_max_s
+        timeout_s = compensation_timeout_s(definition, self.settings)
         deadline = time.monotonic() + timeout_s
         outcome = _error(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
         for _ in range(1 + self.settings.compensation_retries):

@@ -146,7 +146,10 @@ class LocalExecutor:
         log.warning(
             "tool %s call %s finished after its deadline; compensating it", definition.name, request.id
         )
-        self._threads.submit(self._compensate_sync, definition, execution, invocation, key)
+        try:
+            self._threads.submit(self._compensate_sync, definition, execution, invocation, key)
+        except RuntimeError:  # the executor was closed meanwhile: undo it on this thread
+            self._compensate_sync(definition, execution, invocation, key)
 
     def _compensate_sync(
         self, definition: ToolDefinition, execution: ToolExecution, invocation: Invocation, key: str
@@ -205,4 +208,5 @@ class LocalExecutor:
         return asyncio.run(self.execute(request, None, invocation))
 
     def close(self) -> None:
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        # Calls still running (abandoned at their deadline) finish, so they can still be compensated.
+        self._threads.shutdown(wait=False, cancel_futures=False)

@@ -1,0 +1,623 @@
+"""Fault injection into saga compensation (SPEC §7): late calls, dead orchestrators, dead workers.
+
+Real Redis, real worker processes, real orchestrator processes; no eager mode, no mocks. The tools
+(`fault_tools.py`) count every run and every compensation in the test Redis, so "exactly once" is
+read back from counters that the test, the workers and the orchestrator subprocesses all share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from orchestrator import (
+    AiMessage,
+    AiService,
+    CeleryExecutor,
+    LocalExecutor,
+    Result,
+    ScriptedChatModel,
+    ToolExecutionRequest,
+    ToolExecutionResultMessage,
+)
+from orchestrator.journal import Journal
+from orchestrator.saga import rolled_back_text
+from tests.integration import fault_tools
+from tests.integration.fault_tools import HEAVY_POOL, POOL, k, order_key
+from tests.integration.saga_driver import booking_keys
+from workers.process import WorkerProcess
+from workers.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+TOOLS_MODULE = "tests.integration.fault_tools"
+LATE_TEXT = "Tool 'fault_late' did not finish within 0.3 s"
+# Few, fast retries of a failing compensation: for the worker and the orchestrator alike.
+RETRY_ENV = {"TOOLFLEET_COMPENSATION_RETRIES": "1", "TOOLFLEET_RETRY_BACKOFF_S": "0.01"}
+
+
+# -- fixtures ------------------------------------------------------------------------------------
+
+
+def _worker(
+    redis_url: str, logs: Path, pool: str, kind: str, concurrency: int, name: str, env: dict[str, str]
+) -> WorkerProcess:
+    return WorkerProcess(
+        pools=[pool],
+        modules=[TOOLS_MODULE],
+        redis_url=redis_url,
+        kind=kind,
+        concurrency=concurrency,
+        hostname=f"{name}-{os.getpid()}-{uuid.uuid4().hex[:6]}@faults",
+        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": REPO_ROOT, **env},
+        log_path=logs / f"{name}.log",
+        loglevel="INFO",
+    )
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("saga-faults")
+
+
+@pytest.fixture(scope="module")
+def faults_worker(redis_url: str, logs: Path) -> Iterator[WorkerProcess]:
+    """One threads worker serving pool `faults`, with few, fast compensation retries."""
+    worker = _worker(redis_url, logs, POOL, "threads", 16, "faults", RETRY_ENV)
+    try:
+        worker.wait_ready(timeout_s=60)
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture
+def start_heavy(redis_url: str, logs: Path) -> Iterator[Callable[[int], list[WorkerProcess]]]:
+    """Start N prefork workers (concurrency 1) on pool `faults-heavy`; all stopped after the test."""
+    started: list[WorkerProcess] = []
+
+    def start(count: int) -> list[WorkerProcess]:
+        fresh = [
+            _worker(redis_url, logs, HEAVY_POOL, "prefork", 1, f"heavy{len(started) + i}", {})
+            for i in range(count)
+        ]
+        started.extend(fresh)
+        for worker in fresh:
+            worker.wait_ready(timeout_s=60)
+        return fresh
+
+    try:
+        yield start
+    finally:
+        for worker in started:
+            worker.stop(timeout_s=5)
+
+
+@pytest.fixture(scope="module", params=["local", "celery"])
+def executor(request: pytest.FixtureRequest, settings: Settings) -> Iterator[LocalExecutor | CeleryExecutor]:
+    """Where the calls run: in this process, or on the `faults` worker."""
+    chosen: LocalExecutor | CeleryExecutor
+    if request.param == "local":
+        chosen = LocalExecutor()
+    else:
+        request.getfixturevalue("faults_worker")
+        chosen = CeleryExecutor(settings=settings)
+    yield chosen
+    chosen.close()
+
+
+@pytest.fixture
+def celery_executor(settings: Settings) -> Iterator[CeleryExecutor]:
+    chosen = CeleryExecutor(settings=settings)
+    yield chosen
+    chosen.close()
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    connection = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def journal_file(tmp_path: Path) -> Path:
+    return tmp_path / "journal.db"
+
+
+@pytest.fixture
+def journal(journal_file: Path) -> Journal:
+    return Journal(f"sqlite:///{journal_file}")
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def call(call_id: str, name: str, **arguments: Any) -> ToolExecutionRequest:
+    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
+
+
+def ask(*calls: ToolExecutionRequest) -> AiMessage:
+    return AiMessage(tool_execution_requests=list(calls))
+
+
+def service(model: ScriptedChatModel, executor: Any, journal: Journal) -> AiService:
+    return AiService(
+        chat_model=model,
+        tools=[fault_tools.tools],
+        executor=executor,
+        compensate_on_tool_errors=True,
+        journal=journal,
+    )
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()
+
+
+def count(client: redis.Redis, key: str, what: str) -> int:
+    return int(client.get(k(key, what)) or 0)
+
+
+def counts(client: redis.Redis, key: str) -> dict[str, int]:
+    """Tool runs started/finished and compensations started/completed of call `key`."""
+    return {what: count(client, key, what) for what in ("runs", "done", "comp_starts", "comps")}
+
+
+def undone_after_finish(client: redis.Redis, key: str) -> bool:
+    """The (latest) compensation of `key` started after its tool finished."""
+    finished, compensated = client.get(k(key, "finished_at")), client.get(k(key, "comp_at"))
+    assert finished is not None and compensated is not None, (finished, compensated)
+    return float(compensated) >= float(finished)
+
+
+def cli(
+    args: list[str], redis_url: str, journal_file: Path, timeout_s: float = 40
+) -> subprocess.CompletedProcess[str]:
+    """`toolfleet ARGS` in a subprocess against the test Redis and the journal file."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": REPO_ROOT,
+        "TOOLFLEET_REDIS_URL": redis_url,
+        "TOOLFLEET_DATABASE_URL": f"sqlite:///{journal_file}",
+        "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
+        "TOOLFLEET_HEARTBEAT_TTL_S": "2",
+    }
+    env.pop("TOOLFLEET_BROKER_URL", None)
+    env.pop("TOOLFLEET_RESULT_BACKEND", None)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+class Background:
+    """`service.chat(...)` on a thread, so the test can inject a fault while the saga runs."""
+
+    def __init__(self, target: AiService, message: str) -> None:
+        self.result: Result | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(target, message), daemon=True)
+        self._thread.start()
+
+    def _run(self, target: AiService, message: str) -> None:
+        try:
+            self.result = target.chat(message)
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self, timeout_s: float) -> Result:
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"the invocation did not end within {timeout_s} s"
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+def kill_driver_when(ready: Callable[[], bool], args: list[str], redis_url: str, logs: Path) -> None:
+    """Run `saga_driver.py ARGS` in a subprocess and SIGKILL it once `ready()` holds."""
+    log_path = logs / f"driver-{uuid.uuid4().hex[:8]}.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": REPO_ROOT,
+        "TOOLFLEET_REDIS_URL": redis_url,
+        "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
+        "TOOLFLEET_HEARTBEAT_TTL_S": "2",
+    }
+    env.pop("TOOLFLEET_BROKER_URL", None)
+    env.pop("TOOLFLEET_RESULT_BACKEND", None)
+    with open(log_path, "wb") as log:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.saga_driver", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        reached = wait_until(lambda: ready() or driver.poll() is not None, 25.0) and driver.poll() is None
+        assert reached, f"the driver never reached the point to kill it at\n{log_path.read_text()}"
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=10)
+    assert driver.returncode == -signal.SIGKILL
+
+
+def owner_of(pid: int, workers: list[WorkerProcess]) -> WorkerProcess:
+    owners = [w for w in workers if pid in w.child_pids()]
+    assert len(owners) == 1, f"pid {pid} is a child of {[w.hostname for w in owners]}"
+    return owners[0]
+
+
+# -- 1. a call abandoned at its deadline is compensated once, after it finishes ---------------------
+
+
+def test_call_finishing_after_its_deadline_is_compensated_once_after_it_finishes(
+    executor: LocalExecutor | CeleryExecutor, client: redis.Redis, journal: Journal
+) -> None:
+    # Given: a compensable tool with a 0.3 s deadline that books after 1 s
+    key = unique("late")
+    late = call("late-1", "fault_late", key=key, seconds=1.0)
+    model = ScriptedChatModel([ask(late), "went on"])
+
+    # When: the model calls it
+    started = time.monotonic()
+    result = service(model, executor, journal).chat("book late")
+    elapsed = time.monotonic() - started
+
+    # Then: the invocation gets the timeout text at the deadline and goes on without waiting
+    assert result.content == "went on"
+    assert elapsed < 1.0, f"the invocation waited {elapsed:.2f} s for the late call"
+    [execution] = result.tool_executions
+    assert (execution.result, execution.has_failed) == (LATE_TEXT, True)
+    sent = model.requests[1].messages[-1]
+    assert isinstance(sent, ToolExecutionResultMessage)
+    assert (sent.tool_name, sent.text, sent.is_error) == ("fault_late", LATE_TEXT, True)
+    assert count(client, key, "done") == 0, "the tool finished before its deadline: nothing was late"
+
+    # ... and once the tool finishes, its booking is undone exactly once, after it finished
+    assert wait_until(lambda: count(client, key, "comps") >= 1, 5.0), counts(client, key)
+    assert client.get(k(key, "effect")) is None
+    assert undone_after_finish(client, key)
+    time.sleep(2.0)
+    assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}
+    assert client.get(k(key, "effect")) is None
+
+
+def test_call_finishing_at_its_deadline_is_either_collected_or_compensated(
+    executor: LocalExecutor | CeleryExecutor, client: redis.Redis, journal: Journal
+) -> None:
+    # Given: a tool with a 0.3 s deadline that finishes at ~0.29 s, on both sides of the deadline
+    durations = [0.28, 0.285, 0.29, 0.29, 0.295, 0.297, 0.299, 0.3, 0.302, 0.305, 0.31]
+
+    # When: each is the single call of its own invocation
+    outcomes: dict[str, bool] = {}  # key -> timed out
+    for index, seconds in enumerate(durations):
+        key = unique(f"race{index}")
+        model = ScriptedChatModel(
+            [ask(call(f"race-{index}", "fault_late", key=key, seconds=seconds)), "done"]
+        )
+        result = service(model, executor, journal).chat("book on time")
+        [execution] = result.tool_executions
+        outcomes[key] = execution.has_failed
+        expected = LATE_TEXT if execution.has_failed else f"booked {key}"
+        assert execution.result == expected, (seconds, execution)
+    timed_out = [key for key, late in outcomes.items() if late]
+    collected = [key for key, late in outcomes.items() if not late]
+
+    # Then: every abandoned call is compensated once after it finished; no collected call is
+    assert wait_until(lambda: all(count(client, key, "comps") >= 1 for key in timed_out), 5.0), {
+        key: counts(client, key) for key in timed_out
+    }
+    time.sleep(1.0)  # a wrong compensation of a collected call would have started by now
+    for key in collected:
+        assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 0, "comps": 0}, key
+        assert client.get(k(key, "effect")) == "booked"
+    for key in timed_out:
+        assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
+        assert client.get(k(key, "effect")) is None
+        assert undone_after_finish(client, key)
+    print(f"collected {len(collected)}, abandoned and compensated {len(timed_out)}")
+
+
+# -- 2. an orchestrator killed mid-compensation: `toolfleet recover` finishes the saga -------------
+
+
+def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
+    faults_worker: WorkerProcess, redis_url: str, client: redis.Redis, journal_file: Path, logs: Path
+) -> None:
+    # Given: an orchestrator process whose saga undoes three bookings (c, b, a), 1.5 s each
+    group = unique("kill")
+    a, b, c = booking_keys(group)
+
+    # When: it is SIGKILLed while the second compensation (b) runs
+    kill_driver_when(
+        lambda: client.llen(order_key(group)) >= 2, [str(journal_file), group, "1.5"], redis_url, logs
+    )
+    journal = Journal(f"sqlite:///{journal_file}")
+    [left] = journal.invocations()
+    assert left.state == "compensating"
+    states = {row.tool_call_id: row.state for row in journal.compensations(left.id)}
+    assert sorted(states.values()) == ["pending", "running", "succeeded"], states
+    assert count(client, a, "comp_starts") == 0
+
+    recovered = cli(
+        ["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], redis_url, journal_file, timeout_s=40
+    )
+
+    # Then: recover completes the saga and exits 0
+    output = recovered.stdout + recovered.stderr
+    assert recovered.returncode == 0, output
+    assert f"invocation {left.id}:" in recovered.stdout
+    assert f"compensated  fault_book (book-{a})" in recovered.stdout
+    assert f"compensated  fault_book (book-{b})" in recovered.stdout
+    assert "FAILED" not in recovered.stdout
+    # ... every booking was undone exactly once, latest first, none started twice
+    for key in (a, b, c):
+        assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
+        assert client.get(k(key, "effect")) is None
+    assert client.lrange(order_key(group), 0, -1) == [c, b, a]
+    # ... the journal shows every compensation succeeded and the invocation failed, recovered
+    assert [row.state for row in journal.compensations(left.id)] == ["succeeded"] * 3
+    calls = {row.call_id: row.state for row in journal.calls(left.id)}
+    assert calls == {
+        f"book-{a}": "compensated",
+        f"book-{b}": "compensated",
+        f"book-{c}": "compensated",
+        "fail-1": "failed",
+    }
+    record = journal.invocation(left.id)
+    assert record is not None and record.state == "failed"
+    assert record.error is not None and "recovered after its orchestrator stopped" in record.error
+    # ... and a second run finds nothing left to do
+    again = cli(["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], redis_url, journal_file)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Nothing to recover" in again.stdout
+    for key in (a, b, c):
+        assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
+
+
+# -- 3. a worker killed during a compensation: redelivered and completed -------------------------
+
+
+def _heavy_saga(
+    key: str, group: str, executor: CeleryExecutor, journal: Journal
+) -> tuple[ScriptedChatModel, AiService]:
+    model = ScriptedChatModel(
+        [
+            ask(call("heavy-1", "heavy_book", key=key, group=group, undo_seconds=1.5)),
+            ask(call("fail-1", "fault_fail", reason=group)),
+            "rolled back",
+        ]
+    )
+    return model, service(model, executor, journal)
+
+
+def _assert_heavy_saga_rolled_back(result: Result, journal: Journal) -> None:
+    assert result.content == "rolled back"
+    booked, failed = result.tool_executions
+    assert (booked.request.name, booked.result, booked.status) == (
+        "heavy_book",
+        rolled_back_text("heavy_book", "fault_fail"),
+        "rolled_back",
+    )
+    assert failed.has_failed
+    assert result.invocation_id is not None
+    [compensation] = journal.compensations(result.invocation_id)
+    assert (compensation.tool, compensation.state, compensation.error) == ("heavy_book", "succeeded", None)
+    record = journal.invocation(result.invocation_id)
+    assert record is not None and record.state == "succeeded"
+
+
+def test_compensation_whose_prefork_child_is_killed_is_redelivered_and_completed(
+    faults_worker: WorkerProcess,
+    start_heavy: Callable[[int], list[WorkerProcess]],
+    celery_executor: CeleryExecutor,
+    client: redis.Redis,
+    journal: Journal,
+) -> None:
+    # Given: a prefork worker (one child) whose compensation of `heavy_book` takes 1.5 s
+    [worker] = start_heavy(1)
+    group = unique("child")
+    key = f"{group}-x"
+    _, saga = _heavy_saga(key, group, celery_executor, journal)
+
+    # When: the pool child is SIGKILLed while it undoes the booking
+    running = Background(saga, "book heavy")
+    assert wait_until(lambda: count(client, key, "comp_starts") >= 1, 20.0), counts(client, key)
+    child = int(client.get(k(key, "comp_pid")) or 0)
+    assert child in worker.child_pids()
+    os.kill(child, signal.SIGKILL)
+
+    # Then: the compensation is delivered again, taken over from the dead child, and completes once
+    result = running.join(30.0)
+    _assert_heavy_saga_rolled_back(result, journal)
+    assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
+    assert int(client.get(k(key, "comp_pid")) or 0) != child
+    assert client.get(k(key, "effect")) is None
+    time.sleep(1.0)
+    assert count(client, key, "comps") == 1
+
+
+def test_compensation_whose_worker_is_killed_completes_on_another_worker(
+    faults_worker: WorkerProcess,
+    start_heavy: Callable[[int], list[WorkerProcess]],
+    celery_executor: CeleryExecutor,
+    client: redis.Redis,
+    journal: Journal,
+) -> None:
+    # Given: two prefork workers on the same pool; the compensation of `heavy_book` takes 1.5 s
+    workers = start_heavy(2)
+    group = unique("worker")
+    key = f"{group}-x"
+    _, saga = _heavy_saga(key, group, celery_executor, journal)
+
+    # When: the whole worker that runs the compensation is SIGKILLed
+    running = Background(saga, "book heavy")
+    assert wait_until(lambda: count(client, key, "comp_starts") >= 1, 20.0), counts(client, key)
+    first = int(client.get(k(key, "comp_pid")) or 0)
+    doomed = owner_of(first, workers)
+    survivor = next(w for w in workers if w is not doomed)
+    doomed.kill()
+
+    # Then: the other worker takes the lock over from the dead holder and completes it, once
+    result = running.join(20.0)
+    _assert_heavy_saga_rolled_back(result, journal)
+    assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
+    assert owner_of(int(client.get(k(key, "comp_pid")) or 0), workers) is survivor
+    assert client.get(k(key, "effect")) is None
+
+
+# -- 4. a compensation that kept failing is listed by `toolfleet sagas --failed` -----------------
+
+
+def test_compensation_that_kept_failing_is_listed_by_sagas_failed(
+    faults_worker: WorkerProcess, redis_url: str, client: redis.Redis, journal: Journal, journal_file: Path
+) -> None:
+    # Given: a booking whose compensation always raises, with one retry on worker and orchestrator
+    settings = Settings.from_env(
+        {
+            "TOOLFLEET_REDIS_URL": redis_url,
+            "TOOLFLEET_HEARTBEAT_TTL_S": "2",
+            "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
+            **RETRY_ENV,
+        }
+    )
+    assert (settings.compensation_retries, settings.retry_backoff_s) == (1, 0.01)
+    key = unique("fragile")
+    model = ScriptedChatModel(
+        [
+            ask(call("fragile-1", "fault_fragile", key=key)),
+            ask(call("fail-1", "fault_fail", reason=key)),
+            "sorry",
+        ]
+    )
+    executor = CeleryExecutor(settings=settings)
+    try:
+        # When: a later call fails, so the saga tries to undo the booking
+        result = service(model, executor, journal).chat("book fragile")
+    finally:
+        executor.close()
+
+    # Then: the undo was tried twice (one retry), kept failing, and the saga went on
+    assert result.content == "sorry"
+    assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 0}
+    assert client.get(k(key, "effect")) == "booked"
+    error = f"the booking {key} cannot be cancelled"
+    assert result.invocation_id is not None
+    [compensation] = journal.compensations(result.invocation_id)
+    assert (compensation.tool, compensation.state, compensation.error) == ("fault_fragile", "failed", error)
+    # ... and the CLI lists it for a person
+    listed = cli(["sagas", "--failed"], redis_url, journal_file)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines() if line.startswith(result.invocation_id)]
+    assert len(rows) == 1, listed.stdout
+    [row] = rows
+    assert row[:3] == [result.invocation_id, "fault_fragile", "failed"], row
+    assert " ".join(row).endswith(error), row
+
+
+# -- 5. a concurrent batch: its compensations follow request order, not completion order ---------
+
+
+def test_compensations_of_a_concurrent_batch_run_latest_first_in_request_order(
+    executor: LocalExecutor | CeleryExecutor, client: redis.Redis, journal: Journal
+) -> None:
+    # Given: one batch of three bookings finishing in another order than requested (b, c, a), and a failure
+    group = unique("order")
+    a, b, c = (f"{group}-{suffix}" for suffix in "abc")
+    batch = [
+        call("book-a", "fault_slow_book", key=a, group=group, seconds=0.6),
+        call("book-b", "fault_slow_book", key=b, group=group, seconds=0.0),
+        call("book-c", "fault_slow_book", key=c, group=group, seconds=0.3),
+        call("fail-1", "fault_fail", reason=group),
+    ]
+    model = ScriptedChatModel([ask(*batch), "rolled back"])
+
+    # When: the saga compensates
+    result = service(model, executor, journal).chat("book three at once")
+
+    # Then: every booking was undone once, latest (in request order) first
+    assert [execution.status for execution in result.tool_executions][:3] == ["rolled_back"] * 3
+    for key in (a, b, c):
+        assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
+    assert client.lrange(order_key(group), 0, -1) == [c, b, a]
+
+
+# -- found while writing the above: product bugs, kept as strict xfails ---------------------------
+
+
+def test_recover_waits_for_a_compensation_that_is_still_running(
+    faults_worker: WorkerProcess, redis_url: str, client: redis.Redis, journal_file: Path, logs: Path
+) -> None:
+    # Given: an orchestrator killed right after it dispatched a compensation that takes 8 s
+    group = unique("longundo")
+    [booked] = booking_keys(group, 1)
+    kill_driver_when(
+        lambda: count(client, booked, "comp_starts") >= 1,
+        [str(journal_file), group, "8", "1"],
+        redis_url,
+        logs,
+    )
+
+    # When: `toolfleet recover` runs while that compensation still runs on its (live) worker
+    recovered = cli(["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], redis_url, journal_file)
+
+    # Then: it waits for it instead of running it again, and reports it compensated
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert f"compensated  fault_book (book-{booked})" in recovered.stdout
+    journal = Journal(f"sqlite:///{journal_file}")
+    [record] = journal.invocations()
+    assert [(row.state, row.error) for row in journal.compensations(record.id)] == [("succeeded", None)]
+    assert counts(client, booked) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}
+
+
+def test_late_call_is_compensated_even_if_the_local_executor_is_closed_meanwhile(
+    client: redis.Redis, journal: Journal
+) -> None:
+    # Given: an in-process compensable call abandoned at its 0.3 s deadline, finishing at 1 s
+    key = unique("closed")
+    executor = LocalExecutor()
+    model = ScriptedChatModel([ask(call("late-1", "fault_late", key=key, seconds=1.0)), "went on"])
+    result = service(model, executor, journal).chat("book late")
+    assert result.tool_executions[0].result == LATE_TEXT
+
+    # When: the application closes its executor before the call finishes
+    executor.close()
+
+    # Then: the late call is still compensated once it finishes
+    assert wait_until(lambda: count(client, key, "done") == 1, 3.0)
+    assert wait_until(lambda: count(client, key, "comps") == 1, 3.0), counts(client, key)
+    assert client.get(k(key, "effect")) is None
