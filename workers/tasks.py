@@ -37,6 +37,7 @@ __all__ = [
     "compensation_task_id",
     "compensation_timeout_s",
     "failure_for",
+    "failure_type",
     "outcome_from_failure",
     "register_tasks",
 ]
@@ -57,6 +58,24 @@ class ToolFailure(Exception):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self)!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A prefork child hands its exception to the parent by pickle, and the parent has never seen
+        # this dynamically named class: rebuild it by name there instead of looking it up.
+        return (_rebuild_failure, (type(self).__name__, self.args))
+
+
+def failure_type(name: str) -> type[ToolFailure]:
+    cls = _failure_types.get(name)
+    if cls is None:
+        cls = cast(type[ToolFailure], type(name, (ToolFailure,), {"__module__": _FAILURE_MODULE}))
+        setattr(_failures, name, cls)
+        _failure_types[name] = cls
+    return cls
+
+
+def _rebuild_failure(name: str, args: tuple[Any, ...]) -> ToolFailure:
+    return ToolFailure(*args) if name == "ToolFailure" else failure_type(name)(*args)
+
 
 _failure_types: dict[str, type[ToolFailure]] = {}
 
@@ -64,14 +83,10 @@ _failure_types: dict[str, type[ToolFailure]] = {}
 def failure_for(outcome: ToolOutcome, worker: str | None = None) -> ToolFailure:
     """The exception a task raises for an error outcome, named after the tool's exception type."""
     name = outcome.error_type or "ToolFailure"
-    if not name.isidentifier():
+    if not name.isidentifier() or name == "ToolFailure":
         name = "ToolFailure"
-    cls = _failure_types.get(name)
-    if cls is None:
-        cls = cast(type[ToolFailure], type(name, (ToolFailure,), {"__module__": _FAILURE_MODULE}))
-        setattr(_failures, name, cls)
-        _failure_types[name] = cls
-    return cls(outcome.text, {**outcome.to_json(), "worker": worker})
+        return ToolFailure(outcome.text, {**outcome.to_json(), "worker": worker})
+    return failure_type(name)(outcome.text, {**outcome.to_json(), "worker": worker})
 
 
 def outcome_from_failure(result: Any) -> ToolOutcome | None:
@@ -101,6 +116,12 @@ def _run_call(
         )
         raise failure_for(outcome)
     outcome = run_tool(definition, request, invocation)
+    if outcome.error_type == "SoftTimeLimitExceeded":  # the pool's time limit: the deadline passed
+        outcome = ToolOutcome(
+            kind=OutcomeKind.TIMED_OUT,
+            text=f"Tool '{definition.name}' did not finish within its deadline",
+            error_type="TimeoutError",
+        )
     if not outcome.is_error and len(outcome.text.encode()) > settings.max_result_bytes:
         size = len(outcome.text.encode())
         outcome = error_outcome(

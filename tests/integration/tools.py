@@ -145,3 +145,12 @@ def flaky(key: str, failures: int) -> int:
     if attempt <= failures:
         raise Flaky(f"attempt {attempt} failed")
     return attempt
+
+
+class BrandNewError(Exception):
+    """An exception type the prefork parent process has never seen."""
+
+
+@tool("Fails on the prefork pool", pool="heavy", timeout=10)
+def fail_heavy(message: str) -> str:
+    raise BrandNewError(message)
