@@ -59,6 +59,7 @@ Emit = Callable[[ChatEvent | ToolExecuted], None]
 Tool = ToolDefinition | AiServiceTool
 HEARTBEAT_INTERVAL_S = 10.0
 ROLLED_BACK_STATUS = "rolled_back"
+_ABANDONED = (OutcomeKind.TIMED_OUT, OutcomeKind.WORKER_LOST)
 
 
 class RoundTripLimitError(OrchestratorError):
@@ -435,6 +436,12 @@ class _Invocation:
             outcome = await self.service.executor.execute(request, tool, invocation, compensate_if_late=late)
         if outcome.parameter_changes:
             self.parameters.merge(outcome.parameter_changes)
+        if call.definition is not None:  # journaled before a handler may end the invocation
+            self.saga.outcome(call.row, outcome, outcome.text)
+            call.succeeded = not outcome.is_error
+            if late and outcome.kind in _ABANDONED and self.journal is not None and call.row is not None:
+                # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
+                self.journal.set_call_state(call.row, "abandoned")
         text = outcome.text
         if outcome.is_error:
             text = self._handle(outcome, request).message
@@ -464,17 +471,6 @@ class _Invocation:
             is_error=outcome.is_error,
             attributes=dict(outcome.attributes),
         )
-        if call.definition is not None:
-            self.saga.outcome(call.row, outcome, call.execution)
-            call.succeeded = not outcome.is_error
-            if (
-                late
-                and outcome.kind is OutcomeKind.TIMED_OUT
-                and self.journal is not None
-                and call.row is not None
-            ):
-                # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
-                self.journal.set_call_state(call.row, "abandoned")
         log.info(
             "tool %s call %s: %s in %.0f ms%s",
             request.name,

@@ -69,10 +69,10 @@ class Saga:
             idempotency_key=idempotency_key(invocation, request),
         )
 
-    def outcome(self, call_row: int | None, outcome: ToolOutcome, execution: ToolExecution) -> None:
+    def outcome(self, call_row: int | None, outcome: ToolOutcome, text: str) -> None:
         """Write a call's outcome to the journal as soon as it is known."""
         if self.journal is not None and call_row is not None:
-            self.journal.record_outcome(call_row, outcome, execution.result)
+            self.journal.record_outcome(call_row, outcome, text)
 
     def keep(self, definition: ToolDefinition, execution: ToolExecution, call_row: int | None) -> None:
         """Remember a successful call for compensation (called in request order after each batch)."""

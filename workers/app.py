@@ -68,6 +68,9 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=False,
+        # A worker outlives broker outages: it reconnects for as long as it takes (the publisher, in
+        # the orchestrator, keeps the short limit so calls fail fast instead).
+        broker_connection_max_retries=None,
         broker_transport_options={"visibility_timeout": visibility_timeout_s(settings, registry)},
         result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
     )

@@ -237,7 +237,19 @@ def _finish_or_compensate_late(
     success is either collected by the orchestrator or compensated here, never both, never neither.
     """
     ttl = int(max(settings.result_expires_s, 60))
-    previous = _redis(settings).set(call_state_key(task.request.id), "finished", ex=ttl, get=True)
+    attempt = 0
+    while True:  # the side effect happened: this mark must land, or a late success goes unnoticed
+        try:
+            previous = _redis(settings).set(call_state_key(task.request.id), "finished", ex=ttl, get=True)
+            break
+        except redis.RedisError as exc:
+            pause = backoff_s(attempt, settings.retry_backoff_s, settings.retry_backoff_max_s)
+            if deadline is not None and time.time() + pause > deadline + settings.result_expires_s:
+                log.error("could not mark %s finished: %s", task.request.id, exc)
+                return
+            log.warning("marking %s finished failed (%s); retrying in %.2f s", task.request.id, exc, pause)
+            time.sleep(pause)
+            attempt += 1
     if previous != b"abandoned":
         return
     key = str(task.request.headers.get("idempotency_key") if task.request.headers else "") or task.request.id

@@ -57,17 +57,24 @@ class ResultCollector:
     _shared_lock = threading.Lock()
 
     @classmethod
-    def shared(cls, redis_url: str, *, check_interval_s: float = 0.5) -> ResultCollector:
+    def shared(
+        cls, redis_url: str, *, check_interval_s: float = 0.5, heartbeat_ttl_s: float = 6.0
+    ) -> ResultCollector:
         """The process-wide collector for `redis_url`."""
         with cls._shared_lock:
             collector = cls._shared.get(redis_url)
             if collector is None or collector._closed.is_set():
-                collector = cls(redis_url, check_interval_s=check_interval_s)
+                collector = cls(redis_url, check_interval_s=check_interval_s, heartbeat_ttl_s=heartbeat_ttl_s)
                 cls._shared[redis_url] = collector
             return collector
 
-    def __init__(self, redis_url: str, *, check_interval_s: float = 0.5) -> None:
+    def __init__(
+        self, redis_url: str, *, check_interval_s: float = 0.5, heartbeat_ttl_s: float = 6.0
+    ) -> None:
         self._check_interval_s = check_interval_s
+        self._heartbeat_ttl_s = heartbeat_ttl_s
+        self._connected = True
+        self._trust_liveness_after = 0.0
         self._client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=2)
         self._pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
         self._pending: dict[str, _Pending] = {}
@@ -89,6 +96,8 @@ class ResultCollector:
         with self._lock:
             self._pending[task_id] = _Pending(task_id, pool, future, on_started=on_started)
         self._subscribed.wait(timeout=2)
+        if not self._connected:
+            return future  # subscribed with all pending calls once the connection is back
         try:
             self._pubsub.subscribe(META_PREFIX + task_id)
         except (RedisError, OSError) as exc:
@@ -127,6 +136,8 @@ class ResultCollector:
                 if not self._subscribed.is_set():
                     self._pubsub.subscribe(CONTROL_CHANNEL)
                     self._subscribed.set()
+                if not self._connected:
+                    self._reconnect()
                 timeout = max(0.0, min(0.25, next_check - time.monotonic()))
                 message = self._pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)
                 if message is not None and message.get("type") == "message":
@@ -138,11 +149,27 @@ class ResultCollector:
                 delay = 0.05
             except (RedisError, OSError) as exc:
                 log.warning("result subscription interrupted (%s); retrying in %.2f s", exc, delay)
+                self._connected = False
+                self._subscribed.set()  # callers never wait on a Redis that is down
                 self._closed.wait(delay)
                 delay = min(delay * 2, 2.0)
                 next_check = time.monotonic()
             except Exception:
                 log.exception("result collector error")
+
+    def _reconnect(self) -> None:
+        """Subscribe again to every pending call, read what was stored meanwhile, and hold liveness
+        verdicts until workers had time to beat again (their heartbeats may have lapsed with Redis)."""
+        with self._lock:
+            channels = [META_PREFIX + task_id for task_id in self._pending]
+        self._pubsub.subscribe(CONTROL_CHANNEL, *channels)
+        self._connected = True
+        self._trust_liveness_after = time.monotonic() + self._heartbeat_ttl_s
+        log.info("result subscription restored (%d calls pending)", len(channels))
+        with self._lock:
+            for entry in self._pending.values():
+                entry.since = 0.0  # due for a read of its stored state now
+        self._poll_stored()
 
     def _on_message(self, message: dict[str, Any]) -> None:
         channel = message["channel"]
@@ -200,6 +227,8 @@ class ResultCollector:
                     self._on_state(task_id, json.loads(raw))
 
     def _check_liveness(self) -> None:
+        if time.monotonic() < self._trust_liveness_after:
+            return
         due = self._due()
         if not due:
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import time
 import uuid
@@ -48,6 +49,7 @@ _POOL_ALIVE_CACHE_S = 1.0
 _CATALOG_CACHE_S = 2.0
 _CATALOG_RECHECK_S = 0.2
 _LATE_RESULT_GRACE_S = 5.0
+_OUTAGE_HOLD_S = 1.0
 
 
 def _seconds(value: float) -> str:
@@ -91,12 +93,17 @@ class CeleryExecutor:
         self._pool_alive: dict[str, float] = {}
         self._pool_kinds: dict[str, str] = {}
         self._catalog_read_at = -1e9
+        self._catalog_down_until = 0.0
+        self._broker_down_until = 0.0
+        self._broker_error = ""
         self._catalog_workers: list[WorkerEntry] = []
 
     @property
     def _collector(self) -> ResultCollector:
         return ResultCollector.shared(
-            self.settings.redis_url, check_interval_s=self.settings.liveness_check_interval_s
+            self.settings.redis_url,
+            check_interval_s=self.settings.liveness_check_interval_s,
+            heartbeat_ttl_s=self.settings.heartbeat_ttl_s,
         )
 
     def _live_catalog(self, max_age_s: float = _CATALOG_CACHE_S) -> list[WorkerEntry]:
@@ -241,9 +248,13 @@ class CeleryExecutor:
             notify("queued", None)
         remaining = deadline - time.monotonic()
         try:
+            if time.monotonic() < self._broker_down_until:
+                raise OperationalError(self._broker_error)
             self._publish(task_name, task_id, kwargs, pool, remaining, key=key, kwargs_repr=kwargs_repr)
         except OperationalError as exc:
             collector.forget(task_id)
+            self._broker_down_until = time.monotonic() + _OUTAGE_HOLD_S  # fail the batch's others fast
+            self._broker_error = str(exc)
             return _error(
                 OutcomeKind.EXECUTION_ERROR,
                 f"Tool '{definition.name}' could not be dispatched: the broker is unreachable ({exc})",
@@ -272,6 +283,17 @@ class CeleryExecutor:
             self._abandon(task_id, pool)
             raise
         outcome = self._outcome(meta, definition, timeout_s)
+        if (
+            outcome.kind is OutcomeKind.WORKER_LOST
+            and abandon_atomically
+            and not self._mark_abandoned(task_id)
+        ):
+            # Declared lost, yet its worker marked it finished: the result is on its way.
+            collector.forget(task_id)
+            stored = await self._stored_result(task_id)
+            if stored is not None:
+                meta = stored
+                outcome = self._outcome(meta, definition, timeout_s)
         if notify:
             notify(outcome.kind.value, _worker_of(meta))
         return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=_worker_of(meta))
@@ -288,6 +310,21 @@ class CeleryExecutor:
                 log.exception("on_call observer failed")
 
         return notify
+
+    async def _stored_result(self, task_id: str) -> dict[str, Any] | None:
+        """The final state of a task, read from the result backend for up to a few seconds."""
+        deadline = time.monotonic() + _LATE_RESULT_GRACE_S
+        while time.monotonic() < deadline:
+            try:
+                raw = self._redis.get(f"celery-task-meta-{task_id}")
+            except redis.RedisError:
+                raw = None
+            if raw:
+                meta: dict[str, Any] = json.loads(raw)
+                if meta.get("status") in ("SUCCESS", "FAILURE", "REVOKED"):
+                    return meta
+            await asyncio.sleep(0.05)
+        return None
 
     def _mark_abandoned(self, task_id: str) -> bool:
         """Claim a call as abandoned, unless its worker already marked it finished."""
@@ -341,10 +378,13 @@ class CeleryExecutor:
         now = time.monotonic()
         if checked is not None and now - checked < _POOL_ALIVE_CACHE_S:
             return True
+        if now < self._catalog_down_until:
+            return True  # Redis just failed: do not block every call of a batch on it again
         try:
             alive = bool(self.catalog.live_workers(pool))
         except redis.RedisError as exc:
             log.warning("catalog unreadable (%s); dispatching to pool %s anyway", exc, pool)
+            self._catalog_down_until = now + _OUTAGE_HOLD_S
             return True
         if alive:
             self._pool_alive[pool] = now
