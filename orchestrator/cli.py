@@ -8,6 +8,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
+
 from workers.settings import Settings
 
 __all__ = ["COMMANDS", "main"]
@@ -41,8 +44,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"toolfleet: {exc}", file=sys.stderr)
         return 2
-    code: int = args.run(args, settings)
+    try:
+        code: int = args.run(args, settings)
+    except SQLAlchemyError as exc:
+        database = settings.redacted()["database_url"]
+        print(
+            f"toolfleet {args.command}: the database at {database} failed: {_first_line(exc)}",
+            file=sys.stderr,
+        )
+        return 2
+    except RedisError as exc:
+        redis_url = settings.redacted()["redis_url"]
+        print(f"toolfleet {args.command}: Redis at {redis_url} failed: {_first_line(exc)}", file=sys.stderr)
+        return 2
     return code
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 if __name__ == "__main__":

@@ -137,7 +137,7 @@ def _json_text(value: Any, expected: type) -> Any:
     if isinstance(value, str):
         try:
             parsed = json.loads(value, parse_float=JsonNumber)
-        except ValueError:
+        except (ValueError, ArithmeticError, RecursionError):
             return value
         if isinstance(parsed, expected):
             return parsed
@@ -159,7 +159,7 @@ def _to_int(value: Any, path: str) -> int:
             raise _not_convertable(path, "int", value) from None
     else:
         raise _not_convertable(path, "int", value)
-    if not number.is_finite():
+    if not number.is_finite() or number.adjusted() > 18:  # checked before int(): 1e999999999 is a bomb
         raise _error(path, "is out of range for int", value)
     if number != number.to_integral_value():
         raise _error(path, "has non-integer value for int", value)
@@ -323,7 +323,9 @@ def _to_model(value: Any, cls: type, path: str, tool: str, discriminator: str | 
 def _plain(value: Any) -> Any:
     """JSON value with exact decimals turned into int or float, for untyped parameters."""
     if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() and "." not in str(value) else float(value)
+        if value.adjusted() > 18 or value != value.to_integral_value() or "." in str(value):
+            return float(value)
+        return int(value)
     if isinstance(value, list):
         return [_plain(item) for item in value]
     if isinstance(value, dict):

@@ -34,9 +34,11 @@ import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
+
+from workers.settings import redact_url
 
 ENV_VAR = "TOOLFLEET_REDIS_URL"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -67,20 +69,6 @@ class _Terminated(Exception):
 
 def _log(message: str) -> None:
     print(f"toolfleet: {message}", file=sys.stderr, flush=True)
-
-
-def _redact(url: str) -> str:
-    """Return ``url`` with any password replaced, for log lines."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.hostname or ""
-    if ":" in netloc:
-        netloc = f"[{netloc}]"
-    if parts.port is not None:
-        netloc = f"{netloc}:{parts.port}"
-    netloc = f"{parts.username or ''}:***@{netloc}"
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def redis_answers(url: str) -> bool:
@@ -162,14 +150,14 @@ def embedded_redis(url: str) -> Iterator[str]:
     on KeyboardInterrupt).  Raises DevRedisError if no server can be provided.
     """
     if redis_answers(url):
-        _log(f"using the Redis already running at {_redact(url)}")
+        _log(f"using the Redis already running at {redact_url(url)}")
         yield url
         return
 
     endpoint = _local_endpoint(url)
     if endpoint is None:
         raise DevRedisError(
-            f"no Redis answers at {_redact(url)}, and an embedded server is only started for "
+            f"no Redis answers at {redact_url(url)}, and an embedded server is only started for "
             f"redis://localhost or redis://127.0.0.1 URLs; start that server or change ${ENV_VAR}"
         )
     host, port = endpoint
@@ -177,7 +165,7 @@ def embedded_redis(url: str) -> Iterator[str]:
 
     with tempfile.TemporaryDirectory(prefix="toolfleet-redis-") as workdir:
         log_path = Path(workdir) / "redis-server.log"
-        _log(f"no Redis answers at {_redact(url)}; starting embedded redis-server on {host}:{port}")
+        _log(f"no Redis answers at {redact_url(url)}; starting embedded redis-server on {host}:{port}")
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
                 [
@@ -211,7 +199,7 @@ def embedded_redis(url: str) -> Iterator[str]:
                         f"{STARTUP_TIMEOUT_S:.0f} s; its log ends with:\n{_log_tail(log_path)}"
                     )
                 time.sleep(0.05)
-            _log(f"using embedded redis-server (pid {proc.pid}) at {_redact(url)}")
+            _log(f"using embedded redis-server (pid {proc.pid}) at {redact_url(url)}")
             yield url
         finally:
             _stop_process(proc)

@@ -24,7 +24,56 @@ def _reject_constant(name: str) -> Any:
 
 
 def _loads(text: str) -> Any:
-    return json.loads(text, parse_float=JsonNumber, parse_constant=_reject_constant)
+    if text.count("[") + text.count("{") > MAX_DEPTH and _text_depth(text) > MAX_DEPTH:
+        # Refused before parsing: the parser's own limit depends on the stack it runs on.
+        raise _TooDeep()
+    try:
+        return json.loads(text, parse_float=JsonNumber, parse_constant=_reject_constant)
+    except ArithmeticError:  # a number beyond what Decimal can hold
+        raise ValueError("a number is out of range") from None
+
+
+class _TooDeep(ValueError):
+    pass
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """Strings with a lone surrogate (a model cut an emoji in half) cannot be encoded as UTF-8 and
+    would fail on the wire: pairs are joined, lone halves become U+FFFD."""
+    if isinstance(value, str):
+        if not _SURROGATE.search(value):
+            return value
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def _text_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON text, strings skipped."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def parse_arguments(text: str | None, tool_name: str) -> dict[str, Any]:
@@ -34,6 +83,10 @@ def parse_arguments(text: str | None, tool_name: str) -> dict[str, Any]:
     stripped = text.strip()
     try:
         parsed = _loads(stripped)
+    except _TooDeep:
+        raise ToolArgumentsError(
+            f'Arguments of tool "{tool_name}" are nested deeper than {MAX_DEPTH} levels'
+        ) from None
     except (ValueError, RecursionError):
         parsed = _UNPARSED
     if parsed is _UNPARSED or isinstance(parsed, str):
@@ -44,10 +97,16 @@ def parse_arguments(text: str | None, tool_name: str) -> dict[str, Any]:
         repaired = _TRAILING_COMMA.sub(r"\1", repaired.replace('\\"', '"'))
         try:
             parsed = _loads(repaired)
+        except _TooDeep:
+            raise ToolArgumentsError(
+                f'Arguments of tool "{tool_name}" are nested deeper than {MAX_DEPTH} levels'
+            ) from None
         except RecursionError:
             raise ToolArgumentsError(f'Arguments of tool "{tool_name}" are nested too deeply') from None
         except ValueError as exc:
             raise ToolArgumentsError(f'Arguments of tool "{tool_name}" are not valid JSON: {exc}') from None
+    if _SURROGATE.search(stripped) or "\\ud" in stripped.lower():
+        parsed = _without_lone_surrogates(parsed)
     if not isinstance(parsed, dict):
         raise ToolArgumentsError(
             f'Arguments of tool "{tool_name}" must be a JSON object, got {json_type_name(parsed)}'

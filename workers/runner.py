@@ -13,7 +13,8 @@ from typing import Any
 
 from workers._types import split_annotated
 from workers.binding import BoundCall, bind_arguments, bind_values, parse_arguments
-from workers.errors import ToolArgumentsError, ToolDefinitionError, ToolErrorVisibleToLlm
+from workers.contents import ImageContent, TextContent
+from workers.errors import ToolArgumentsError, ToolDefinitionError, ToolErrorVisibleToLlm, ToolResultError
 from workers.invocation import Invocation, InvocationParameters
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.results import convert_result
@@ -23,9 +24,11 @@ __all__ = [
     "arun_compensation",
     "arun_tool",
     "bind_compensation",
+    "bound_outcome",
     "error_outcome",
     "run_compensation",
     "run_tool",
+    "utf8_size",
 ]
 
 log = logging.getLogger(__name__)
@@ -41,7 +44,7 @@ def run_tool(
         bound = bind_arguments(definition, request.arguments, invocation)
     except ToolArgumentsError as exc:
         return _logged(definition, request, started, error_outcome(exc, OutcomeKind.ARGUMENTS_ERROR))
-    except (RecursionError, ArithmeticError, TypeError, ValueError) as exc:
+    except (RecursionError, ArithmeticError, MemoryError, TypeError, ValueError) as exc:
         error = ToolArgumentsError(f'Arguments of tool "{definition.name}" could not be bound: {exc}')
         return _logged(definition, request, started, error_outcome(error, OutcomeKind.ARGUMENTS_ERROR))
     try:
@@ -67,7 +70,7 @@ async def arun_tool(
         bound = bind_arguments(definition, request.arguments, invocation)
     except ToolArgumentsError as exc:
         return _logged(definition, request, started, error_outcome(exc, OutcomeKind.ARGUMENTS_ERROR))
-    except (RecursionError, ArithmeticError, TypeError, ValueError) as exc:
+    except (RecursionError, ArithmeticError, MemoryError, TypeError, ValueError) as exc:
         error = ToolArgumentsError(f'Arguments of tool "{definition.name}" could not be bound: {exc}')
         return _logged(definition, request, started, error_outcome(error, OutcomeKind.ARGUMENTS_ERROR))
     try:
@@ -109,18 +112,64 @@ def error_outcome(
     exc: BaseException, kind: OutcomeKind, bound: BoundCall | None = None, *, prefix: str = ""
 ) -> ToolOutcome:
     """The outcome of a call that raised `exc`: its message (or type name), type, and text for the model."""
-    message = str(exc) or type(exc).__name__
+    message = _safe_str(exc) or type(exc).__name__
     for_llm: str | None = None
     if isinstance(exc, ToolErrorVisibleToLlm):
-        candidate = exc.message_for_llm()
-        for_llm = candidate if candidate and candidate.strip() else None
+        try:
+            candidate = exc.message_for_llm()
+        except Exception:
+            candidate = ""
+        for_llm = _truncate(candidate) if candidate and candidate.strip() else None
     return ToolOutcome(
         kind=kind,
-        text=prefix + message,
+        text=_truncate(prefix + message),
         error_type=type(exc).__name__,
         message_for_llm=for_llm,
         parameter_changes=bound.parameters.changes() if bound is not None else {},
         exception=exc,
+    )
+
+
+MAX_ERROR_CHARS = 8192
+
+
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # an exception whose __str__ itself fails
+        return ""
+
+
+def _truncate(text: str) -> str:
+    """Error texts reach the model, Redis and Flower: long ones are cut, saying so."""
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    return f"{text[:MAX_ERROR_CHARS]}… ({len(text) - MAX_ERROR_CHARS} more characters)"
+
+
+def utf8_size(text: str) -> int:
+    """Bytes of `text` as UTF-8, lone surrogates (which a model can emit) counted too."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def bound_outcome(outcome: ToolOutcome, tool_name: str, max_result_bytes: int) -> ToolOutcome:
+    """A success larger than `max_result_bytes` (text and contents) becomes an execution error."""
+    if outcome.is_error:
+        return outcome
+    size = utf8_size(outcome.text)
+    for part in outcome.contents or ():
+        if isinstance(part, ImageContent):
+            size += len(part.image.base64_data or "") + len(part.image.url or "")
+        elif isinstance(part, TextContent):
+            size += utf8_size(part.text)
+    if size <= max_result_bytes:
+        return outcome
+    return error_outcome(
+        ToolResultError(
+            f"Result of tool '{tool_name}' is {size} bytes, over the limit of {max_result_bytes} bytes "
+            "(TOOLFLEET_MAX_RESULT_BYTES)"
+        ),
+        OutcomeKind.EXECUTION_ERROR,
     )
 
 

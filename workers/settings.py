@@ -6,8 +6,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-__all__ = ["ENVIRONMENT", "Settings"]
+__all__ = ["ENVIRONMENT", "Settings", "redact_url"]
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -79,10 +80,30 @@ def _parse(name: str, raw: str, kind: Any) -> Any:
     return raw
 
 
+_SECRET_QUERY_KEYS = frozenset({"password", "pass", "pwd", "secret", "token", "key", "api_key", "apikey"})
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password (in the netloc or the query string) replaced by `***`, for logs."""
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        credentials, _, host = netloc.rpartition("@")
+        user, has_password, _ = credentials.partition(":")
+        netloc = f"{user}:***@{host}" if has_password else f"***@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(k.lower() in _SECRET_QUERY_KEYS for k, _ in pairs):
+            query = urlencode(
+                [(k, "***" if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in pairs], safe="*"
+            )
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
 def _redact(value: Any) -> Any:
-    if isinstance(value, str) and "@" in value and "://" in value:
-        scheme, rest = value.split("://", 1)
-        credentials, host = rest.rsplit("@", 1)
-        user = credentials.split(":", 1)[0] if ":" in credentials else ""
-        return f"{scheme}://{user}:***@{host}" if user or ":" in credentials else f"{scheme}://***@{host}"
-    return value
+    return redact_url(value) if isinstance(value, str) else value

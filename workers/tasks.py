@@ -20,12 +20,11 @@ from celery.signals import worker_ready, worker_shutdown
 
 from workers import _failures
 from workers.catalog import WORKER_KEY, CatalogHeartbeat, CatalogTool, WorkerEntry
-from workers.errors import ToolResultError
 from workers.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.registry import ToolRegistry
 from workers.retry import backoff_s, is_transient
-from workers.runner import error_outcome, run_compensation, run_tool
+from workers.runner import bound_outcome, run_compensation, run_tool
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
@@ -38,6 +37,7 @@ __all__ = [
     "compensation_timeout_s",
     "failure_for",
     "failure_type",
+    "flower_reprs",
     "outcome_from_failure",
     "register_tasks",
 ]
@@ -122,15 +122,7 @@ def _run_call(
             text=f"Tool '{definition.name}' did not finish within its deadline",
             error_type="TimeoutError",
         )
-    if not outcome.is_error and len(outcome.text.encode()) > settings.max_result_bytes:
-        size = len(outcome.text.encode())
-        outcome = error_outcome(
-            ToolResultError(
-                f"Result of tool '{definition.name}' is {size} bytes, over the limit of "
-                f"{settings.max_result_bytes} bytes (TOOLFLEET_MAX_RESULT_BYTES)"
-            ),
-            OutcomeKind.EXECUTION_ERROR,
-        )
+    outcome = bound_outcome(outcome, definition.name, settings.max_result_bytes)
     if outcome.is_error:
         attempt = int(task.request.retries or 0)
         if attempt < definition.options.retries and is_transient(outcome, definition):
@@ -144,12 +136,28 @@ def _run_call(
                     countdown,
                 )
                 raise task.retry(
-                    countdown=countdown, max_retries=definition.options.retries, exc=failure_for(outcome)
+                    countdown=countdown,
+                    max_retries=definition.options.retries,
+                    exc=failure_for(outcome),
+                    **flower_reprs(kwargs),
                 )
         raise failure_for(outcome, task.request.hostname)
     if kwargs.get("compensate_if_late") and definition.compensation is not None:
         _finish_or_compensate_late(task, definition, settings, request, invocation, outcome, deadline)
     return {**outcome.to_json(), "worker": task.request.hostname}
+
+
+def flower_reprs(kwargs: dict[str, Any]) -> dict[str, str]:
+    """What Flower shows as a task's arguments: the model's arguments and the ids, never the
+    invocation's parameters (they may hold credentials)."""
+    request = kwargs.get("request") or (kwargs.get("execution") or {}).get("request") or {}
+    arguments = str(request.get("arguments", ""))
+    if len(arguments) > 1024:
+        arguments = arguments[:1024] + "…"
+    invocation_id = ((kwargs.get("invocation") or {}).get("context") or {}).get("invocation_id")
+    call_id = request.get("id")
+    shown = f"{{'arguments': {arguments!r}, 'call_id': {call_id!r}, 'invocation_id': '{invocation_id}'}}"
+    return {"argsrepr": "()", "kwargsrepr": shown}
 
 
 def compensation_timeout_s(definition: ToolDefinition, settings: Settings) -> float:
@@ -199,7 +207,11 @@ def _wait_for_other_delivery(task: Task, kwargs: dict[str, Any], deadline: float
             task.request.hostname,
         )
     raise task.retry(
-        countdown=1.0, max_retries=_UNBOUNDED, kwargs=kwargs, exc=RuntimeError("compensation in progress")
+        countdown=1.0,
+        max_retries=_UNBOUNDED,
+        kwargs=kwargs,
+        exc=RuntimeError("compensation in progress"),
+        **flower_reprs(kwargs),
     )
 
 
@@ -267,17 +279,19 @@ def _finish_or_compensate_late(
         "tool %s call %s finished after its deadline; enqueuing its compensation", definition.name, request.id
     )
     timeout_s = compensation_timeout_s(definition, settings)
+    compensation_kwargs = {
+        "execution": execution.to_json(),
+        "invocation": invocation.to_json(),
+        "idempotency_key": key,
+        "deadline": time.time() + timeout_s,
+    }
     task.app.send_task(
         COMPENSATION_PREFIX + definition.name,
-        kwargs={
-            "execution": execution.to_json(),
-            "invocation": invocation.to_json(),
-            "idempotency_key": key,
-            "deadline": time.time() + timeout_s,
-        },
+        kwargs=compensation_kwargs,
         task_id=compensation_task_id(key),
         queue=definition.pool,
         headers={"idempotency_key": key, "late": True},
+        **flower_reprs(compensation_kwargs),
     )
 
 
@@ -313,6 +327,7 @@ def _run_compensation(
                     max_retries=_UNBOUNDED,
                     kwargs={**kwargs, "failures": failures + 1},
                     exc=failure_for(outcome),
+                    **flower_reprs(kwargs),
                 )
         raise failure_for(outcome, task.request.hostname)
     client.set(lock, "done", ex=7 * 24 * 3600)

@@ -30,6 +30,7 @@ from workers import (
 from workers.app import make_publisher
 from workers.catalog import Catalog, WorkerEntry
 from workers.invocation import Invocation
+from workers.runner import utf8_size
 from workers.settings import Settings
 from workers.tasks import (
     COMPENSATION_PREFIX,
@@ -37,6 +38,7 @@ from workers.tasks import (
     call_state_key,
     compensation_task_id,
     compensation_timeout_s,
+    flower_reprs,
     outcome_from_failure,
 )
 
@@ -154,7 +156,7 @@ class CeleryExecutor:
         invocation = invocation or Invocation()
         if definition is None:
             return _error(OutcomeKind.EXECUTION_ERROR, f"Unknown tool '{request.name}'", "UnknownToolError")
-        size = len(request.arguments.encode())
+        size = utf8_size(request.arguments)
         if size > self.settings.max_argument_bytes:
             return _error(
                 OutcomeKind.ARGUMENTS_ERROR,
@@ -180,7 +182,6 @@ class CeleryExecutor:
                 deadline,
                 timeout_s,
                 key=key,
-                kwargs_repr=_kwargs_repr(request.arguments, request.id, invocation),
                 abandon_atomically=compensate_if_late and definition.compensation is not None,
             )
             if outcome.kind is not OutcomeKind.WORKER_LOST or time.monotonic() >= deadline:
@@ -216,7 +217,6 @@ class CeleryExecutor:
                 deadline,
                 timeout_s,
                 key=key,
-                kwargs_repr=_kwargs_repr(execution.request.arguments, execution.request.id, invocation),
             )
             if outcome.kind is not OutcomeKind.WORKER_LOST or time.monotonic() >= deadline:
                 break
@@ -233,7 +233,6 @@ class CeleryExecutor:
         timeout_s: float,
         *,
         key: str,
-        kwargs_repr: str,
         abandon_atomically: bool = False,
     ) -> ToolOutcome:
         pool = definition.pool
@@ -250,7 +249,7 @@ class CeleryExecutor:
         try:
             if time.monotonic() < self._broker_down_until:
                 raise OperationalError(self._broker_error)
-            self._publish(task_name, task_id, kwargs, pool, remaining, key=key, kwargs_repr=kwargs_repr)
+            self._publish(task_name, task_id, kwargs, pool, remaining, key=key)
         except OperationalError as exc:
             collector.forget(task_id)
             self._broker_down_until = time.monotonic() + _OUTAGE_HOLD_S  # fail the batch's others fast
@@ -346,7 +345,6 @@ class CeleryExecutor:
         remaining_s: float,
         *,
         key: str,
-        kwargs_repr: str,
     ) -> None:
         options: dict[str, Any] = {
             "task_id": task_id,
@@ -356,8 +354,7 @@ class CeleryExecutor:
             "headers": {"idempotency_key": key},
             # What Flower shows as the call's arguments: the model's arguments and ids, never the
             # invocation parameters (they may hold credentials). Also spares Celery's saferepr.
-            "argsrepr": "()",
-            "kwargsrepr": kwargs_repr,
+            **flower_reprs(kwargs),
             "retry": True,
             "retry_policy": {
                 "max_retries": 2,
@@ -470,12 +467,6 @@ class CallEvent:
     state: str
     worker: str | None
     at: float
-
-
-def _kwargs_repr(arguments: str, call_id: str | None, invocation: Invocation) -> str:
-    shown = arguments if len(arguments) <= 1024 else arguments[:1024] + "…"
-    invocation_id = invocation.context.invocation_id
-    return f"{{'arguments': {shown!r}, 'call_id': {call_id!r}, 'invocation_id': '{invocation_id}'}}"
 
 
 def _worker_of(meta: dict[str, Any]) -> str | None:

@@ -22,7 +22,14 @@ from workers import (
 )
 from workers.invocation import Invocation
 from workers.retry import backoff_s, is_transient
-from workers.runner import arun_compensation, arun_tool, error_outcome, run_compensation, run_tool
+from workers.runner import (
+    arun_compensation,
+    arun_tool,
+    bound_outcome,
+    error_outcome,
+    run_compensation,
+    run_tool,
+)
 
 __all__ = ["LocalExecutor"]
 
@@ -50,10 +57,12 @@ class LocalExecutor:
         retry_backoff_s: float = 0.2,
         retry_backoff_max_s: float = 5.0,
         compensation_retries: int = 3,
+        max_result_bytes: int = 4 << 20,
     ) -> None:
         self.registry = ToolRegistry(tools)
         self.max_fanout = max_fanout
         self.compensation_retries = compensation_retries
+        self.max_result_bytes = max_result_bytes
         self._compensated: set[str] = set()
         self._lock = threading.Lock()
         self.default_tool_timeout_s = default_tool_timeout_s
@@ -116,7 +125,7 @@ class LocalExecutor:
             waiting = asyncio.wrap_future(running)
         done, _ = await asyncio.wait({waiting}, timeout=max(deadline - time.monotonic(), 0.0))
         if waiting in done:
-            return waiting.result()
+            return bound_outcome(waiting.result(), definition.name, self.max_result_bytes)
         if compensate_if_late:
             key = idempotency_key(invocation, request)
             running.add_done_callback(

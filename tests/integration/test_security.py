@@ -1,0 +1,627 @@
+"""Security defaults (DESIGN.md "Defaults that keep users safe"), against a real Redis and worker.
+
+- Only JSON crosses Celery: a pickled task message is refused unread, the tool never runs.
+- A worker runs only registered tools: a forged task name runs nothing.
+- With `send_generic_message_to_llm_unless_visible_to_llm`, an exception's text and its cause never
+  reach the model.
+- API keys and passwords never appear in logs, reprs, CLI output or Flower's view of a task, and
+  invocation parameters (they may hold credentials) never appear in a task's `kwargsrepr`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import hypothesis
+import pytest
+import redis
+from hypothesis import given
+from hypothesis import strategies as st
+from kombu import Connection, Exchange, Queue
+
+import tests.integration.badinput_tools as bad
+from orchestrator import (
+    AiMessage,
+    AiService,
+    AnthropicChatModel,
+    CeleryExecutor,
+    LocalExecutor,
+    ModelAuthenticationError,
+    OpenAiChatModel,
+    ScriptedChatModel,
+    ToolExecutionResultMessage,
+    UserMessage,
+    send_generic_message_to_llm_unless_visible_to_llm,
+)
+from orchestrator.messages import message_to_json
+from orchestrator.models._http import RetryPolicy
+from orchestrator.models.base import ChatRequest
+from workers import OutcomeKind, ToolExecutionRequest
+from workers.app import make_publisher
+from workers.invocation import Invocation, InvocationContext
+from workers.process import WorkerProcess
+from workers.registry import ToolRegistry
+from workers.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+HOSTNAME = "bad@security"
+API_KEY = "sk-test-9f8e7d6c5b4a39281706"
+GENERIC = "Tool failed"
+
+
+@pytest.fixture(scope="module")
+def worker_log(worker_logs: Path) -> Path:
+    return worker_logs / "security.log"
+
+
+@pytest.fixture(scope="module")
+def bad_worker(redis_url: str, worker_log: Path) -> Iterator[WorkerProcess]:
+    worker = bad.start_worker(redis_url, worker_log, HOSTNAME)
+    try:
+        worker.wait_ready(timeout_s=60)
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def celery(bad_worker: WorkerProcess, settings: Settings) -> Iterator[CeleryExecutor]:
+    executor = CeleryExecutor(settings=settings)
+    yield executor
+    executor.close()
+
+
+@pytest.fixture(params=["local", "celery"])
+def executor(request: pytest.FixtureRequest) -> Iterator[LocalExecutor | CeleryExecutor]:
+    if request.param == "celery":
+        yield request.getfixturevalue("celery")
+        return
+    local = LocalExecutor()
+    yield local
+    local.close()
+
+
+@pytest.fixture(scope="module")
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    connection = redis.Redis.from_url(redis_url)
+    yield connection
+    connection.close()
+
+
+def _wait_for(condition: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def _healthy(worker: WorkerProcess, celery: CeleryExecutor) -> None:
+    assert worker.process.poll() is None, f"the worker died (exit {worker.process.returncode})"
+    outcome = asyncio.run(celery.execute(ToolExecutionRequest("healthy", "bad_str", '{"value": "ok"}')))
+    assert (outcome.kind, outcome.text, outcome.worker) == (OutcomeKind.SUCCESS, "ok", HOSTNAME)
+
+
+# ---- only JSON, only registered tools --------------------------------------------------------------
+
+
+class _OpensAFile:
+    """Unpickling this calls open(path, "w"): proof that a payload would have run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return (open, (str(self.path), "w"))
+
+
+def _publish(redis_url: str, task: str, kwargs: dict[str, Any], serializer: str) -> str:
+    """A Celery protocol-2 task message, crafted and published with kombu alone, to pool `bad`."""
+    task_id = str(uuid.uuid4())
+    headers = {
+        "lang": "py",
+        "task": task,
+        "id": task_id,
+        "root_id": task_id,
+        "parent_id": None,
+        "group": None,
+        "shadow": None,
+        "retries": 0,
+        "eta": None,
+        "expires": None,
+        "timelimit": [None, None],
+        "argsrepr": "()",
+        "kwargsrepr": "{}",
+        "origin": "forger@test",
+        "ignore_result": False,
+    }
+    body = ([], kwargs, {"callbacks": None, "errbacks": None, "chain": None, "chord": None})
+    exchange = Exchange(bad.POOL)
+    with Connection(redis_url) as connection:
+        connection.Producer().publish(
+            body,
+            serializer=serializer,
+            exchange=exchange,
+            routing_key=bad.POOL,
+            declare=[Queue(bad.POOL, exchange, routing_key=bad.POOL)],
+            headers=headers,
+            correlation_id=task_id,
+            reply_to="forger",
+        )
+    return task_id
+
+
+def _mark_call(key: str) -> dict[str, Any]:
+    request = ToolExecutionRequest("forged", "bad_mark", json.dumps({"key": key}))
+    return {"request": request.to_json(), "invocation": Invocation(InvocationContext(), {}).to_json()}
+
+
+def _stored(client: redis.Redis, task_id: str) -> dict[str, Any] | None:
+    raw = client.get(f"celery-task-meta-{task_id}")
+    return json.loads(raw) if raw else None
+
+
+def _log_count(log: Path, text: str) -> int:
+    return log.read_text(errors="replace").count(text) if log.exists() else 0
+
+
+def test_a_pickled_task_message_is_refused_unread_and_never_runs(
+    redis_url: str,
+    client: redis.Redis,
+    bad_worker: WorkerProcess,
+    celery: CeleryExecutor,
+    worker_log: Path,
+    tmp_path: Path,
+) -> None:
+    # given: a pickled message for a real tool, carrying an object whose unpickling creates a file
+    refusal = "Refusing to deserialize untrusted content of type pickle (application/x-python-serialize)"
+    refusals_before = _log_count(worker_log, refusal)
+    marker = tmp_path / "unpickled"
+    pickled_key, json_key = f"pickled-{uuid.uuid4()}", f"json-{uuid.uuid4()}"
+    pickled_id = _publish(
+        redis_url, "tool.bad_mark", {**_mark_call(pickled_key), "payload": _OpensAFile(marker)}, "pickle"
+    )
+    # when: then the same call as JSON (the control), behind it in the queue
+    json_id = _publish(redis_url, "tool.bad_mark", _mark_call(json_key), "json")
+    # then: the JSON message ran
+    control = _wait_for(lambda: _stored(client, json_id), what="the JSON control's result")
+    assert control["status"] == "SUCCESS" and control["result"]["text"] == f"marked {json_key}"
+    assert client.get(f"badinput:ran:{json_key}") == b"1"
+    # and the pickled one was refused unread: the worker logged the refusal, nothing ran or was stored
+    _wait_for(lambda: _log_count(worker_log, refusal) > refusals_before, what="the refusal in the log")
+    assert "kombu.exceptions.ContentDisallowed" in worker_log.read_text(errors="replace")
+    assert not marker.exists(), "the pickle was deserialized"
+    assert client.get(f"badinput:ran:{pickled_key}") is None
+    assert _stored(client, pickled_id) is None
+    _healthy(bad_worker, celery)
+
+
+def test_a_forged_task_name_runs_nothing(
+    redis_url: str,
+    client: redis.Redis,
+    bad_worker: WorkerProcess,
+    celery: CeleryExecutor,
+    worker_log: Path,
+    tmp_path: Path,
+) -> None:
+    # given: a well-formed JSON message naming a task no worker registered
+    marker = tmp_path / "forged"
+    unregistered = "Received unregistered task of type 'tool.os_system'"
+    before = _log_count(worker_log, unregistered)
+    # when
+    task_id = _publish(redis_url, "tool.os_system", {"command": f"touch {marker}"}, "json")
+    # then: Celery records it as not registered; the worker logged it and ran nothing
+    stored = _wait_for(lambda: _stored(client, task_id), what="the refusal's stored state")
+    assert stored["status"] == "FAILURE"
+    assert stored["result"]["exc_type"] == "NotRegistered"
+    _wait_for(lambda: _log_count(worker_log, unregistered) > before, what="the refusal in the log")
+    assert not marker.exists()
+    _healthy(bad_worker, celery)
+
+
+def test_a_forged_message_for_a_real_tool_without_a_call_runs_nothing(
+    redis_url: str, client: redis.Redis, bad_worker: WorkerProcess, celery: CeleryExecutor
+) -> None:
+    # given: a message for `tool.bad_mark` whose kwargs are not a call at all
+    task_id = _publish(redis_url, "tool.bad_mark", {"key": "direct"}, "json")
+    # then: it fails before binding anything; the tool did not run
+    stored = _wait_for(lambda: _stored(client, task_id), what="the failure")
+    assert (stored["status"], stored["result"]["exc_type"]) == ("FAILURE", "KeyError")
+    assert client.get("badinput:ran:direct") is None
+    _healthy(bad_worker, celery)
+
+
+def test_a_worker_registers_only_the_tools_and_compensations_of_its_modules(
+    settings: Settings, bad_worker: WorkerProcess
+) -> None:
+    registry = ToolRegistry([bad])
+    expected = {f"tool.{d.name}" for d in registry} | {
+        f"compensate.{d.name}" for d in registry if d.compensation is not None
+    }
+    publisher = make_publisher(settings)
+    try:
+        answers = publisher.control.inspect(destination=[HOSTNAME], timeout=3).registered()
+    finally:
+        publisher.close()
+    assert answers is not None, "the worker did not answer"
+    # Celery's own `celery.*` tasks are not listed; every other task is one of our tools.
+    assert set(answers[HOSTNAME]) == expected
+
+
+# ---- exception texts and the model -------------------------------------------------------------------
+
+
+def _everything_sent(model: ScriptedChatModel) -> str:
+    """Every request the model received, as JSON: messages, tools and parameters."""
+    return json.dumps(
+        [
+            {
+                "messages": [message_to_json(m) for m in request.messages],
+                "tools": [spec.to_json() for spec in request.tool_specifications],
+                "parameters": request.parameters,
+            }
+            for request in model.requests
+        ],
+        default=str,
+    )
+
+
+def test_the_generic_handler_keeps_an_exceptions_text_and_cause_from_the_model(
+    executor: LocalExecutor | CeleryExecutor,
+) -> None:
+    # given: a tool whose exception holds a secret in its message and another in its __cause__
+    calls = [ToolExecutionRequest("1", "bad_secret", "{}")]
+    model = ScriptedChatModel([AiMessage(tool_execution_requests=calls), "sorry"])
+    service = AiService(
+        chat_model=model,
+        tools=[bad.bad_secret],
+        executor=executor,
+        tool_execution_error_handler=send_generic_message_to_llm_unless_visible_to_llm(GENERIC),
+    )
+    # when
+    result = service.chat("connect")
+    # then: the model read only the generic text, never the message or the cause
+    assert result.tool_executions[0].result == GENERIC and result.tool_executions[0].has_failed
+    sent = _everything_sent(model)
+    assert bad.SECRET not in sent and bad.CAUSE_SECRET not in sent
+    last = model.requests[1].messages[-1]
+    assert isinstance(last, ToolExecutionResultMessage) and (last.text, last.is_error) == (GENERIC, True)
+
+
+def test_a_visible_message_reaches_the_model_but_its_cause_does_not(
+    executor: LocalExecutor | CeleryExecutor,
+) -> None:
+    calls = [ToolExecutionRequest("1", "bad_visible_secret", "{}")]
+    model = ScriptedChatModel([AiMessage(tool_execution_requests=calls), "sorry"])
+    service = AiService(
+        chat_model=model,
+        tools=[bad.bad_visible_secret],
+        executor=executor,
+        tool_execution_error_handler=send_generic_message_to_llm_unless_visible_to_llm(GENERIC),
+    )
+    service.chat("pay")
+    last = model.requests[1].messages[-1]
+    assert isinstance(last, ToolExecutionResultMessage) and last.text == "Card declined"
+    assert bad.SECRET not in _everything_sent(model)
+
+
+# ---- API keys and passwords ---------------------------------------------------------------------------
+
+_OPENAI_TOOL_CALL = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "gpt-4o-mini",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "bad_plain", "arguments": '{"text": "hi"}'},
+                    }
+                ],
+            },
+            "finish_reason": "tool_calls",
+        }
+    ],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
+}
+_OPENAI_ANSWER = {
+    "id": "chatcmpl-2",
+    "object": "chat.completion",
+    "model": "gpt-4o-mini",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+}
+_ANTHROPIC_TOOL_CALL = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-test",
+    "content": [{"type": "tool_use", "id": "toolu_1", "name": "bad_plain", "input": {"text": "hi"}}],
+    "stop_reason": "tool_use",
+    "usage": {"input_tokens": 5, "output_tokens": 5},
+}
+_ANTHROPIC_ANSWER = {
+    "id": "msg_2",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-test",
+    "content": [{"type": "text", "text": "done"}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 5, "output_tokens": 1},
+}
+
+
+def _echo(status: int) -> httpx.Response:
+    """An error that echoes the key back, as some compatible servers do."""
+    message = f"key {API_KEY} rejected" if status == 401 else f"upstream failed for key {API_KEY}"
+    return httpx.Response(status, json={"type": "error", "error": {"type": "x", "message": message}})
+
+
+def _model(provider: str, replies: list[httpx.Response], seen: list[str]) -> Any:
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization") or request.headers.get("x-api-key") or "")
+        return replies.pop(0)
+
+    transport = httpx.MockTransport(answer)
+    retry = RetryPolicy(max_retries=1, backoff_s=0.001, backoff_max_s=0.001)
+    if provider == "openai":
+        return OpenAiChatModel("gpt-4o-mini", api_key=API_KEY, transport=transport, retry=retry)
+    return AnthropicChatModel("claude-test", api_key=API_KEY, transport=transport, retry=retry)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_an_api_key_never_reaches_logs_errors_or_reprs(
+    provider: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    tool_call, answer = (
+        (_OPENAI_TOOL_CALL, _OPENAI_ANSWER)
+        if provider == "openai"
+        else (_ANTHROPIC_TOOL_CALL, _ANTHROPIC_ANSWER)
+    )
+    seen: list[str] = []
+    # given: a server that fails once echoing the key (logged as a retry), then calls a tool, then answers
+    replies = [_echo(500), httpx.Response(200, json=tool_call), httpx.Response(200, json=answer)]
+    model = _model(provider, replies, seen)
+    service = AiService(chat_model=model, tools=[bad.bad_plain], executor=LocalExecutor())
+    # when: a whole invocation, then a call the server rejects echoing the key
+    assert service.chat("go").content == "done"
+    rejecting = _model(provider, [_echo(401)], seen)
+    with pytest.raises(ModelAuthenticationError) as raised:
+        asyncio.run(rejecting.chat(ChatRequest(messages=[UserMessage("hi")])))
+    # then: the key was sent every time, and appears nowhere else
+    assert len(seen) == 4 and all(API_KEY in header for header in seen)
+    logged = caplog.text + "".join(f"{r.getMessage()} {r.exc_text or ''} {r.args!r}" for r in caplog.records)
+    assert "upstream failed for key ***; retry 1/1" in logged  # the echoing error was logged, masked
+    assert API_KEY not in logged
+    error = raised.value
+    assert "key *** rejected" in str(error)
+    assert API_KEY not in str(error) and API_KEY not in repr(error) and API_KEY not in repr(error.args)
+    assert API_KEY not in repr(model) and API_KEY not in str(model)
+
+
+_PASSWORDS = st.text(
+    alphabet=st.characters(codec="ascii", categories=["L", "N"], include_characters="-_.~!$&()*+,;=@:"),
+    min_size=6,
+    max_size=30,
+).map(lambda text: f"PW{text}")
+
+
+@hypothesis.settings(max_examples=60, deadline=None, database=None)
+@given(
+    password=_PASSWORDS,
+    user=st.sampled_from(["", "default", "admin"]),
+    scheme=st.sampled_from(["redis", "rediss", "postgresql+psycopg"]),
+)
+def test_settings_reprs_mask_every_password(password: str, user: str, scheme: str) -> None:
+    url = f"{scheme}://{user}:{password}@db.internal:6379/0"
+    values = Settings(redis_url=url, broker_url=url, result_backend=url, database_url=url)
+    for text in (repr(values), str(values), str(values.redacted())):
+        assert password not in text
+        assert f"{scheme}://{user}:***@db.internal:6379/0" in text
+
+
+def test_settings_repr_masks_a_password_in_the_query_string() -> None:
+    values = Settings(redis_url="redis://db.internal:6379/0?password=PW-query-secret")
+    assert "PW-query-secret" not in repr(values)
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["tools"], ["tools", "--json"], ["-v", "tools"], ["runs"]],
+    ids=["tools", "tools-json", "tools-verbose", "runs"],
+)
+def test_cli_output_never_shows_a_password(argv: list[str]) -> None:
+    # given: URLs with passwords, pointing at a port where nothing listens
+    port = _closed_port()
+    redis_url = f"redis://admin:PW-redis-secret@127.0.0.1:{port}/0"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "TOOLFLEET_REDIS_URL": redis_url,
+        "TOOLFLEET_BROKER_URL": redis_url,
+        "TOOLFLEET_RESULT_BACKEND": redis_url,
+        "TOOLFLEET_DATABASE_URL": f"postgresql+psycopg://admin:PW-db-secret@127.0.0.1:{port}/toolfleet",
+    }
+    # when
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *argv], env=env, capture_output=True, text=True, timeout=30
+    )
+    # then: it fails, saying where it looked, with the passwords masked
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "PW-redis-secret" not in output and "PW-db-secret" not in output
+    if "tools" in argv:
+        assert done.returncode == 2
+        assert f"redis://admin:***@127.0.0.1:{port}/0" in done.stderr
+
+
+# ---- Flower's view of a task: kwargsrepr -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _task_events(settings: Settings, celery: CeleryExecutor) -> Iterator[list[dict[str, Any]]]:
+    """Every task event on the broker (what Flower sees) while the block runs."""
+    app = make_publisher(settings)
+    events: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        with app.connection_for_read() as connection:
+            receiver = app.events.Receiver(connection, handlers={"*": events.append})
+
+            def stop_when_asked() -> None:
+                stop.wait()
+                receiver.should_stop = True  # seen within a second, at its next poll
+
+            threading.Thread(target=stop_when_asked, daemon=True).start()
+            receiver.capture(limit=None, timeout=None, wakeup=False)
+
+    thread = threading.Thread(target=consume, name="task-events", daemon=True)
+    thread.start()
+    try:
+        # Events are pub/sub: wait until a probe call's events arrive, so none of the block's are missed.
+        def probe_seen() -> bool:
+            probe = asyncio.run(
+                celery.execute(ToolExecutionRequest("probe", "bad_str", '{"value": "probe"}'))
+            )
+            return _wait_quietly(lambda: any(e.get("uuid") == probe.task_id for e in events), 1.0)
+
+        _wait_for(probe_seen, 10.0, "the event receiver")
+        yield events
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        app.close()
+
+
+def _wait_quietly(condition: Callable[[], bool], timeout_s: float) -> bool:
+    try:
+        _wait_for(condition, timeout_s)
+    except AssertionError:
+        return False
+    return True
+
+
+def _events_of(events: list[dict[str, Any]], task_id: str | None) -> list[dict[str, Any]]:
+    return [e for e in events if e.get("uuid") == task_id]
+
+
+def _redis_holds(client: redis.Redis, secret: str) -> list[str]:
+    """Keys of the test database whose value contains `secret`."""
+    needle = secret.encode()
+    found = []
+    for key in client.scan_iter(count=1000):
+        kind = client.type(key)
+        if kind == b"string":
+            values: list[Any] = [client.get(key)]
+        elif kind == b"list":
+            values = list(client.lrange(key, 0, -1))
+        elif kind == b"hash":
+            values = list(client.hgetall(key).values())
+        elif kind == b"set":
+            values = list(client.smembers(key))
+        elif kind == b"zset":
+            values = [member for member, _ in client.zrange(key, 0, -1, withscores=True)]
+        else:
+            continue
+        if any(needle in (v or b"") for v in values):
+            found.append(key.decode(errors="replace"))
+    return found
+
+
+def test_invocation_parameters_never_reach_flower_or_stay_in_redis(
+    settings: Settings, celery: CeleryExecutor, client: redis.Redis, worker_log: Path
+) -> None:
+    # given: an invocation whose parameters hold a credential, calling a tool on the worker
+    secret = f"sk-secret-{uuid.uuid4().hex}"
+    calls = [ToolExecutionRequest("1", "bad_param_reader", '{"name": "api_key"}')]
+    model = ScriptedChatModel([AiMessage(tool_execution_requests=calls), "done"])
+    service = AiService(chat_model=model, tools=[bad.bad_param_reader], executor=celery)
+    with _task_events(settings, celery) as events:
+        # when
+        result = service.chat("go", parameters={"api_key": secret})
+        task_id = result.tool_executions[0].task_id
+        assert result.tool_executions[0].result == "present"  # the tool did receive the parameters
+        _wait_for(
+            lambda: {e["type"] for e in _events_of(events, task_id)} >= {"task-sent", "task-received"},
+            what="the call's task events",
+        )
+    # then: Flower's view (kwargsrepr, in the sent and received events) shows the call, not the parameters
+    shown = [e for e in _events_of(events, task_id) if e["type"] in ("task-sent", "task-received")]
+    for event in shown:
+        assert '{"name": "api_key"}' in event["kwargs"] and "'call_id': '1'" in event["kwargs"]
+        assert secret not in event["kwargs"] and "parameters" not in event["kwargs"]
+    assert secret not in json.dumps(_events_of(events, task_id), default=str)
+    # and nothing in Redis or the worker's log holds it once the call is done
+    assert _redis_holds(client, secret) == []
+    assert secret not in worker_log.read_text(errors="replace")
+
+
+def test_a_retried_call_keeps_its_parameters_out_of_flower(
+    settings: Settings, celery: CeleryExecutor
+) -> None:
+    secret = f"sk-secret-{uuid.uuid4().hex}"
+    calls = [ToolExecutionRequest("1", "bad_flaky", json.dumps({"key": str(uuid.uuid4()), "failures": 1}))]
+    model = ScriptedChatModel([AiMessage(tool_execution_requests=calls), "done"])
+    service = AiService(chat_model=model, tools=[bad.bad_flaky], executor=celery)
+    with _task_events(settings, celery) as events:
+        result = service.chat("go", parameters={"api_key": secret})
+        task_id = result.tool_executions[0].task_id
+        assert result.tool_executions[0].result == "2"  # failed once, retried on the worker, succeeded
+        _wait_for(
+            lambda: sum(e["type"] == "task-received" for e in _events_of(events, task_id)) >= 2,
+            what="both deliveries' events",
+        )
+    leaking = [e["type"] for e in _events_of(events, task_id) if secret in str(e.get("kwargs"))]
+    assert leaking == []
+
+
+def test_a_late_compensation_keeps_its_parameters_out_of_flower(
+    settings: Settings, celery: CeleryExecutor, client: redis.Redis
+) -> None:
+    # given: a compensable call that finishes after its 1 s deadline, so its worker compensates it
+    secret = f"sk-secret-{uuid.uuid4().hex}"
+    key = str(uuid.uuid4())
+    request = ToolExecutionRequest("1", "bad_late", json.dumps({"key": key, "seconds": 2}))
+    invocation = Invocation(InvocationContext(), {"api_key": secret})
+    with _task_events(settings, celery) as events:
+        outcome = asyncio.run(celery.execute(request, None, invocation, compensate_if_late=True))
+        assert outcome.kind is OutcomeKind.TIMED_OUT
+        _wait_for(lambda: client.get(f"badinput:undone:{key}") == b"1", what="the late compensation")
+        compensations = _wait_for(
+            lambda: [e for e in events if str(e.get("name", "")).startswith("compensate.bad_late")],
+            what="the compensation's events",
+        )
+    assert all(secret not in str(e.get("kwargs")) for e in compensations)
