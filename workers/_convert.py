@@ -25,7 +25,7 @@ from workers._types import (
 from workers.errors import ToolArgumentsError
 from workers.schema import _ARRAY_ORIGINS, DEFAULT_DISCRIMINATOR, type_label
 
-__all__ = ["convert", "json_type_name", "show"]
+__all__ = ["convert", "json_type_name", "plain_json", "show"]
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -86,7 +86,7 @@ def convert(value: Any, tp: Any, path: str, tool: str) -> Any:
 
 def _convert(value: Any, tp: Any, path: str, tool: str, discriminator: str | None) -> Any:
     if tp is Any or tp is object:
-        return _plain(value)
+        return plain_json(value)
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -125,7 +125,7 @@ def _convert(value: Any, tp: Any, path: str, tool: str, discriminator: str | Non
             raise _not_convertable(path, "object", value)
         args = get_args(tp)
         if not args:
-            return {k: _plain(v) for k, v in mapping.items()}
+            return {k: plain_json(v) for k, v in mapping.items()}
         return {k: convert(v, args[1], f"{path}.{k}", tool) for k, v in mapping.items()}
     if is_model(tp):
         return _to_model(_json_text(value, dict), tp, path, tool, None)
@@ -320,14 +320,14 @@ def _to_model(value: Any, cls: type, path: str, tool: str, discriminator: str | 
     return by_attribute
 
 
-def _plain(value: Any) -> Any:
+def plain_json(value: Any) -> Any:
     """JSON value with exact decimals turned into int or float, for untyped parameters."""
     if isinstance(value, Decimal):
         if value.adjusted() > 18 or value != value.to_integral_value() or "." in str(value):
             return float(value)
         return int(value)
     if isinstance(value, list):
-        return [_plain(item) for item in value]
+        return [plain_json(item) for item in value]
     if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: plain_json(item) for key, item in value.items()}
     return value

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from workers._convert import JsonNumber, convert, json_type_name
+from workers._convert import JsonNumber, convert, json_type_name, plain_json
 from workers.errors import ToolArgumentsError
 from workers.invocation import Invocation, InvocationContext, InvocationParameters, ToolMemoryId
 from workers.tools import ToolDefinition, ToolParameter
@@ -143,6 +143,8 @@ def bind_arguments(definition: ToolDefinition, arguments: str | None, invocation
     """Bind the model's arguments to `definition`'s parameters; `ToolArgumentsError` says what is wrong."""
     values = parse_arguments(arguments, definition.name)
     parameters = InvocationParameters(copy.deepcopy(dict(invocation.parameters)))  # the tool's own copy
+    if definition.raw_arguments:
+        return BoundCall([], {"arguments": plain_json(values)}, parameters)
     return bind_values(definition.name, definition.parameters, values, invocation.context, parameters)
 
 

@@ -193,6 +193,9 @@ class ToolDefinition:
     returns_none: bool
     is_async: bool
     compensation: Compensation | None = None
+    raw_arguments: bool = False
+    """The function takes the model's parsed arguments whole, as `arguments=` (tools proxied to
+    another system, such as an MCP server, that validates them itself)."""
 
     @property
     def name(self) -> str:
@@ -323,6 +326,10 @@ def _module_tools(module: types.ModuleType) -> list[ToolDefinition]:
         seen.add(id(value))
         if inspect.isfunction(value) and _marker(value) is not None:
             definitions.append(_definition(value, _marker_of(value), compensation=None))
+        elif isinstance(value, ToolDefinition):
+            definitions.append(value)
+        elif isinstance(value, list | tuple) and value and all(isinstance(v, ToolDefinition) for v in value):
+            definitions.extend(value)
         elif not callable(value) and _class_members(type(value)):
             definitions.extend(_object_tools(type(value), instance=value))
     return definitions
