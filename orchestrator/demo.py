@@ -210,38 +210,33 @@ def _pools(settings: Settings, logs: str, out: TextIO) -> Iterator[list[str]]:
         yield [w.hostname for w in workers]
 
 
+# The demo's pools: name, kind, concurrency, example modules.
+DEMO_POOLS = (
+    ("io", "threads", 16, ["workers.examples.weather", "workers.examples.bank"]),
+    ("heavy", "prefork", 3, ["workers.examples.math", "workers.examples.travel"]),
+)
+
+
 @contextlib.contextmanager
 def _own_pools(settings: Settings, logs: str) -> Iterator[list[WorkerProcess]]:
-    env = {"TOOLFLEET_EXAMPLES_SLOW": "car=4", "TOOLFLEET_HEARTBEAT_TTL_S": "3"}
+    env = {
+        "TOOLFLEET_EXAMPLES_SLOW": "car=4",
+        "TOOLFLEET_HEARTBEAT_TTL_S": "3",
+        "TOOLFLEET_BROKER_URL": settings.broker_url,
+        "TOOLFLEET_RESULT_BACKEND": settings.result_backend,
+    }
     workers = [
         WorkerProcess(
-            pools=["io"],
-            modules=["workers.examples.weather", "workers.examples.bank"],
+            pools=[pool],
+            modules=modules,
             redis_url=settings.redis_url,
-            kind="threads",
-            concurrency=16,
-            hostname="io@demo",
-            env={
-                **env,
-                "TOOLFLEET_BROKER_URL": settings.broker_url,
-                "TOOLFLEET_RESULT_BACKEND": settings.result_backend,
-            },
-            log_path=None if logs == "" else Path(logs) / "io.log",
-        ),
-        WorkerProcess(
-            pools=["heavy"],
-            modules=["workers.examples.math", "workers.examples.travel"],
-            redis_url=settings.redis_url,
-            kind="prefork",
-            concurrency=3,
-            hostname="heavy@demo",
-            env={
-                **env,
-                "TOOLFLEET_BROKER_URL": settings.broker_url,
-                "TOOLFLEET_RESULT_BACKEND": settings.result_backend,
-            },
-            log_path=None if logs == "" else Path(logs) / "heavy.log",
-        ),
+            kind=kind,
+            concurrency=concurrency,
+            hostname=f"{pool}@demo",
+            env=env,
+            log_path=Path(logs) / f"{pool}.log",
+        )
+        for pool, kind, concurrency, modules in DEMO_POOLS
     ]
     try:
         for worker in workers:
