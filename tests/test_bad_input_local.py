@@ -460,12 +460,6 @@ def test_an_exception_without_a_text_is_still_an_outcome() -> None:
     check_structured(outcome, "bad_unprintable", {OutcomeKind.EXECUTION_ERROR})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="workers/_convert.py:63 show() dumps containers with json.dumps(default=str), so the model's "
-    'floats (parsed as JsonNumber/Decimal) are quoted as strings in error texts: <["1.5"]> for [1.5]',
-)
 def test_an_error_text_quotes_a_list_as_the_model_wrote_it() -> None:
     outcome = _run("bad_bool", '{"value": [1.5, 2]}')
     assert outcome.text == 'Argument "value" is not convertable to bool, got list: <[1.5,2]>'

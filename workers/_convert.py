@@ -60,7 +60,7 @@ def show(value: Any) -> str:
     if isinstance(value, Decimal | int | float):
         return str(value)
     try:
-        return json.dumps(value, default=str, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(plain_json(value), default=str, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError):
         return repr(value)
 
