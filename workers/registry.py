@@ -23,6 +23,10 @@ class ToolRegistry:
         """Register every tool of `source`; a class is instantiated with no arguments."""
         if isinstance(source, ToolDefinition):
             definitions = [source]
+        elif (
+            isinstance(source, list | tuple) and source and all(isinstance(d, ToolDefinition) for d in source)
+        ):
+            definitions = list(source)
         else:
             definitions = discover_tools(_instantiate(source) if isinstance(source, type) else source)
         for definition in definitions:
