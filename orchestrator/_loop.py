@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from orchestrator._toolset import add_provided_tools, unique_id, visible_specifications, with_unique_ids
 from orchestrator.errors import OrchestratorError
 from orchestrator.handlers import (
     HallucinatedToolNameError,
@@ -21,7 +22,6 @@ from orchestrator.handlers import (
     error_of,
 )
 from orchestrator.messages import (
-    AiMessage,
     ChatMessage,
     SystemMessage,
     ToolExecutionResultMessage,
@@ -44,7 +44,7 @@ from workers.invocation import Invocation, InvocationContext, InvocationParamete
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.results import ToolExecutionResult, convert_result
 from workers.runner import error_outcome
-from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+from workers.specification import ReturnBehavior, ToolSpecification
 from workers.tools import ToolDefinition
 
 if TYPE_CHECKING:
@@ -150,50 +150,13 @@ class _Invocation:
         providers = [
             p for p in self.service.tool_providers if bool(getattr(p, "is_dynamic", False)) == dynamic
         ]
-        if not providers:
-            return
-        request = self._provider_request()
-        for provider in providers:
-            for tool in self.service._resolve_tools(provider.provide_tools(request).tools):
-                name = tool.specification.name
-                if name in self.tools:
-                    if dynamic:
-                        continue  # the first definition of a name wins
-                    from workers.errors import ToolDefinitionError
-
-                    raise ToolDefinitionError(f"Duplicated definition for tool: {name}")
-                self.tools[name] = tool
+        if providers:
+            add_provided_tools(self.service, providers, self._provider_request(), self.tools, dynamic=dynamic)
 
     def _visible(self) -> list[ToolSpecification]:
-        strategy = self.service.tool_search_strategy
-        specs = [tool.specification for tool in self.tools.values()]
-        if strategy is None:
-            return specs
-        found = self._found_in_memory() + self.found
-        visible = [
-            t.specification
-            for t in self.tools.values()
-            if _search_behavior(t) is SearchBehavior.ALWAYS_VISIBLE
-        ]
-        visible.append(strategy.search_tool())
-        names = {s.name for s in visible}
-        for name in found:
-            tool = self.tools.get(name)
-            if tool is not None and name not in names:
-                visible.append(tool.specification)
-                names.add(name)
-        return visible
-
-    def _found_in_memory(self) -> list[str]:
-        strategy = self.service.tool_search_strategy
-        if strategy is None:
-            return []
-        search_name = strategy.search_tool().name
-        found: list[str] = []
-        for message in self._messages():
-            if isinstance(message, ToolExecutionResultMessage) and message.tool_name == search_name:
-                found += [str(n) for n in message.attributes.get(FOUND_TOOLS_ATTRIBUTE, [])]
-        return found
+        return visible_specifications(
+            self.tools, self.service.tool_search_strategy, self.found, self._messages()
+        )
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -293,7 +256,7 @@ class _Invocation:
                 if response.token_usage
                 else self.token_usage
             )
-            message = _with_unique_ids(response.ai_message, round_trips + 1, set(self.used_ids))
+            message = with_unique_ids(response.ai_message, round_trips + 1, set(self.used_ids))
             self.used_ids.update(r.id for r in message.tool_execution_requests if r.id)
             if not message.tool_execution_requests:
                 self._add(message)
@@ -369,7 +332,7 @@ class _Invocation:
             if isinstance(event, CompleteToolCall) and self.service.execute_tools_concurrently:
                 if not calls:
                     self._check_round_trips(round_trips + 1)
-                call = _Call(event.index, _unique_id(event.request, event.index, round_trips + 1, seen))
+                call = _Call(event.index, unique_id(event.request, event.index, round_trips + 1, seen))
                 call.task = asyncio.ensure_future(self._gated(call))
                 calls[event.index] = call
         if response is None:
@@ -522,33 +485,6 @@ class _Invocation:
             self.arguments_handler if outcome.kind is OutcomeKind.ARGUMENTS_ERROR else self.execution_handler
         )
         return handler(error, context)
-
-
-def _with_unique_ids(message: AiMessage, round_trip: int, seen: set[str]) -> AiMessage:
-    """Every call of an invocation gets an id of its own (`seen` holds those of earlier responses):
-    results are matched to calls by id, and a call's idempotency key is built from it. A missing id
-    gets a stable generated one; an id used before gets a suffix."""
-    requests = [_unique_id(r, i, round_trip, seen) for i, r in enumerate(message.tool_execution_requests)]
-    if requests == message.tool_execution_requests:
-        return message
-    return dataclasses.replace(message, tool_execution_requests=requests)
-
-
-def _unique_id(
-    request: ToolExecutionRequest, index: int, round_trip: int, seen: set[str]
-) -> ToolExecutionRequest:
-    call_id = request.id or f"call_{round_trip}_{index}"
-    if call_id in seen:
-        suffix = 2
-        while f"{call_id}_{suffix}" in seen:
-            suffix += 1
-        call_id = f"{call_id}_{suffix}"
-    seen.add(call_id)
-    return request if call_id == request.id else dataclasses.replace(request, id=call_id)
-
-
-def _search_behavior(tool: Tool) -> SearchBehavior:
-    return tool.search_behavior
 
 
 def _returns_immediately(batch: Sequence[_Call]) -> bool:

@@ -1,0 +1,91 @@
+"""The tools of one invocation: what providers add, what the model sees, and call ids."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from orchestrator.messages import AiMessage, ChatMessage, ToolExecutionResultMessage
+from orchestrator.providers import AiServiceTool, ToolProvider, ToolProviderRequest
+from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
+from workers.errors import ToolDefinitionError
+from workers.protocol import ToolExecutionRequest
+from workers.specification import SearchBehavior, ToolSpecification
+from workers.tools import ToolDefinition
+
+if TYPE_CHECKING:
+    from orchestrator.service import AiService
+
+__all__ = ["add_provided_tools", "unique_id", "visible_specifications", "with_unique_ids"]
+
+Tool = ToolDefinition | AiServiceTool
+
+
+def add_provided_tools(
+    service: AiService,
+    providers: Sequence[ToolProvider],
+    request: ToolProviderRequest,
+    tools: dict[str, Tool],
+    *,
+    dynamic: bool,
+) -> None:
+    """Add the providers' tools: a static provider's name clash is an error; a dynamic provider only
+    adds (the first definition of a name wins, and a tool once given stays for the invocation)."""
+    for provider in providers:
+        for tool in service._resolve_tools(provider.provide_tools(request).tools):
+            name = tool.specification.name
+            if name in tools:
+                if dynamic:
+                    continue
+                raise ToolDefinitionError(f"Duplicated definition for tool: {name}")
+            tools[name] = tool
+
+
+def visible_specifications(
+    tools: Mapping[str, Tool],
+    strategy: ToolSearchStrategy | None,
+    found_now: Sequence[str],
+    messages: Sequence[ChatMessage],
+) -> list[ToolSpecification]:
+    """What the model is shown: every tool, or with tool search the always-visible ones, the search
+    tool, and the tools found so far (earlier searches still in memory, then this invocation's)."""
+    if strategy is None:
+        return [tool.specification for tool in tools.values()]
+    search_name = strategy.search_tool().name
+    found: list[str] = []
+    for message in messages:
+        if isinstance(message, ToolExecutionResultMessage) and message.tool_name == search_name:
+            found += [str(n) for n in message.attributes.get(FOUND_TOOLS_ATTRIBUTE, [])]
+    visible = [t.specification for t in tools.values() if t.search_behavior is SearchBehavior.ALWAYS_VISIBLE]
+    visible.append(strategy.search_tool())
+    names = {s.name for s in visible}
+    for name in [*found, *found_now]:
+        tool = tools.get(name)
+        if tool is not None and name not in names:
+            visible.append(tool.specification)
+            names.add(name)
+    return visible
+
+
+def with_unique_ids(message: AiMessage, round_trip: int, seen: set[str]) -> AiMessage:
+    """Every call of an invocation gets an id of its own (`seen` holds those of earlier responses):
+    results are matched to calls by id, and a call's idempotency key is built from it. A missing id
+    gets a stable generated one; an id used before gets a suffix."""
+    requests = [unique_id(r, i, round_trip, seen) for i, r in enumerate(message.tool_execution_requests)]
+    if requests == message.tool_execution_requests:
+        return message
+    return dataclasses.replace(message, tool_execution_requests=requests)
+
+
+def unique_id(
+    request: ToolExecutionRequest, index: int, round_trip: int, seen: set[str]
+) -> ToolExecutionRequest:
+    call_id = request.id or f"call_{round_trip}_{index}"
+    if call_id in seen:
+        suffix = 2
+        while f"{call_id}_{suffix}" in seen:
+            suffix += 1
+        call_id = f"{call_id}_{suffix}"
+    seen.add(call_id)
+    return request if call_id == request.id else dataclasses.replace(request, id=call_id)
