@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from orchestrator.errors import OrchestratorError
 from workers.errors import ToolArgumentsError, ToolErrorVisibleToLlm
@@ -187,7 +187,3 @@ def warn_and_send_exception_message(
         error,
     )
     return ToolErrorHandlerResult.text(_message(error))
-
-
-def describe(handler: Any) -> str:
-    return getattr(handler, "__qualname__", repr(handler))

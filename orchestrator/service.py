@@ -23,14 +23,15 @@ from orchestrator.handlers import (
 )
 from orchestrator.journal import Journal
 from orchestrator.memory import ChatMemory
-from orchestrator.messages import ToolExecutionResultMessage, UserMessage
-from orchestrator.models.base import ChatEvent, ChatModel, CompleteResponse, ToolChoice
+from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
+from orchestrator.models.base import ChatEvent, ChatModel, ChatResponse, CompleteResponse, ToolChoice
 from orchestrator.providers import AiServiceTool, ToolProvider, ToolRunContext
 from orchestrator.result import Result, ToolExecuted
 from orchestrator.search import ToolSearchStrategy
 from workers.errors import ToolDefinitionError
 from workers.invocation import InvocationParameters
 from workers.protocol import ToolExecutionRequest
+from workers.registry import instantiate
 from workers.settings import Settings
 from workers.specification import ReturnBehavior, ToolSpecification
 from workers.tools import ToolDefinition, check_compensations, discover_tools
@@ -226,9 +227,7 @@ class AiService:
                     "Pass an AiService as a tool with service.as_tool(name, description)"
                 )
             else:
-                resolved += discover_tools(
-                    source() if isinstance(source, type) and _no_args(source) else source
-                )
+                resolved += discover_tools(instantiate(source) if isinstance(source, type) else source)
         return resolved
 
     def _handlers_for(self, mode: Mode) -> tuple[ToolArgumentsErrorHandler, ToolExecutionErrorHandler]:
@@ -282,22 +281,7 @@ class AiService:
         return AiServiceTool(specification, run, ReturnBehavior.TO_LLM)
 
 
-def _no_args(cls: type) -> bool:
-    try:
-        import inspect
-
-        return all(
-            p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-            for p in list(inspect.signature(cls).parameters.values())
-        )
-    except (TypeError, ValueError):
-        return False
-
-
-def _final_response(result: Result) -> Any:
-    from orchestrator.messages import AiMessage
-    from orchestrator.models.base import ChatResponse
-
+def _final_response(result: Result) -> ChatResponse:
     return ChatResponse(AiMessage(result.content), result.finish_reason, result.token_usage)
 
 

@@ -250,12 +250,11 @@ def _to_union(value: Any, options: tuple[Any, ...], path: str, tool: str, discri
         if not isinstance(tag, str) or tag not in tags:
             raise _error(path, f'needs "{key}" set to one of [{", ".join(tags)}]', tag)
         return _to_model(data, tags[tag], path, tool, key)
-    errors: list[str] = []
     for option in options:
         try:
             return convert(value, option, path, tool)
-        except ToolArgumentsError as exc:
-            errors.append(str(exc))
+        except ToolArgumentsError:
+            continue
     labels = " | ".join(type_label(option) for option in plain)
     raise _error(path, f"matches none of {labels}", value)
 

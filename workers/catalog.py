@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterable
@@ -215,7 +214,3 @@ class Catalog:
                     continue
                 found.setdefault(item.specification.name, item)
         return list(found.values())
-
-
-def local_hostname(prefix: str = "toolfleet") -> str:
-    return f"{prefix}-{os.getpid()}@{os.uname().nodename}"

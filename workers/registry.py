@@ -8,7 +8,7 @@ from workers.errors import ToolDefinitionError
 from workers.specification import ToolSpecification
 from workers.tools import ToolDefinition, discover_tools
 
-__all__ = ["ToolRegistry"]
+__all__ = ["ToolRegistry", "instantiate"]
 
 
 class ToolRegistry:
@@ -28,7 +28,7 @@ class ToolRegistry:
         ):
             definitions = list(source)
         else:
-            definitions = discover_tools(_instantiate(source) if isinstance(source, type) else source)
+            definitions = discover_tools(instantiate(source) if isinstance(source, type) else source)
         for definition in definitions:
             if definition.name in self._tools:
                 raise ToolDefinitionError(f"Duplicated definition for tool: {definition.name}")
@@ -52,7 +52,8 @@ class ToolRegistry:
         return [definition.specification for definition in self._tools.values()]
 
 
-def _instantiate(cls: type) -> object:
+def instantiate(cls: type) -> object:
+    """An instance of a tool class made with no arguments, or a clear error saying to pass one."""
     try:
         return cls()
     except TypeError as exc:

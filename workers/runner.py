@@ -7,7 +7,6 @@ import copy
 import inspect
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
@@ -38,15 +37,10 @@ def run_tool(
     definition: ToolDefinition, request: ToolExecutionRequest, invocation: Invocation | None = None
 ) -> ToolOutcome:
     """Run the call synchronously (an `async` tool runs in a fresh event loop)."""
-    invocation = invocation or Invocation()
     started = time.perf_counter()
-    try:
-        bound = bind_arguments(definition, request.arguments, invocation)
-    except ToolArgumentsError as exc:
-        return _logged(definition, request, started, error_outcome(exc, OutcomeKind.ARGUMENTS_ERROR))
-    except (RecursionError, ArithmeticError, MemoryError, TypeError, ValueError) as exc:
-        error = ToolArgumentsError(f'Arguments of tool "{definition.name}" could not be bound: {exc}')
-        return _logged(definition, request, started, error_outcome(error, OutcomeKind.ARGUMENTS_ERROR))
+    bound = _bind(definition, request, invocation or Invocation())
+    if isinstance(bound, ToolOutcome):
+        return _logged(definition, request, started, bound)
     try:
         value = definition.function(*bound.args, **bound.kwargs)
         if inspect.isawaitable(value):
@@ -63,28 +57,32 @@ async def arun_tool(
     *,
     executor: Executor | None = None,
 ) -> ToolOutcome:
-    """Run the call from async code: `async` tools are awaited, others run on `executor`'s threads."""
-    invocation = invocation or Invocation()
+    """Run the call from async code: an `async` tool is awaited here, any other runs on `executor`."""
+    if not definition.is_async:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, run_tool, definition, request, invocation)
     started = time.perf_counter()
+    bound = _bind(definition, request, invocation or Invocation())
+    if isinstance(bound, ToolOutcome):
+        return _logged(definition, request, started, bound)
     try:
-        bound = bind_arguments(definition, request.arguments, invocation)
-    except ToolArgumentsError as exc:
-        return _logged(definition, request, started, error_outcome(exc, OutcomeKind.ARGUMENTS_ERROR))
-    except (RecursionError, ArithmeticError, MemoryError, TypeError, ValueError) as exc:
-        error = ToolArgumentsError(f'Arguments of tool "{definition.name}" could not be bound: {exc}')
-        return _logged(definition, request, started, error_outcome(error, OutcomeKind.ARGUMENTS_ERROR))
-    try:
-        if definition.is_async:
-            value = await definition.function(*bound.args, **bound.kwargs)
-        else:
-            loop = asyncio.get_running_loop()
-            call: Callable[[], Any] = lambda: definition.function(*bound.args, **bound.kwargs)  # noqa: E731
-            value = await loop.run_in_executor(executor, call)
-            if inspect.isawaitable(value):
-                value = await value
+        value = await definition.function(*bound.args, **bound.kwargs)
     except Exception as exc:
         return _logged(definition, request, started, error_outcome(exc, OutcomeKind.EXECUTION_ERROR, bound))
     return _logged(definition, request, started, _success(definition, value, bound))
+
+
+def _bind(
+    definition: ToolDefinition, request: ToolExecutionRequest, invocation: Invocation
+) -> BoundCall | ToolOutcome:
+    """The bound call, or the arguments-error outcome that says why there is none."""
+    try:
+        return bind_arguments(definition, request.arguments, invocation)
+    except ToolArgumentsError as exc:
+        return error_outcome(exc, OutcomeKind.ARGUMENTS_ERROR)
+    except (RecursionError, ArithmeticError, MemoryError, TypeError, ValueError) as exc:
+        error = ToolArgumentsError(f'Arguments of tool "{definition.name}" could not be bound: {exc}')
+        return error_outcome(error, OutcomeKind.ARGUMENTS_ERROR)
 
 
 async def _await(value: Any) -> Any:

@@ -111,10 +111,6 @@ class ResultCollector:
         if entry is not None:
             self._unsubscribe(task_id)
 
-    @property
-    def pending_count(self) -> int:
-        return len(self._pending)
-
     def close(self) -> None:
         self._closed.set()
         self._thread.join(timeout=5)

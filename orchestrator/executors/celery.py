@@ -17,7 +17,7 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from orchestrator.executors._collector import LOST, NO_WORKER, ResultCollector
+from orchestrator.executors._collector import FINAL_STATES, LOST, NO_WORKER, ResultCollector
 from orchestrator.executors.base import execute_batch, idempotency_key
 from workers import (
     OutcomeKind,
@@ -320,7 +320,7 @@ class CeleryExecutor:
                 raw = None
             if raw:
                 meta: dict[str, Any] = json.loads(raw)
-                if meta.get("status") in ("SUCCESS", "FAILURE", "REVOKED"):
+                if meta.get("status") in FINAL_STATES:
                     return meta
             await asyncio.sleep(0.05)
         return None
