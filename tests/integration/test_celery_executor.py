@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import redis
+from celery.states import READY_STATES
 
 from orchestrator.executors.celery import CeleryExecutor
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome
@@ -94,8 +95,18 @@ class StateRecorder:
                 channel = message["channel"].decode()
                 self._states.append((channel[len(META) :], json.loads(message["data"])))
 
-    def statuses(self, task_id: str | None) -> list[str]:
-        return [meta["status"] for tid, meta in self._states if tid == task_id]
+    def statuses(self, task_id: str | None, *, final: bool = True, timeout: float = 5.0) -> list[str]:
+        """The task's states so far; with `final`, first waits (bounded) until one is final.
+
+        The executor can read a result before this recorder's thread has taken the same message
+        off its own subscription, so a test reading right after the call waits for it here.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [meta["status"] for tid, meta in list(self._states) if tid == task_id]
+            if not final or (found and found[-1] in READY_STATES) or time.monotonic() > deadline:
+                return found
+            time.sleep(0.01)
 
     def close(self) -> None:
         self._stop.set()
@@ -534,7 +545,7 @@ def test_a_forged_task_name_never_runs(
         # when: it sends `tool.not_registered` to the alpha queue
         task_id = publisher.send_task("tool.not_registered", queue="alpha").id
         time.sleep(1.0)
-        statuses = recorder.statuses(task_id)
+        statuses = recorder.statuses(task_id, final=False)
     finally:
         recorder.close()
         publisher.close()
