@@ -58,6 +58,10 @@ def visibility_timeout_s(settings: Settings, registry: ToolRegistry | None) -> f
 def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: str = "toolfleet") -> Celery:
     """The worker-side app: result backend on, task events on, one task per tool of `registry`."""
     app = Celery(name, broker=settings.broker_url, backend=settings.result_backend, set_as_current=False)
+    if settings.result_backend.startswith(("redis://", "rediss://")):
+        from workers._backend import ResultBackend
+
+        app.backend_cls = ResultBackend  # Celery's Redis backend, one round trip per stored state
     app.conf.update(
         _base_config(settings),
         result_backend_always_retry=True,

@@ -1,0 +1,176 @@
+"""The workers' result backend on a real Redis: Celery's rules, one round trip per batch of states."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery, states
+
+from tests.integration.private_redis import free_port
+from workers._backend import ResultBackend
+from workers.app import make_app
+from workers.settings import Settings
+
+META = "celery-task-meta-"
+
+
+@pytest.fixture
+def app(settings: Settings) -> Iterator[Celery]:
+    app = make_app(settings)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def _stored(client: redis.Redis, task_id: str) -> dict[str, Any]:
+    raw = client.get(META + task_id)
+    assert raw is not None
+    meta: dict[str, Any] = json.loads(raw)
+    return meta
+
+
+class Published:
+    """Every meta published on the tasks' channels while it is open."""
+
+    def __init__(self, redis_url: str) -> None:
+        self._client = redis.Redis.from_url(redis_url)
+        self._pubsub = self._client.pubsub()
+        self._pubsub.psubscribe(META + "*")
+        assert self._pubsub.get_message(timeout=2) is not None
+
+    def statuses(self, task_id: str, settle_s: float = 0.3) -> list[str]:
+        """The task's published states, read until none arrives for `settle_s`."""
+        found: list[str] = []
+        while True:
+            message = self._pubsub.get_message(ignore_subscribe_messages=True, timeout=settle_s)
+            if message is None:
+                return found
+            if message["channel"].decode() == META + task_id:
+                found.append(json.loads(message["data"])["status"])
+
+    def close(self) -> None:
+        self._pubsub.close()
+        self._client.close()
+
+
+def test_the_worker_app_uses_it_and_keeps_its_url(app: Celery, settings: Settings) -> None:
+    # given: a worker app on a Redis result backend; then: its backend is this one, on that URL
+    assert isinstance(app.backend, ResultBackend)
+    assert app.backend.url == settings.result_backend
+    assert app.conf.result_backend == settings.result_backend
+
+
+def test_a_state_is_stored_with_its_expiry_and_published(
+    app: Celery, client: redis.Redis, redis_url: str
+) -> None:
+    published = Published(redis_url)
+    task_id = uuid.uuid4().hex
+    try:
+        # when: a task's STARTED then SUCCESS are stored
+        app.backend.store_result(task_id, {"pid": 1, "hostname": "w@h"}, states.STARTED)
+        app.backend.store_result(task_id, {"kind": "success"}, states.SUCCESS)
+        seen = published.statuses(task_id)
+    finally:
+        published.close()
+
+    # then: Redis holds the last, with the app's result expiry, and both were published in order
+    meta = _stored(client, task_id)
+    assert meta["status"] == "SUCCESS"
+    assert meta["result"] == {"kind": "success"}
+    assert meta["task_id"] == task_id
+    assert 0 < client.ttl(META + task_id) <= int(app.conf.result_expires)
+    assert seen == ["STARTED", "SUCCESS"]
+    # and: Celery's own reader reads it back
+    assert app.backend.get_task_meta(task_id)["status"] == "SUCCESS"
+
+
+def test_a_stored_success_is_never_overwritten(app: Celery, client: redis.Redis, redis_url: str) -> None:
+    # given: a task whose SUCCESS is stored
+    task_id = uuid.uuid4().hex
+    app.backend.store_result(task_id, "first", states.SUCCESS)
+    published = Published(redis_url)
+    try:
+        # when: a redelivered copy of it stores STARTED and then FAILURE
+        app.backend.store_result(task_id, {"pid": 2}, states.STARTED)
+        app.backend.mark_as_failure(task_id, ValueError("late"))
+        seen = published.statuses(task_id)
+    finally:
+        published.close()
+
+    # then: the SUCCESS stays, and nothing else was published
+    assert _stored(client, task_id)["result"] == "first"
+    assert seen == []
+
+
+def test_states_stored_together_share_round_trips(
+    app: Celery, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: the process's writer, with its round trips (pipelines sent) counted
+    backend: ResultBackend = app.backend
+    writer = backend._writer
+    sent: list[int] = []
+    write = writer._write
+
+    def counting(batch: list[Any]) -> None:
+        sent.append(len(batch))
+        write(batch)
+
+    monkeypatch.setattr(writer, "_write", counting)
+    task_ids = [uuid.uuid4().hex for _ in range(64)]
+    barrier = threading.Barrier(len(task_ids))
+
+    def store(task_id: str) -> None:
+        barrier.wait()
+        backend.store_result(task_id, task_id, states.SUCCESS)
+
+    # when: 64 threads store a result at the same moment
+    threads = [threading.Thread(target=store, args=(task_id,)) for task_id in task_ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+
+    # then: every result is stored, in fewer round trips than results
+    assert all(_stored(client, task_id)["result"] == task_id for task_id in task_ids)
+    assert sum(sent) == len(task_ids)
+    assert len(sent) < len(task_ids)
+
+
+def test_it_loads_its_script_again_when_the_server_forgot_it(app: Celery, client: redis.Redis) -> None:
+    # given: a backend that has stored once (its script is loaded)
+    app.backend.store_result(uuid.uuid4().hex, "warm", states.SUCCESS)
+    # when: the server's scripts are flushed (as after a restart) and another result is stored
+    client.script_flush()
+    task_id = uuid.uuid4().hex
+    app.backend.store_result(task_id, "after", states.SUCCESS)
+    # then: it is stored
+    assert _stored(client, task_id)["result"] == "after"
+
+
+def test_a_store_against_a_dead_server_raises_to_the_caller(settings: Settings) -> None:
+    # given: an app whose result backend answers nowhere, with Celery's retries off
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    app = make_app(dataclasses.replace(settings, result_backend=dead))
+    app.conf.result_backend_always_retry = False
+    app.conf.redis_socket_connect_timeout = 0.5
+    try:
+        backend = app.backend
+        assert isinstance(backend, ResultBackend)
+        # then: storing raises the connection error (Celery's retry policy sees it)
+        with pytest.raises(redis.ConnectionError):
+            backend._store_result(uuid.uuid4().hex, "lost", states.SUCCESS)
+    finally:
+        app.close()

@@ -1,0 +1,170 @@
+"""The workers' Redis result backend: each state stored in one round trip, atomically.
+
+Celery's Redis backend stores a state in two round trips: a GET (a SUCCESS already stored is never
+overwritten, so a redelivered task cannot replace its first result) and then a SET + PUBLISH
+transaction. A tool call stores two states (STARTED, then its outcome), so four round trips per
+call, each one a GIL hand-over on a threads pool. Here the same rule, the SET and the PUBLISH run
+as one Lua script: one round trip per state, and the check and the write cannot interleave with
+another worker's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import redis
+from celery import states
+from celery.backends.base import BackendStoreError
+from celery.backends.redis import RedisBackend
+
+__all__ = ["STORE_SCRIPT", "ResultBackend"]
+
+# KEYS[1]: the task's meta key. ARGV[1]: the encoded meta; ARGV[2]: expiry in seconds (0: none).
+# Returns 1 when stored and published, 0 when a SUCCESS already there was kept.
+STORE_SCRIPT = """
+local current = redis.call('GET', KEYS[1])
+if current and string.find(current, 'SUCCESS', 1, true) then
+  local ok, meta = pcall(cjson.decode, current)
+  if ok and type(meta) == 'table' and meta['status'] == 'SUCCESS' then
+    return 0
+  end
+end
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', ttl)
+else
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('PUBLISH', KEYS[1], ARGV[1])
+return 1
+"""
+
+
+class _Store:
+    """One state waiting to be written: the writer fills `error` (or not) and releases `done`."""
+
+    __slots__ = ("done", "error", "expires", "key", "value")
+
+    def __init__(self, key: bytes, value: str, expires: int) -> None:
+        self.key, self.value, self.expires = key, value, expires
+        self.error: BaseException | None = None
+        self.done = threading.Lock()
+        self.done.acquire()
+
+
+class _GroupWriter:
+    """Writes the states of one process in batches: one pipelined round trip for all those queued.
+
+    A thread storing a state queues it; if no write is under way it becomes the writer and sends
+    everything queued (its own state included) in one pipeline, again while more arrived meanwhile;
+    otherwise it waits for the writer to release it. When 100 calls finish together, that is a few
+    round trips instead of 100, and a lone call pays nothing extra.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._sha = ""
+        self._lock = threading.Lock()
+        self._queue: list[_Store] = []
+        self._writing = False
+
+    def store(self, key: bytes, value: str, expires: int) -> None:
+        item = _Store(key, value, expires)
+        with self._lock:
+            self._queue.append(item)
+            lead = not self._writing
+            self._writing = True
+        if lead:
+            self._write_all()
+        item.done.acquire()
+        if item.error is not None:
+            raise item.error
+
+    def _write_all(self) -> None:
+        while True:
+            with self._lock:
+                batch, self._queue = self._queue, []
+                if not batch:
+                    self._writing = False
+                    return
+            error: BaseException | None = None
+            try:
+                self._write(batch)
+            except BaseException as exc:  # each waiting thread gets it, and Celery's retry policy applies
+                error = exc
+            for item in batch:
+                item.error = error
+                item.done.release()
+
+    def _write(self, batch: list[_Store]) -> None:
+        if not self._sha:
+            self._sha = self._client.script_load(STORE_SCRIPT)
+        for attempt in range(2):
+            pipe = self._client.pipeline(transaction=False)
+            for item in batch:
+                pipe.evalsha(self._sha, 1, item.key, item.value, item.expires)
+            try:
+                pipe.execute()
+                return
+            except redis.exceptions.NoScriptError:  # the server lost its scripts (a restart): load again
+                if attempt:
+                    raise
+                self._sha = self._client.script_load(STORE_SCRIPT)
+
+
+_writers: dict[tuple[int, str], _GroupWriter] = {}
+_writers_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A forked pool child starts with no writer and a free lock, whatever its parent was doing."""
+    global _writers_lock
+    _writers.clear()
+    _writers_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class ResultBackend(RedisBackend):  # type: ignore[misc]
+    """`RedisBackend` with one-round-trip, batched state stores; everything else is Celery's own.
+
+    Set as the app's backend class, it takes its URL from `result_backend` as the stock one does.
+    Celery makes one backend per thread; the writer is shared by the whole process.
+    """
+
+    def __init__(self, app: Any = None, url: str | None = None, **kwargs: Any) -> None:
+        if url is None and app is not None:
+            url = str(app.conf.result_backend)
+        super().__init__(app=app, url=url, **kwargs)
+
+    @property
+    def _writer(self) -> _GroupWriter:
+        key = (os.getpid(), str(self.url))
+        writer = _writers.get(key)
+        if writer is None:
+            with _writers_lock:
+                writer = _writers.get(key)
+                if writer is None:
+                    writer = _writers[key] = _GroupWriter(self.client)
+        return writer
+
+    def _store_result(
+        self,
+        task_id: str,
+        result: Any,
+        state: str,
+        traceback: str | None = None,
+        request: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        meta = self._get_result_meta(result=result, state=state, traceback=traceback, request=request)
+        meta["task_id"] = task_id.decode() if isinstance(task_id, bytes) else task_id
+        value = self.encode(meta)
+        if isinstance(value, str) and len(value) > self._MAX_STR_VALUE_SIZE:
+            raise BackendStoreError("value too large for Redis backend", state=state, task_id=task_id)
+        expires = self.failure_expires if state == states.FAILURE else self.expires
+        self._writer.store(self.get_key_for_task(task_id), value, int(expires or 0))
+        return result
