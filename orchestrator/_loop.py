@@ -4,31 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import logging
 import time
-import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from orchestrator._toolset import add_provided_tools, unique_id, visible_specifications, with_unique_ids
+from orchestrator._invocation_state import Emit, Mode
+from orchestrator._tool_calls import ToolCalls, _Call, _returns_immediately
+from orchestrator._toolset import unique_id, with_unique_ids
 from orchestrator.errors import OrchestratorError
-from orchestrator.handlers import (
-    HallucinatedToolNameError,
-    ToolErrorContext,
-    ToolErrorHandlerResult,
-    error_of,
-)
-from orchestrator.messages import (
-    ChatMessage,
-    SystemMessage,
-    ToolExecutionResultMessage,
-    UserMessage,
-)
+from orchestrator.messages import SystemMessage, ToolExecutionResultMessage, UserMessage
 from orchestrator.models.base import (
-    ChatEvent,
     ChatRequest,
     ChatResponse,
     CompleteResponse,
@@ -36,16 +22,9 @@ from orchestrator.models.base import (
     FinishReason,
     TokenUsage,
 )
-from orchestrator.providers import AiServiceTool, ToolProviderRequest, ToolRunContext
-from orchestrator.result import Result, ToolExecuted
-from orchestrator.saga import Saga, rolled_back_text
-from orchestrator.search import FOUND_TOOLS_ATTRIBUTE
-from workers.invocation import Invocation, InvocationContext, InvocationParameters
-from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
-from workers.results import ToolExecutionResult, convert_result
-from workers.runner import error_outcome
-from workers.specification import ReturnBehavior, ToolSpecification
-from workers.tools import ToolDefinition
+from orchestrator.result import Result
+from orchestrator.saga import rolled_back_text
+from workers.invocation import InvocationParameters
 
 if TYPE_CHECKING:
     from orchestrator.service import AiService
@@ -54,109 +33,16 @@ __all__ = ["Mode", "RoundTripLimitError", "run_invocation"]
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["chat", "achat", "stream"]
-Emit = Callable[[ChatEvent | ToolExecuted], None]
-Tool = ToolDefinition | AiServiceTool
 HEARTBEAT_INTERVAL_S = 10.0
 ROLLED_BACK_STATUS = "rolled_back"
-_ABANDONED = (OutcomeKind.TIMED_OUT, OutcomeKind.WORKER_LOST)
 
 
 class RoundTripLimitError(OrchestratorError):
     """The model kept calling tools past `max_tool_calling_round_trips`."""
 
 
-@dataclass
-class _Call:
-    """One tool call of a batch: its request, and what came of it."""
-
-    index: int
-    request: ToolExecutionRequest
-    task: asyncio.Task[None] | None = None
-    execution: ToolExecution | None = None
-    message: ToolExecutionResultMessage | None = None
-    behavior: ReturnBehavior = ReturnBehavior.TO_LLM
-    failed: bool = False
-    raised: BaseException | None = None
-    found: list[str] = field(default_factory=list)
-    definition: ToolDefinition | None = None
-    row: int | None = None
-    succeeded: bool = False
-
-
-class _Invocation:
+class _Invocation(ToolCalls):
     """The state of one invocation; `run()` is the loop."""
-
-    def __init__(
-        self,
-        service: AiService,
-        user_message: UserMessage,
-        memory_id: str | None,
-        parameters: InvocationParameters,
-        mode: Mode,
-        emit: Emit | None,
-    ) -> None:
-        self.service = service
-        self.mode = mode
-        self.emit = emit
-        self.user_message = user_message
-        self.memory_id = memory_id or "default"
-        self.parameters = parameters
-        self.context = InvocationContext(
-            invocation_id=uuid.uuid4(),
-            service_name=service.name,
-            memory_id=self.memory_id,
-            user_message=user_message.single_text,
-            timestamp=datetime.now(UTC),
-        )
-        self.memory = service._memory_for(memory_id)
-        self.transcript: list[ChatMessage] = []  # used when no memory is configured
-        self.tools: dict[str, Tool] = dict(service._tools)
-        self.found: list[str] = []
-        self.executions: list[ToolExecution] = []
-        self.token_usage: TokenUsage | None = None
-        self.arguments_handler, self.execution_handler = service._handlers_for(mode)
-        self.gate = asyncio.Semaphore(service.max_concurrent_tool_calls)
-        self.used_ids: set[str] = set()
-        self.compensating = service.compensate_on_tool_errors
-        self.journal = service.journal
-        self.saga = Saga(
-            service.executor, self.journal, str(self.context.invocation_id), keep=self.compensating
-        )
-
-    # -- messages ---------------------------------------------------------------------------------
-
-    def _messages(self) -> list[ChatMessage]:
-        return self.memory.messages() if self.memory is not None else list(self.transcript)
-
-    def _add(self, message: ChatMessage) -> None:
-        if self.memory is not None:
-            self.memory.add(message)
-        else:
-            self.transcript.append(message)
-
-    # -- tools ------------------------------------------------------------------------------------
-
-    def _provider_request(self) -> ToolProviderRequest:
-        return ToolProviderRequest(
-            user_message=self.user_message,
-            memory_id=self.memory_id,
-            invocation_context=self.context,
-            parameters=self.parameters,
-            messages=self._messages(),
-        )
-
-    def _ask_providers(self, dynamic: bool) -> None:
-        providers = [
-            p for p in self.service.tool_providers if bool(getattr(p, "is_dynamic", False)) == dynamic
-        ]
-        if providers:
-            add_provided_tools(self.service, providers, self._provider_request(), self.tools, dynamic=dynamic)
-
-    def _visible(self) -> list[ToolSpecification]:
-        return visible_specifications(
-            self.tools, self.service.tool_search_strategy, self.found, self._messages()
-        )
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -200,9 +86,6 @@ class _Invocation:
                 self.journal.heartbeat(str(self.context.invocation_id))
             except Exception as exc:  # a journal hiccup must not end the invocation
                 log.warning("journal heartbeat failed: %s", exc)
-
-    def _invocation(self) -> Invocation:
-        return Invocation(self.context, self.parameters.to_json())
 
     async def _compensate_batch(self, batch: Sequence[_Call]) -> None:
         """After a failed batch: undo every recorded success and rewrite their result messages."""
@@ -340,162 +223,6 @@ class _Invocation:
                 f"{self.service.chat_model.provider} stream ended without a complete response"
             )
         return response
-
-    # -- tool calls -------------------------------------------------------------------------------
-
-    async def _run_batch(
-        self, requests: Sequence[ToolExecutionRequest], started: dict[int, _Call]
-    ) -> list[_Call]:
-        calls: list[_Call] = []
-        for index, request in enumerate(requests):
-            early = started.get(index)
-            calls.append(
-                early if early is not None and early.request.id == request.id else _Call(index, request)
-            )
-        if self.service.execute_tools_concurrently:
-            for call in calls:
-                if call.task is None:
-                    call.task = asyncio.ensure_future(self._gated(call))
-            await asyncio.gather(*(c.task for c in calls if c.task is not None))
-        else:
-            for call in calls:
-                await self._run_call(call)
-        return calls
-
-    async def _gated(self, call: _Call) -> None:
-        async with self.gate:  # at most max_concurrent_tool_calls of this invocation in flight
-            await self._run_call(call)
-
-    async def _run_call(self, call: _Call) -> None:
-        try:
-            await self._execute(call)
-        except Exception as exc:  # a handler or the hallucination rule ended the invocation
-            call.raised = exc
-
-    async def _execute(self, call: _Call) -> None:
-        request = call.request
-        started_at = datetime.now(UTC)
-        late = False
-        strategy = self.service.tool_search_strategy
-        tool = self.tools.get(request.name)
-        if strategy is not None and request.name == strategy.search_tool().name and tool is None:
-            candidates = [t.specification for t in self.tools.values()]
-            found = strategy.search(request, candidates)
-            call.found = found.found
-            outcome = ToolOutcome(
-                OutcomeKind.SUCCESS, found.text, attributes={FOUND_TOOLS_ATTRIBUTE: found.found}
-            )
-        elif tool is None:
-            outcome = self._hallucinated(request)
-        elif isinstance(tool, AiServiceTool):
-            call.behavior = tool.return_behavior
-            outcome = await self._run_programmatic(tool, request)
-        else:
-            call.behavior = tool.return_behavior
-            invocation = self._invocation()
-            call.row = self.saga.intent(request, tool, invocation)
-            call.definition = tool
-            late = self.compensating and tool.compensation is not None
-            outcome = await self.service.executor.execute(request, tool, invocation, compensate_if_late=late)
-        if outcome.parameter_changes:
-            self.parameters.merge(outcome.parameter_changes)
-        if call.definition is not None:  # journaled before a handler may end the invocation
-            self.saga.outcome(call.row, outcome, outcome.text)
-            call.succeeded = not outcome.is_error
-            if late and outcome.kind in _ABANDONED and self.journal is not None and call.row is not None:
-                # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
-                self.journal.set_call_state(call.row, "abandoned")
-        text = outcome.text
-        if outcome.is_error:
-            text = self._handle(outcome, request).message
-            call.failed = True
-        finished_at = datetime.now(UTC)
-        call.execution = ToolExecution(
-            request=request,
-            result=text,
-            result_contents=outcome.contents,
-            result_object=outcome.result_object,
-            attributes=dict(outcome.attributes),
-            has_failed=outcome.is_error,
-            status=outcome.kind.value,
-            started_at=started_at,
-            finished_at=finished_at,
-            task_id=outcome.task_id,
-            pool=outcome.pool,
-            worker=outcome.worker,
-        )
-        call.message = ToolExecutionResultMessage(
-            id=request.id,
-            tool_name=request.name,
-            text=text,
-            contents=tuple(outcome.contents)
-            if outcome.contents is not None and not outcome.is_error
-            else None,
-            is_error=outcome.is_error,
-            attributes=dict(outcome.attributes),
-        )
-        log.info(
-            "tool %s call %s: %s in %.0f ms%s",
-            request.name,
-            request.id,
-            outcome.kind.value,
-            (finished_at - started_at).total_seconds() * 1000,
-            f" on {outcome.worker}" if outcome.worker else "",
-        )
-        if self.emit is not None:
-            self.emit(ToolExecuted(call.execution))
-
-    def _hallucinated(self, request: ToolExecutionRequest) -> ToolOutcome:
-        strategy = self.service.hallucinated_tool_name_strategy
-        if strategy is None:
-            raise HallucinatedToolNameError(
-                f"The LLM is trying to execute the '{request.name}' tool, but no such tool exists. "
-                "Most likely, it is a hallucination. You can override this default strategy by setting the "
-                "hallucinated_tool_name_strategy on the AiService"
-            )
-        answer = strategy(request)
-        text = answer.text if isinstance(answer, ToolExecutionResultMessage) else str(answer)
-        return ToolOutcome(OutcomeKind.SUCCESS, text)
-
-    async def _run_programmatic(self, tool: AiServiceTool, request: ToolExecutionRequest) -> ToolOutcome:
-        context = ToolRunContext(self.context, self.parameters, self.memory_id)
-        try:
-            value: Any = tool.executor(request, context)
-            if inspect.isawaitable(value):
-                value = await value
-            result = convert_result(
-                value if isinstance(value, str | ToolExecutionResult) else str(value), returns_none=False
-            )
-        except Exception as exc:
-            return error_outcome(exc, OutcomeKind.EXECUTION_ERROR)
-        return ToolOutcome(
-            OutcomeKind.SUCCESS, result.text, result.contents, result.result_object, result.attributes
-        )
-
-    def _handle(self, outcome: ToolOutcome, request: ToolExecutionRequest) -> ToolErrorHandlerResult:
-        error = error_of(outcome)
-        context = ToolErrorContext(
-            request=request,
-            invocation_context=self.context,
-            parameters=self.parameters,
-            memory_id=self.memory_id,
-            raw_error=error,
-        )
-        handler = (
-            self.arguments_handler if outcome.kind is OutcomeKind.ARGUMENTS_ERROR else self.execution_handler
-        )
-        return handler(error, context)
-
-
-def _returns_immediately(batch: Sequence[_Call]) -> bool:
-    """SPEC §5: no failure, and the last call is IMMEDIATE_IF_LAST or every call is immediate."""
-    if not batch or any(call.failed for call in batch):
-        return False
-    if batch[-1].behavior is ReturnBehavior.IMMEDIATE_IF_LAST:
-        return True
-    return all(
-        call.behavior in (ReturnBehavior.IMMEDIATE, ReturnBehavior.IMMEDIATE_IF_LAST) for call in batch
-    )
 
 
 async def run_invocation(

@@ -11,163 +11,34 @@ import os
 import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from orchestrator._journal_records import (
+    CallRecord,
+    CompensationRecord,
+    InvocationRecord,
+    _call,
+    _compensation,
+    _invocation,
+    _now,
+)
+from orchestrator._journal_tables import _metadata
+from orchestrator._journal_tables import compensations as compensations
+from orchestrator._journal_tables import invocations as invocations
+from orchestrator._journal_tables import tool_calls as tool_calls
 from workers.invocation import InvocationContext
-from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
+from workers.protocol import ToolExecutionRequest, ToolOutcome
 
 __all__ = ["CallRecord", "CompensationRecord", "InvocationRecord", "Journal", "owner_id"]
-
-_metadata = sa.MetaData()
-
-invocations = sa.Table(
-    "toolfleet_invocations",
-    _metadata,
-    sa.Column("id", sa.String(36), primary_key=True),
-    sa.Column("service_name", sa.String(255)),
-    sa.Column("memory_id", sa.String(255), nullable=False),
-    sa.Column("user_message", sa.Text),
-    sa.Column("state", sa.String(32), nullable=False),  # running, compensating, succeeded, failed
-    sa.Column("owner", sa.String(255), nullable=False),
-    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("finished_at", sa.DateTime(timezone=True)),
-    sa.Column("error", sa.Text),
-    sa.Column("invocation_json", sa.Text),  # context and parameters, to compensate on recovery
-)
-
-tool_calls = sa.Table(
-    "toolfleet_tool_calls",
-    _metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column(
-        "invocation_id", sa.String(36), sa.ForeignKey("toolfleet_invocations.id"), nullable=False, index=True
-    ),
-    sa.Column("sequence", sa.Integer, nullable=False),
-    sa.Column("call_id", sa.String(255)),
-    sa.Column("tool", sa.String(255), nullable=False),
-    sa.Column("arguments", sa.Text, nullable=False),
-    sa.Column("pool", sa.String(255)),
-    sa.Column("compensable", sa.Boolean, nullable=False, default=False),
-    sa.Column("idempotency_key", sa.String(255), nullable=False),
-    # dispatched (intent), succeeded, failed, compensated, compensation_failed
-    sa.Column("state", sa.String(32), nullable=False),
-    sa.Column("outcome", sa.String(32)),
-    sa.Column("result", sa.Text),
-    sa.Column("result_object", sa.Text),
-    sa.Column("task_id", sa.String(255)),
-    sa.Column("worker", sa.String(255)),
-    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("finished_at", sa.DateTime(timezone=True)),
-)
-
-compensations = sa.Table(
-    "toolfleet_compensations",
-    _metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column(
-        "invocation_id", sa.String(36), sa.ForeignKey("toolfleet_invocations.id"), nullable=False, index=True
-    ),
-    sa.Column(
-        "tool_call_id", sa.Integer, sa.ForeignKey("toolfleet_tool_calls.id"), nullable=False, unique=True
-    ),
-    sa.Column("tool", sa.String(255), nullable=False),
-    sa.Column("state", sa.String(32), nullable=False),  # pending, running, succeeded, failed
-    sa.Column("attempts", sa.Integer, nullable=False, default=0),
-    sa.Column("error", sa.Text),
-    sa.Column("task_id", sa.String(255)),
-    sa.Column("reason", sa.Text),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-)
 
 
 def owner_id() -> str:
     """Who runs an invocation: host and process."""
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes; everything here is UTC.
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
-
-
-@dataclass(frozen=True)
-class InvocationRecord:
-    id: str
-    service_name: str | None
-    memory_id: str
-    user_message: str | None
-    state: str
-    owner: str
-    started_at: datetime
-    heartbeat_at: datetime
-    finished_at: datetime | None
-    error: str | None
-    invocation_json: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    id: int
-    invocation_id: str
-    sequence: int
-    call_id: str | None
-    tool: str
-    arguments: str
-    pool: str | None
-    compensable: bool
-    idempotency_key: str
-    state: str
-    outcome: str | None
-    result: str | None
-    result_object: Any
-    task_id: str | None
-    worker: str | None
-    started_at: datetime
-    finished_at: datetime | None
-
-    @property
-    def request(self) -> ToolExecutionRequest:
-        return ToolExecutionRequest(self.call_id, self.tool, self.arguments)
-
-    def execution(self) -> ToolExecution:
-        """The `ToolExecution` a compensation receives, rebuilt from the log."""
-        return ToolExecution(
-            request=self.request,
-            result=self.result or "",
-            result_object=self.result_object,
-            status=self.outcome or "success",
-            started_at=self.started_at,
-            finished_at=self.finished_at,
-            task_id=self.task_id,
-            pool=self.pool,
-            worker=self.worker,
-        )
-
-
-@dataclass(frozen=True)
-class CompensationRecord:
-    id: int
-    invocation_id: str
-    tool_call_id: int
-    tool: str
-    state: str
-    attempts: int
-    error: str | None
-    task_id: str | None
-    reason: str | None
-    created_at: datetime
-    updated_at: datetime
 
 
 class Journal:
@@ -392,57 +263,3 @@ class Journal:
                 .order_by(invocations.c.started_at)
             ).mappings()
             return [_invocation(row) for row in rows]
-
-
-def _invocation(row: Any) -> InvocationRecord:
-    return InvocationRecord(
-        id=row["id"],
-        service_name=row["service_name"],
-        memory_id=row["memory_id"],
-        user_message=row["user_message"],
-        state=row["state"],
-        owner=row["owner"],
-        started_at=_aware(row["started_at"]) or _now(),
-        heartbeat_at=_aware(row["heartbeat_at"]) or _now(),
-        finished_at=_aware(row["finished_at"]),
-        error=row["error"],
-        invocation_json=json.loads(row["invocation_json"] or "{}"),
-    )
-
-
-def _call(row: Any) -> CallRecord:
-    return CallRecord(
-        id=row["id"],
-        invocation_id=row["invocation_id"],
-        sequence=row["sequence"],
-        call_id=row["call_id"],
-        tool=row["tool"],
-        arguments=row["arguments"],
-        pool=row["pool"],
-        compensable=bool(row["compensable"]),
-        idempotency_key=row["idempotency_key"],
-        state=row["state"],
-        outcome=row["outcome"],
-        result=row["result"],
-        result_object=json.loads(row["result_object"]) if row["result_object"] else None,
-        task_id=row["task_id"],
-        worker=row["worker"],
-        started_at=_aware(row["started_at"]) or _now(),
-        finished_at=_aware(row["finished_at"]),
-    )
-
-
-def _compensation(row: Any) -> CompensationRecord:
-    return CompensationRecord(
-        id=row["id"],
-        invocation_id=row["invocation_id"],
-        tool_call_id=row["tool_call_id"],
-        tool=row["tool"],
-        state=row["state"],
-        attempts=row["attempts"],
-        error=row["error"],
-        task_id=row["task_id"],
-        reason=row["reason"],
-        created_at=_aware(row["created_at"]) or _now(),
-        updated_at=_aware(row["updated_at"]) or _now(),
-    )

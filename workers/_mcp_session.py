@@ -27,21 +27,17 @@ import random
 import sys
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeVar
 
+from workers._mcp_transport import _http_transport, _reason, _watched
 from workers.errors import ToolfleetError
 
 try:
-    import anyio
-    import httpx2
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
-    from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
-    from mcp.shared.message import SessionMessage
     from mcp.types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT, CallToolResult, Tool
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(
@@ -369,76 +365,6 @@ def _forget_in_child(ref: weakref.ref[McpSessions]) -> None:
     sessions = ref()
     if sessions is not None:
         sessions._forget()
-
-
-def _reason(exc: BaseException) -> str:
-    """The innermost useful text of a (possibly grouped) transport failure."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-@contextlib.asynccontextmanager
-async def _http_transport(url: str, headers: Mapping[str, str] | None) -> AsyncIterator[Any]:
-    if not headers:
-        async with streamable_http_client(url) as streams:
-            yield streams
-        return
-    timeout = httpx2.Timeout(30.0, read=300.0)  # the SDK's defaults for its own client
-    async with (
-        httpx2.AsyncClient(headers=dict(headers), timeout=timeout) as http,
-        streamable_http_client(url, http_client=http) as streams,
-    ):
-        yield streams
-
-
-@contextlib.asynccontextmanager
-async def _watched(
-    transport: contextlib.AbstractAsyncContextManager[Any], on_end: Callable[[], None]
-) -> AsyncIterator[Any]:
-    """`transport`, telling `on_end` when its read side ends (a stdio server's process exited)."""
-    async with transport as (read_stream, write_stream):
-        yield _EndWatchingReadStream(read_stream, on_end), write_stream
-
-
-class _EndWatchingReadStream:
-    """A transport's read stream that reports its end; everything else is passed through."""
-
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
-        self._inner = inner
-        self._on_end = on_end
-
-    @property
-    def last_context(self) -> Any:
-        return getattr(self._inner, "last_context", None)
-
-    async def receive(self) -> SessionMessage | Exception:
-        try:
-            item: SessionMessage | Exception = await self._inner.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._on_end()
-            raise
-        return item
-
-    def __aiter__(self) -> _EndWatchingReadStream:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _EndWatchingReadStream:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 _sessions = McpSessions()

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import inspect
-import re
 import types
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from workers._convert import convert
-from workers._types import Param, optional_inner, param_of, split_annotated
-from workers.errors import ToolArgumentsError, ToolDefinitionError
-from workers.invocation import InvocationContext, InvocationParameters, ToolMemoryId
-from workers.schema import SchemaBuilder, type_label
-from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+from workers._decorators import (
+    _COMPENSATES_ATTR,
+    ToolOptions,
+    _marker,
+    _marker_of,
+    _unwrap_method,
+    compensate_for,
+    tool,
+)
+from workers._definitions import Compensation, ToolDefinition, ToolParameter
+from workers._docstrings import _doc_args
+from workers._inspection import _definition, _hints, _parameters, _SkipSelf
+from workers._types import split_annotated
+from workers.errors import ToolDefinitionError
+from workers.schema import type_label
+from workers.specification import ToolSpecification
 
 __all__ = [
     "Compensation",
@@ -27,195 +35,6 @@ __all__ = [
     "tool",
     "tool_specifications_from",
 ]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-_TOOL_ATTR = "__toolfleet_tool__"
-_COMPENSATES_ATTR = "__toolfleet_compensates__"
-INJECTED_TYPES: tuple[type, ...] = (InvocationParameters, InvocationContext, ToolMemoryId)
-_NO_DEFAULT: Any = inspect.Parameter.empty
-
-
-@dataclass(frozen=True)
-class ToolOptions:
-    """What `@tool(...)` declared, before the function is inspected."""
-
-    name: str | None = None
-    description: str | None = None
-    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM
-    search_behavior: SearchBehavior = SearchBehavior.SEARCHABLE
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    pool: str = "default"
-    timeout: float | None = None
-    retries: int = 0
-    idempotent: bool = False
-    retry_on: tuple[type[BaseException], ...] = ()
-
-
-@overload
-def tool(func: F, /) -> F: ...
-
-
-@overload
-def tool(
-    description: str | None = None,
-    /,
-    *,
-    name: str | None = None,
-    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM,
-    search_behavior: SearchBehavior = SearchBehavior.SEARCHABLE,
-    metadata: Mapping[str, Any] | None = None,
-    pool: str = "default",
-    timeout: float | None = None,
-    retries: int = 0,
-    idempotent: bool = False,
-    retry_on: Iterable[type[BaseException]] = (),
-) -> Callable[[F], F]: ...
-
-
-def tool(
-    func_or_description: Any = None,
-    /,
-    *,
-    description: str | None = None,
-    name: str | None = None,
-    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM,
-    search_behavior: SearchBehavior = SearchBehavior.SEARCHABLE,
-    metadata: Mapping[str, Any] | None = None,
-    pool: str = "default",
-    timeout: float | None = None,
-    retries: int = 0,
-    idempotent: bool = False,
-    retry_on: Iterable[type[BaseException]] = (),
-) -> Any:
-    """Mark a function or method as a tool the model may call.
-
-    `@tool`, `@tool("description")` or `@tool(description=..., name=..., pool=..., timeout=...)`.
-    `timeout` is in seconds; `retries` retries transient failures on the worker (the exception types
-    in `retry_on`, connection errors, and a lost worker for `idempotent` tools). The function itself
-    is returned unchanged: the decorator only records its options.
-    """
-    if isinstance(func_or_description, str) or func_or_description is None:
-        options = ToolOptions(
-            name=name,
-            description=func_or_description if func_or_description is not None else description,
-            return_behavior=ReturnBehavior(return_behavior),
-            search_behavior=SearchBehavior(search_behavior),
-            metadata=dict(metadata or {}),
-            pool=pool,
-            timeout=timeout,
-            retries=retries,
-            idempotent=idempotent,
-            retry_on=tuple(retry_on),
-        )
-        _check_options(options)
-
-        def mark(func: F) -> F:
-            setattr(_unwrap_method(func), _TOOL_ATTR, options)
-            return func
-
-        return mark
-    if callable(func_or_description) or isinstance(func_or_description, staticmethod | classmethod):
-        setattr(_unwrap_method(func_or_description), _TOOL_ATTR, ToolOptions())
-        return func_or_description
-    raise TypeError(f"@tool takes a function or a description, got {type(func_or_description).__name__}")
-
-
-def _check_options(options: ToolOptions) -> None:
-    if options.name is not None and not options.name.strip():
-        raise ToolDefinitionError("@tool(name=...) must not be blank")
-    if options.timeout is not None and options.timeout <= 0:
-        raise ToolDefinitionError(f"@tool(timeout=...) must be positive seconds, got {options.timeout}")
-    if options.retries < 0:
-        raise ToolDefinitionError(f"@tool(retries=...) must be 0 or more, got {options.retries}")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", options.pool):
-        raise ToolDefinitionError(
-            f"@tool(pool=...) must be a queue name of letters, digits, '_', '.', '-': {options.pool!r}"
-        )
-
-
-def compensate_for(tool_name: str) -> Callable[[F], F]:
-    """Mark a method as the compensation of the tool named `tool_name` (its model-visible name).
-
-    It takes the same parameters as the tool, or one `ToolExecution` parameter. Compensations are
-    never shown to the model.
-    """
-    if not isinstance(tool_name, str) or not tool_name:
-        raise ToolDefinitionError("@compensate_for needs the name of the tool it compensates")
-
-    def mark(func: F) -> F:
-        setattr(_unwrap_method(func), _COMPENSATES_ATTR, tool_name)
-        return func
-
-    return mark
-
-
-def _unwrap_method(func: Any) -> Any:
-    return func.__func__ if isinstance(func, staticmethod | classmethod) else func
-
-
-@dataclass(frozen=True)
-class ToolParameter:
-    """One parameter of a tool: visible to the model, or injected by the runtime."""
-
-    attribute: str
-    name: str
-    annotation: Any
-    description: str | None
-    required: bool
-    default: Any = _NO_DEFAULT
-    injected: type | None = None
-    positional_only: bool = False
-
-    @property
-    def has_default(self) -> bool:
-        return self.default is not _NO_DEFAULT
-
-
-@dataclass(frozen=True)
-class Compensation:
-    """A method that undoes a tool's side effect."""
-
-    tool_name: str
-    function: Callable[..., Any]
-    parameters: tuple[ToolParameter, ...]
-    is_async: bool
-
-
-@dataclass(frozen=True)
-class ToolDefinition:
-    """A discovered tool: its specification, the callable, its parameters and options."""
-
-    specification: ToolSpecification
-    function: Callable[..., Any]
-    parameters: tuple[ToolParameter, ...]
-    options: ToolOptions
-    returns_none: bool
-    is_async: bool
-    compensation: Compensation | None = None
-    raw_arguments: bool = False
-    """The function takes the model's parsed arguments whole, as `arguments=` (tools proxied to
-    another system, such as an MCP server, that validates them itself)."""
-
-    @property
-    def name(self) -> str:
-        return self.specification.name
-
-    @property
-    def pool(self) -> str:
-        return self.options.pool
-
-    @property
-    def timeout(self) -> float | None:
-        return self.options.timeout
-
-    @property
-    def return_behavior(self) -> ReturnBehavior:
-        return self.options.return_behavior
-
-    @property
-    def search_behavior(self) -> SearchBehavior:
-        return self.options.search_behavior
 
 
 def tool_specifications_from(source: object) -> list[ToolSpecification]:
@@ -306,17 +125,6 @@ def _check_unique(definitions: Iterable[ToolDefinition]) -> None:
         seen.add(definition.name)
 
 
-def _marker(obj: object) -> ToolOptions | None:
-    options = getattr(_unwrap_method(obj), _TOOL_ATTR, None)
-    return options if isinstance(options, ToolOptions) else None
-
-
-def _marker_of(obj: object) -> ToolOptions:
-    options = _marker(obj)
-    assert options is not None
-    return options
-
-
 def _module_tools(module: types.ModuleType) -> list[ToolDefinition]:
     definitions: list[ToolDefinition] = []
     seen: set[int] = set()
@@ -393,164 +201,3 @@ def _member(cls: type, attr: str, instance: object | None) -> Callable[..., Any]
         resolved: Callable[..., Any] = getattr(cls, attr)
         return resolved
     return _SkipSelf(static)
-
-
-class _SkipSelf:
-    """An instance method taken from a class: its `self` is not a tool parameter."""
-
-    def __init__(self, function: Callable[..., Any]) -> None:
-        self.function = function
-        self.__name__ = function.__name__
-        self.__doc__ = function.__doc__
-        self.__wrapped__ = function
-        params = list(inspect.signature(function).parameters.values())[1:]
-        self.__signature__ = inspect.signature(function).replace(parameters=params)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise ToolDefinitionError(
-            f"Tool method '{self.__name__}' was taken from a class: pass an instance to run it"
-        )
-
-
-def _definition(
-    function: Callable[..., Any], options: ToolOptions, compensation: Compensation | None
-) -> ToolDefinition:
-    raw = getattr(function, "__wrapped__", None) if isinstance(function, _SkipSelf) else function
-    name = options.name or getattr(function, "__name__", None) or type(function).__name__
-    doc = inspect.getdoc(raw or function)
-    description = options.description if options.description is not None else _summary(doc)
-    parameters = _parameters(function, name, _doc_args(raw or function))
-    builder = SchemaBuilder()
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for parameter in parameters:
-        if parameter.injected is not None:
-            continue
-        try:
-            properties[parameter.name] = builder.schema(parameter.annotation, parameter.description)
-        except ToolDefinitionError as exc:
-            raise ToolDefinitionError(f'Parameter "{parameter.name}" of tool "{name}": {exc}') from None
-        if parameter.required:
-            required.append(parameter.name)
-    specification = ToolSpecification(
-        name=name,
-        description=description,
-        parameters=builder.parameters(properties, required) if properties else None,
-        metadata=dict(options.metadata),
-    )
-    hints = _hints(function, name)
-    return_type = hints.get("return", _NO_DEFAULT)
-    return ToolDefinition(
-        specification=specification,
-        function=function,
-        parameters=parameters,
-        options=options,
-        returns_none=return_type is None or return_type is type(None),
-        is_async=inspect.iscoroutinefunction(_unwrap_method(raw or function)),
-        compensation=compensation,
-    )
-
-
-def _hints(function: Callable[..., Any], tool_name: str) -> dict[str, Any]:
-    target = getattr(function, "__wrapped__", function) if isinstance(function, _SkipSelf) else function
-    target = getattr(target, "__func__", target)
-    try:
-        import typing
-
-        return typing.get_type_hints(target, include_extras=True)
-    except (NameError, TypeError) as exc:
-        raise ToolDefinitionError(f"Tool '{tool_name}': cannot resolve its type annotations: {exc}") from exc
-
-
-def _parameters(
-    function: Callable[..., Any], tool_name: str, doc_args: dict[str, str]
-) -> tuple[ToolParameter, ...]:
-    hints = _hints(function, tool_name)
-    parameters: list[ToolParameter] = []
-    for param in inspect.signature(function).parameters.values():
-        where = f'Parameter "{param.name}" of tool "{tool_name}"'
-        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            raise ToolDefinitionError(f"{where}: *args and **kwargs cannot be tool parameters")
-        annotation = hints.get(param.name, Any)
-        base, metadata = split_annotated(annotation)
-        meta = param_of(metadata) or Param()
-        has_default = param.default is not _NO_DEFAULT
-        injected = next((kind for kind in INJECTED_TYPES if optional_inner(base)[0] is kind), None)
-        if injected is not None:
-            if has_default:
-                raise ToolDefinitionError(
-                    f"{where} is injected ({injected.__name__}) and cannot have a default"
-                )
-            parameters.append(
-                ToolParameter(param.name, param.name, annotation, None, False, injected=injected)
-            )
-            continue
-        _, optional = optional_inner(base)
-        if meta.required is False and not has_default and not optional:
-            raise ToolDefinitionError(
-                f"{where} is declared Param(required=False) but has no default and its type "
-                f"{type_label(base)} is not optional: give it a default or make it Optional"
-            )
-        if has_default and param.default is not None:
-            _check_default(param.default, annotation, where, base)
-        required = not has_default and not optional and meta.required is not False
-        parameters.append(
-            ToolParameter(
-                attribute=param.name,
-                name=meta.name or param.name,
-                annotation=annotation,
-                description=meta.description or doc_args.get(param.name),
-                required=required,
-                default=param.default,
-                positional_only=param.kind is inspect.Parameter.POSITIONAL_ONLY,
-            )
-        )
-    return tuple(parameters)
-
-
-def _check_default(default: Any, annotation: Any, where: str, base: Any) -> None:
-    from workers.results import to_jsonable
-
-    try:
-        convert(to_jsonable(default), annotation, "default", "default")
-    except (ToolArgumentsError, TypeError, ValueError) as exc:
-        raise ToolDefinitionError(
-            f"{where}: default value {default!r} cannot be converted to {type_label(base)}: {exc}"
-        ) from None
-
-
-def _summary(doc: str | None) -> str | None:
-    if not doc:
-        return None
-    paragraph = doc.strip().split("\n\n", 1)[0]
-    return " ".join(line.strip() for line in paragraph.splitlines()) or None
-
-
-_ARGS_HEADER = re.compile(r"^(Args|Arguments|Parameters):\s*$")
-_ARG_LINE = re.compile(r"^\s+(\w+)\s*(\([^)]*\))?:\s*(.+)$")
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip())
-
-
-def _doc_args(function: Any) -> dict[str, str]:
-    """Parameter descriptions from a Google-style `Args:` section of the docstring."""
-    doc = inspect.getdoc(function) or ""
-    found: dict[str, str] = {}
-    inside = False
-    last: tuple[str, int] | None = None
-    for line in doc.splitlines():
-        if _ARGS_HEADER.match(line.strip()):
-            inside = True
-            continue
-        if inside:
-            if line and not line[0].isspace():
-                break
-            match = _ARG_LINE.match(line)
-            if match and (last is None or _indent(line) <= last[1]):
-                found[match.group(1)] = match.group(3).strip()
-                last = (match.group(1), _indent(line))
-            elif last is not None and line.strip():
-                found[last[0]] += " " + line.strip()
-    return found

@@ -9,7 +9,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,7 +16,9 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from orchestrator.executors._collector import FINAL_STATES, LOST, NO_WORKER, ResultCollector
+from orchestrator.executors._call_events import CallEvent, _notifier
+from orchestrator.executors._collector import FINAL_STATES, ResultCollector
+from orchestrator.executors._outcomes import _error, _no_worker, _outcome, _seconds, _worker_of
 from orchestrator.executors.base import execute_batch, idempotency_key
 from workers import (
     OutcomeKind,
@@ -39,23 +40,17 @@ from workers.tasks import (
     compensation_task_id,
     compensation_timeout_s,
     flower_reprs,
-    outcome_from_failure,
 )
 
 __all__ = ["CallEvent", "CeleryExecutor"]
 
 log = logging.getLogger(__name__)
 
-_TIME_LIMIT_ERRORS = {"TimeLimitExceeded", "SoftTimeLimitExceeded", "Terminated"}
 _POOL_ALIVE_CACHE_S = 1.0
 _CATALOG_CACHE_S = 2.0
 _CATALOG_RECHECK_S = 0.2
 _LATE_RESULT_GRACE_S = 5.0
 _OUTAGE_HOLD_S = 1.0
-
-
-def _seconds(value: float) -> str:
-    return f"{value:g}"
 
 
 class CeleryExecutor:
@@ -239,7 +234,7 @@ class CeleryExecutor:
         if not self._pool_has_workers(pool):
             return _no_worker(definition)
         collector = self._collector
-        notify = self._notifier(task_id, task_name, pool)
+        notify = _notifier(self.on_call, task_id, task_name, pool)
         future = collector.watch(
             task_id, pool, (lambda worker: notify("started", worker)) if notify else None
         )
@@ -281,7 +276,7 @@ class CeleryExecutor:
             collector.forget(task_id)
             self._abandon(task_id, pool)
             raise
-        outcome = self._outcome(meta, definition, timeout_s)
+        outcome = _outcome(meta, definition, timeout_s)
         if (
             outcome.kind is OutcomeKind.WORKER_LOST
             and abandon_atomically
@@ -292,23 +287,10 @@ class CeleryExecutor:
             stored = await self._stored_result(task_id)
             if stored is not None:
                 meta = stored
-                outcome = self._outcome(meta, definition, timeout_s)
+                outcome = _outcome(meta, definition, timeout_s)
         if notify:
             notify(outcome.kind.value, _worker_of(meta))
         return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=_worker_of(meta))
-
-    def _notifier(self, task_id: str, task_name: str, pool: str) -> Callable[[str, str | None], None] | None:
-        on_call = self.on_call
-        if on_call is None:
-            return None
-
-        def notify(state: str, worker: str | None) -> None:
-            try:
-                on_call(CallEvent(task_id, task_name, pool, state, worker, time.monotonic()))
-            except Exception:
-                log.exception("on_call observer failed")
-
-        return notify
 
     async def _stored_result(self, task_id: str) -> dict[str, Any] | None:
         """The final state of a task, read from the result backend for up to a few seconds."""
@@ -404,90 +386,6 @@ class CeleryExecutor:
         except OperationalError as exc:
             log.warning("could not revoke %s: %s", task_id, exc)
 
-    def _outcome(self, meta: dict[str, Any], definition: ToolDefinition, timeout_s: float) -> ToolOutcome:
-        status = meta.get("status")
-        name = definition.name
-        if status == "SUCCESS":
-            result = meta.get("result")
-            if isinstance(result, dict) and "kind" in result:
-                return ToolOutcome.from_json(result)
-            return _error(
-                OutcomeKind.EXECUTION_ERROR, f"Tool '{name}' returned an unreadable result", "ProtocolError"
-            )
-        if status == NO_WORKER:
-            return _no_worker(definition)
-        if status == LOST:
-            return _error(
-                OutcomeKind.WORKER_LOST,
-                f"Tool '{name}' lost its worker {meta.get('worker')} before finishing",
-                "WorkerLostError",
-            )
-        if status == "REVOKED":
-            return _error(
-                OutcomeKind.TIMED_OUT,
-                f"Tool '{name}' did not finish within {_seconds(timeout_s)} s",
-                "TimeoutError",
-            )
-        result = meta.get("result")
-        carried = outcome_from_failure(result)
-        if carried is not None:
-            return carried
-        exc_type = str(result.get("exc_type")) if isinstance(result, dict) else "Exception"
-        message = result.get("exc_message") if isinstance(result, dict) else result
-        if isinstance(message, list | tuple):
-            message = " ".join(str(part) for part in message)
-        if exc_type == "WorkerLostError":
-            where = f" {_worker_of(meta)}" if _worker_of(meta) else ""
-            return _error(
-                OutcomeKind.WORKER_LOST,
-                f"Tool '{name}' lost its worker{where} before finishing ({message})",
-                exc_type,
-            )
-        if exc_type in _TIME_LIMIT_ERRORS:
-            return _error(
-                OutcomeKind.TIMED_OUT,
-                f"Tool '{name}' did not finish within {_seconds(timeout_s)} s",
-                exc_type,
-            )
-        return _error(OutcomeKind.EXECUTION_ERROR, str(message or exc_type), exc_type)
-
     def close(self) -> None:
         self._redis.close()
         self._publisher.close()
-
-
-@dataclass(frozen=True)
-class CallEvent:
-    """A step of one dispatched task, for observers (`CeleryExecutor(on_call=...)`): `queued`,
-    `started` (with the worker), then the outcome kind (`success`, `timed_out`, ...)."""
-
-    task_id: str
-    task_name: str
-    pool: str
-    state: str
-    worker: str | None
-    at: float
-
-
-def _worker_of(meta: dict[str, Any]) -> str | None:
-    """The worker that ran the call: named in the outcome the task stored, or in its STARTED state."""
-    result = meta.get("result")
-    candidates: list[Any] = [meta.get("worker")]
-    if isinstance(result, dict):
-        candidates += [result.get("worker"), result.get("hostname")]
-        message = result.get("exc_message")
-        if isinstance(message, list) and len(message) == 2 and isinstance(message[1], dict):
-            candidates.append(message[1].get("worker"))
-    return next((c for c in candidates if isinstance(c, str) and c), None)
-
-
-def _error(kind: OutcomeKind, text: str, error_type: str) -> ToolOutcome:
-    return ToolOutcome(kind=kind, text=text, error_type=error_type)
-
-
-def _no_worker(definition: ToolDefinition) -> ToolOutcome:
-    return _error(
-        OutcomeKind.NO_WORKER,
-        f"No live worker serves pool '{definition.pool}' of tool '{definition.name}'",
-        "NoWorkerError",
-    )

@@ -1,0 +1,70 @@
+"""The journal's SQL schema: the invocations, tool calls and compensations tables."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+__all__ = ["compensations", "invocations", "tool_calls"]
+
+_metadata = sa.MetaData()
+
+invocations = sa.Table(
+    "toolfleet_invocations",
+    _metadata,
+    sa.Column("id", sa.String(36), primary_key=True),
+    sa.Column("service_name", sa.String(255)),
+    sa.Column("memory_id", sa.String(255), nullable=False),
+    sa.Column("user_message", sa.Text),
+    sa.Column("state", sa.String(32), nullable=False),  # running, compensating, succeeded, failed
+    sa.Column("owner", sa.String(255), nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("finished_at", sa.DateTime(timezone=True)),
+    sa.Column("error", sa.Text),
+    sa.Column("invocation_json", sa.Text),  # context and parameters, to compensate on recovery
+)
+
+tool_calls = sa.Table(
+    "toolfleet_tool_calls",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "invocation_id", sa.String(36), sa.ForeignKey("toolfleet_invocations.id"), nullable=False, index=True
+    ),
+    sa.Column("sequence", sa.Integer, nullable=False),
+    sa.Column("call_id", sa.String(255)),
+    sa.Column("tool", sa.String(255), nullable=False),
+    sa.Column("arguments", sa.Text, nullable=False),
+    sa.Column("pool", sa.String(255)),
+    sa.Column("compensable", sa.Boolean, nullable=False, default=False),
+    sa.Column("idempotency_key", sa.String(255), nullable=False),
+    # dispatched (intent), succeeded, failed, compensated, compensation_failed
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("outcome", sa.String(32)),
+    sa.Column("result", sa.Text),
+    sa.Column("result_object", sa.Text),
+    sa.Column("task_id", sa.String(255)),
+    sa.Column("worker", sa.String(255)),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("finished_at", sa.DateTime(timezone=True)),
+)
+
+compensations = sa.Table(
+    "toolfleet_compensations",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "invocation_id", sa.String(36), sa.ForeignKey("toolfleet_invocations.id"), nullable=False, index=True
+    ),
+    sa.Column(
+        "tool_call_id", sa.Integer, sa.ForeignKey("toolfleet_tool_calls.id"), nullable=False, unique=True
+    ),
+    sa.Column("tool", sa.String(255), nullable=False),
+    sa.Column("state", sa.String(32), nullable=False),  # pending, running, succeeded, failed
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("error", sa.Text),
+    sa.Column("task_id", sa.String(255)),
+    sa.Column("reason", sa.Text),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)

@@ -1,0 +1,88 @@
+"""How a call's stored task state becomes its `ToolOutcome`: the result a task returned, a failure it
+carried, a lost worker, a revoked or time-limited task, or any other exception."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.executors._collector import LOST, NO_WORKER
+from workers import OutcomeKind, ToolDefinition, ToolOutcome
+from workers.tasks import outcome_from_failure
+
+_TIME_LIMIT_ERRORS = {"TimeLimitExceeded", "SoftTimeLimitExceeded", "Terminated"}
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}"
+
+
+def _outcome(meta: dict[str, Any], definition: ToolDefinition, timeout_s: float) -> ToolOutcome:
+    status = meta.get("status")
+    name = definition.name
+    if status == "SUCCESS":
+        result = meta.get("result")
+        if isinstance(result, dict) and "kind" in result:
+            return ToolOutcome.from_json(result)
+        return _error(
+            OutcomeKind.EXECUTION_ERROR, f"Tool '{name}' returned an unreadable result", "ProtocolError"
+        )
+    if status == NO_WORKER:
+        return _no_worker(definition)
+    if status == LOST:
+        return _error(
+            OutcomeKind.WORKER_LOST,
+            f"Tool '{name}' lost its worker {meta.get('worker')} before finishing",
+            "WorkerLostError",
+        )
+    if status == "REVOKED":
+        return _error(
+            OutcomeKind.TIMED_OUT,
+            f"Tool '{name}' did not finish within {_seconds(timeout_s)} s",
+            "TimeoutError",
+        )
+    result = meta.get("result")
+    carried = outcome_from_failure(result)
+    if carried is not None:
+        return carried
+    exc_type = str(result.get("exc_type")) if isinstance(result, dict) else "Exception"
+    message = result.get("exc_message") if isinstance(result, dict) else result
+    if isinstance(message, list | tuple):
+        message = " ".join(str(part) for part in message)
+    if exc_type == "WorkerLostError":
+        where = f" {_worker_of(meta)}" if _worker_of(meta) else ""
+        return _error(
+            OutcomeKind.WORKER_LOST,
+            f"Tool '{name}' lost its worker{where} before finishing ({message})",
+            exc_type,
+        )
+    if exc_type in _TIME_LIMIT_ERRORS:
+        return _error(
+            OutcomeKind.TIMED_OUT,
+            f"Tool '{name}' did not finish within {_seconds(timeout_s)} s",
+            exc_type,
+        )
+    return _error(OutcomeKind.EXECUTION_ERROR, str(message or exc_type), exc_type)
+
+
+def _worker_of(meta: dict[str, Any]) -> str | None:
+    """The worker that ran the call: named in the outcome the task stored, or in its STARTED state."""
+    result = meta.get("result")
+    candidates: list[Any] = [meta.get("worker")]
+    if isinstance(result, dict):
+        candidates += [result.get("worker"), result.get("hostname")]
+        message = result.get("exc_message")
+        if isinstance(message, list) and len(message) == 2 and isinstance(message[1], dict):
+            candidates.append(message[1].get("worker"))
+    return next((c for c in candidates if isinstance(c, str) and c), None)
+
+
+def _error(kind: OutcomeKind, text: str, error_type: str) -> ToolOutcome:
+    return ToolOutcome(kind=kind, text=text, error_type=error_type)
+
+
+def _no_worker(definition: ToolDefinition) -> ToolOutcome:
+    return _error(
+        OutcomeKind.NO_WORKER,
+        f"No live worker serves pool '{definition.pool}' of tool '{definition.name}'",
+        "NoWorkerError",
+    )

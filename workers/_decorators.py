@@ -1,0 +1,147 @@
+"""`@tool` and `@compensate_for`: the options they record on a function, and reading them back."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
+
+from workers.errors import ToolDefinitionError
+from workers.specification import ReturnBehavior, SearchBehavior
+
+__all__ = ["ToolOptions", "compensate_for", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_TOOL_ATTR = "__toolfleet_tool__"
+_COMPENSATES_ATTR = "__toolfleet_compensates__"
+
+
+@dataclass(frozen=True)
+class ToolOptions:
+    """What `@tool(...)` declared, before the function is inspected."""
+
+    name: str | None = None
+    description: str | None = None
+    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM
+    search_behavior: SearchBehavior = SearchBehavior.SEARCHABLE
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    pool: str = "default"
+    timeout: float | None = None
+    retries: int = 0
+    idempotent: bool = False
+    retry_on: tuple[type[BaseException], ...] = ()
+
+
+@overload
+def tool(func: F, /) -> F: ...
+
+
+@overload
+def tool(
+    description: str | None = None,
+    /,
+    *,
+    name: str | None = None,
+    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM,
+    search_behavior: SearchBehavior = SearchBehavior.SEARCHABLE,
+    metadata: Mapping[str, Any] | None = None,
+    pool: str = "default",
+    timeout: float | None = None,
+    retries: int = 0,
+    idempotent: bool = False,
+    retry_on: Iterable[type[BaseException]] = (),
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    func_or_description: Any = None,
+    /,
+    *,
+    description: str | None = None,
+    name: str | None = None,
+    return_behavior: ReturnBehavior = ReturnBehavior.TO_LLM,
+    search_behavior: SearchBehavior = SearchBehavior.SEARCHABLE,
+    metadata: Mapping[str, Any] | None = None,
+    pool: str = "default",
+    timeout: float | None = None,
+    retries: int = 0,
+    idempotent: bool = False,
+    retry_on: Iterable[type[BaseException]] = (),
+) -> Any:
+    """Mark a function or method as a tool the model may call.
+
+    `@tool`, `@tool("description")` or `@tool(description=..., name=..., pool=..., timeout=...)`.
+    `timeout` is in seconds; `retries` retries transient failures on the worker (the exception types
+    in `retry_on`, connection errors, and a lost worker for `idempotent` tools). The function itself
+    is returned unchanged: the decorator only records its options.
+    """
+    if isinstance(func_or_description, str) or func_or_description is None:
+        options = ToolOptions(
+            name=name,
+            description=func_or_description if func_or_description is not None else description,
+            return_behavior=ReturnBehavior(return_behavior),
+            search_behavior=SearchBehavior(search_behavior),
+            metadata=dict(metadata or {}),
+            pool=pool,
+            timeout=timeout,
+            retries=retries,
+            idempotent=idempotent,
+            retry_on=tuple(retry_on),
+        )
+        _check_options(options)
+
+        def mark(func: F) -> F:
+            setattr(_unwrap_method(func), _TOOL_ATTR, options)
+            return func
+
+        return mark
+    if callable(func_or_description) or isinstance(func_or_description, staticmethod | classmethod):
+        setattr(_unwrap_method(func_or_description), _TOOL_ATTR, ToolOptions())
+        return func_or_description
+    raise TypeError(f"@tool takes a function or a description, got {type(func_or_description).__name__}")
+
+
+def _check_options(options: ToolOptions) -> None:
+    if options.name is not None and not options.name.strip():
+        raise ToolDefinitionError("@tool(name=...) must not be blank")
+    if options.timeout is not None and options.timeout <= 0:
+        raise ToolDefinitionError(f"@tool(timeout=...) must be positive seconds, got {options.timeout}")
+    if options.retries < 0:
+        raise ToolDefinitionError(f"@tool(retries=...) must be 0 or more, got {options.retries}")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", options.pool):
+        raise ToolDefinitionError(
+            f"@tool(pool=...) must be a queue name of letters, digits, '_', '.', '-': {options.pool!r}"
+        )
+
+
+def compensate_for(tool_name: str) -> Callable[[F], F]:
+    """Mark a method as the compensation of the tool named `tool_name` (its model-visible name).
+
+    It takes the same parameters as the tool, or one `ToolExecution` parameter. Compensations are
+    never shown to the model.
+    """
+    if not isinstance(tool_name, str) or not tool_name:
+        raise ToolDefinitionError("@compensate_for needs the name of the tool it compensates")
+
+    def mark(func: F) -> F:
+        setattr(_unwrap_method(func), _COMPENSATES_ATTR, tool_name)
+        return func
+
+    return mark
+
+
+def _unwrap_method(func: Any) -> Any:
+    return func.__func__ if isinstance(func, staticmethod | classmethod) else func
+
+
+def _marker(obj: object) -> ToolOptions | None:
+    options = getattr(_unwrap_method(obj), _TOOL_ATTR, None)
+    return options if isinstance(options, ToolOptions) else None
+
+
+def _marker_of(obj: object) -> ToolOptions:
+    options = _marker(obj)
+    assert options is not None
+    return options

@@ -1,0 +1,79 @@
+"""What discovery makes of a tool: its definition, its parameters and its compensation."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from workers._decorators import ToolOptions
+from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+
+__all__ = ["Compensation", "ToolDefinition", "ToolParameter"]
+
+_NO_DEFAULT: Any = inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class ToolParameter:
+    """One parameter of a tool: visible to the model, or injected by the runtime."""
+
+    attribute: str
+    name: str
+    annotation: Any
+    description: str | None
+    required: bool
+    default: Any = _NO_DEFAULT
+    injected: type | None = None
+    positional_only: bool = False
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not _NO_DEFAULT
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """A method that undoes a tool's side effect."""
+
+    tool_name: str
+    function: Callable[..., Any]
+    parameters: tuple[ToolParameter, ...]
+    is_async: bool
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    """A discovered tool: its specification, the callable, its parameters and options."""
+
+    specification: ToolSpecification
+    function: Callable[..., Any]
+    parameters: tuple[ToolParameter, ...]
+    options: ToolOptions
+    returns_none: bool
+    is_async: bool
+    compensation: Compensation | None = None
+    raw_arguments: bool = False
+    """The function takes the model's parsed arguments whole, as `arguments=` (tools proxied to
+    another system, such as an MCP server, that validates them itself)."""
+
+    @property
+    def name(self) -> str:
+        return self.specification.name
+
+    @property
+    def pool(self) -> str:
+        return self.options.pool
+
+    @property
+    def timeout(self) -> float | None:
+        return self.options.timeout
+
+    @property
+    def return_behavior(self) -> ReturnBehavior:
+        return self.options.return_behavior
+
+    @property
+    def search_behavior(self) -> SearchBehavior:
+        return self.options.search_behavior
