@@ -31,18 +31,21 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from workers._mcp_transport import _http_transport, _reason, _watched
+from workers._mcp_transport import (
+    CONNECTION_CLOSED,
+    INVALID_REQUEST,
+    REQUEST_TIMEOUT,
+    CallToolResult,
+    Client,
+    MCPError,
+    StdioServerParameters,
+    Tool,
+    _http_transport,
+    _reason,
+    _watched,
+    stdio_client,
+)
 from workers.errors import ToolfleetError
-
-try:
-    from mcp import Client, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-    from mcp.shared.exceptions import MCPError
-    from mcp.types import CONNECTION_CLOSED, INVALID_REQUEST, REQUEST_TIMEOUT, CallToolResult, Tool
-except ImportError as exc:  # pragma: no cover - depends on the installation
-    raise ImportError(
-        "MCP support needs the official MCP SDK: pip install 'toolfleet[mcp]' (mcp>=2.3)"
-    ) from exc
 
 __all__ = [
     "McpConnectionError",

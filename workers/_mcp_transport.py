@@ -1,4 +1,5 @@
-"""The transports an MCP session runs over: streamable HTTP with the endpoint's headers, and a
+"""The MCP SDK as a worker uses it (imported here only, with a clear error when it is missing), and
+the transports an MCP session runs over: streamable HTTP with the endpoint's headers, and a
 transport whose read side reports its end (a stdio server's process exited); and the text of a
 transport's failure."""
 
@@ -9,11 +10,21 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from types import TracebackType
 from typing import Any
 
+# The one place the MCP SDK is imported from: a clear error when it is not installed.
 try:
     import anyio
     import httpx2
+    from mcp import Client as Client
+    from mcp import StdioServerParameters as StdioServerParameters
+    from mcp.client.stdio import stdio_client as stdio_client
     from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError as MCPError
     from mcp.shared.message import SessionMessage
+    from mcp.types import CONNECTION_CLOSED as CONNECTION_CLOSED
+    from mcp.types import INVALID_REQUEST as INVALID_REQUEST
+    from mcp.types import REQUEST_TIMEOUT as REQUEST_TIMEOUT
+    from mcp.types import CallToolResult as CallToolResult
+    from mcp.types import Tool as Tool
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(
         "MCP support needs the official MCP SDK: pip install 'toolfleet[mcp]' (mcp>=2.3)"
