@@ -193,6 +193,15 @@ class Journal:
             ).mappings()
             return [_call(row) for row in rows]
 
+    def abandoned_calls(self, invocation_id: str | None = None) -> list[CallRecord]:
+        """Compensable calls abandoned at their deadline: if they finished later, their worker undid them."""
+        query = sa.select(tool_calls).where(tool_calls.c.state == "abandoned", tool_calls.c.compensable)
+        if invocation_id is not None:
+            query = query.where(tool_calls.c.invocation_id == invocation_id)
+        with self.engine.connect() as connection:
+            rows = connection.execute(query.order_by(tool_calls.c.id)).mappings()
+            return [_call(row) for row in rows]
+
     # -- compensations ----------------------------------------------------------------------------
 
     def plan_compensations(self, invocation_id: str, calls: Sequence[CallRecord], reason: str) -> None:

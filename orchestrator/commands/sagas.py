@@ -22,7 +22,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     journal = Journal(settings.database_url)
     rows = journal.compensations(args.invocation, state="failed" if args.failed else None)
-    if not rows:
+    late = _late_rows(settings, journal.abandoned_calls(args.invocation), failed_only=args.failed)
+    if not rows and not late:
         print("No failed compensations." if args.failed else "No compensations.")
         return 0
     print(f"{'invocation':36}  {'tool':20}  {'state':9}  {'tries':5}  {'updated':19}  error")
@@ -33,4 +34,34 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             f"{row.invocation_id:36}  {row.tool[:20]:20}  {row.state:9}  {row.attempts:5}  "
             f"{updated:19}  {error}"
         )
+    for line in late:
+        print(line)
     return 0
+
+
+def _late_rows(settings: Settings, calls: list[Any], *, failed_only: bool) -> list[str]:
+    """Compensations that workers enqueued for calls finished after their deadline (state in Redis)."""
+    if not calls:
+        return []
+    import redis
+
+    from orchestrator._late import late_compensation
+
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    lines = []
+    try:
+        for call in calls:
+            try:
+                late = late_compensation(client, call)
+            except redis.RedisError as exc:
+                lines.append(f"(the late compensations of {len(calls)} abandoned call(s): Redis: {exc})")
+                break
+            if late.state == "not_finished" or (failed_only and late.state != "failed"):
+                continue
+            text = f"late, by its worker: {late.text}".replace("\n", " ")[:80]
+            lines.append(
+                f"{call.invocation_id:36}  {call.tool[:20]:20}  {late.state:9}  {'-':5}  {'-':19}  {text}"
+            )
+    finally:
+        client.close()
+    return lines

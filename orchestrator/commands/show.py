@@ -55,4 +55,22 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if compensation is not None:
             detail = f": {compensation.error}" if compensation.error else ""
             print(f"      compensation {compensation.state} after {compensation.attempts} attempt(s){detail}")
+        if call.state == "abandoned" and call.compensable:
+            print(f"      late compensation: {_late_text(settings, call)}")
     return 0
+
+
+def _late_text(settings: Settings, call: Any) -> str:
+    """What became of an abandoned call, from Redis (workers journal nothing)."""
+    import redis
+
+    from orchestrator._late import late_compensation
+
+    client = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        late = late_compensation(client, call)
+    except redis.RedisError as exc:
+        return f"unknown (Redis unreachable: {exc})"
+    finally:
+        client.close()
+    return f"{late.state}: {late.text} (task {late.task_id})"

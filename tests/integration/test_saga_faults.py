@@ -32,6 +32,7 @@ from orchestrator import (
     ToolExecutionRequest,
     ToolExecutionResultMessage,
 )
+from orchestrator._late import late_compensation
 from orchestrator.journal import Journal
 from orchestrator.saga import rolled_back_text
 from tests.integration import fault_tools
@@ -314,6 +315,11 @@ def test_call_finishing_after_its_deadline_is_compensated_once_after_it_finishes
     time.sleep(2.0)
     assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}
     assert client.get(k(key, "effect")) is None
+    # ... and the journal shows the call abandoned; on workers, Redis has its late compensation done
+    [record] = journal.abandoned_calls(result.invocation_id)
+    assert record.tool == "fault_late"
+    if isinstance(executor, CeleryExecutor):
+        assert late_compensation(client, record).state == "compensated"
 
 
 def test_call_finishing_at_its_deadline_is_either_collected_or_compensated(

@@ -1,0 +1,64 @@
+"""What became of a compensable call abandoned at its deadline, read from Redis.
+
+A worker that finishes such a call after its orchestrator gave up on it enqueues the call's
+compensation itself, under the call's one compensation task id (the idempotency key decides it).
+Workers have no database, so that compensation's state is in the result backend, not in the
+journal: the commands that show sagas read it there.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import redis
+
+from orchestrator.journal import CallRecord
+from workers.tasks import call_state_key, compensation_task_id
+
+__all__ = ["LateCompensation", "late_compensation"]
+
+META = "celery-task-meta-"
+
+
+@dataclass(frozen=True)
+class LateCompensation:
+    """`state`: compensated, failed, running, not_finished, or unknown; `text` says it to a person."""
+
+    state: str
+    text: str
+    task_id: str
+
+
+def late_compensation(client: redis.Redis, call: CallRecord) -> LateCompensation:
+    """The state of the compensation a worker owes an abandoned call, or why there is none."""
+    task_id = compensation_task_id(call.idempotency_key)
+    raw = client.get(META + task_id)
+    if raw:
+        meta = json.loads(raw)
+        status = str(meta.get("status"))
+        if status == "SUCCESS":
+            return LateCompensation("compensated", "undone by its worker after it finished late", task_id)
+        if status in ("FAILURE", "REVOKED"):
+            return LateCompensation("failed", f"the late compensation failed: {_error(meta)}", task_id)
+        return LateCompensation("running", f"the late compensation is {status.lower()}", task_id)
+    mark = client.get(call_state_key(call.task_id)) if call.task_id else None
+    if mark in (b"abandoned", "abandoned"):
+        return LateCompensation("not_finished", "it has not finished: nothing to undo", task_id)
+    if mark in (b"finished", "finished"):
+        return LateCompensation("running", "it finished; its compensation is queued", task_id)
+    return LateCompensation(
+        "unknown",
+        "no trace in Redis (expired after TOOLFLEET_RESULT_EXPIRES_S, or it ran in-process)",
+        task_id,
+    )
+
+
+def _error(meta: dict[str, object]) -> str:
+    result = meta.get("result")
+    if isinstance(result, dict):
+        message = result.get("exc_message")
+        if isinstance(message, list | tuple):
+            message = " ".join(str(part) for part in message if not isinstance(part, dict))
+        return f"{result.get('exc_type', 'Exception')}: {message}"
+    return str(result)
