@@ -43,13 +43,15 @@ return 1
 
 
 class _Store:
-    """One state waiting to be written: the writer fills `error` (or not) and releases `done`."""
+    """One state waiting to be written. Its `done` is released once it is written (with `error` set
+    if that failed), or earlier with `lead` set: its thread is then the one to write."""
 
-    __slots__ = ("done", "error", "expires", "key", "value")
+    __slots__ = ("done", "error", "expires", "key", "lead", "value")
 
     def __init__(self, key: bytes, value: str, expires: int) -> None:
         self.key, self.value, self.expires = key, value, expires
         self.error: BaseException | None = None
+        self.lead = False
         self.done = threading.Lock()
         self.done.acquire()
 
@@ -58,9 +60,10 @@ class _GroupWriter:
     """Writes the states of one process in batches: one pipelined round trip for all those queued.
 
     A thread storing a state queues it; if no write is under way it becomes the writer and sends
-    everything queued (its own state included) in one pipeline, again while more arrived meanwhile;
-    otherwise it waits for the writer to release it. When 100 calls finish together, that is a few
-    round trips instead of 100, and a lone call pays nothing extra.
+    everything queued (its own state included) in one pipeline; otherwise it waits. A writer writes
+    one batch, then hands the writing to the thread of the next state queued meanwhile, so no thread
+    keeps writing for the others while its own call waits. When 100 calls finish together, that is
+    a few round trips instead of 100, and a lone call pays nothing extra.
     """
 
     def __init__(self, client: Any) -> None:
@@ -76,27 +79,33 @@ class _GroupWriter:
             self._queue.append(item)
             lead = not self._writing
             self._writing = True
+        if not lead:
+            item.done.acquire()  # written by another thread, or handed the writing
+            lead = item.lead
         if lead:
-            self._write_all()
-        item.done.acquire()
+            self._write_batch()  # the batch holds this thread's own state: `done` is released
+            item.done.acquire()
         if item.error is not None:
             raise item.error
 
-    def _write_all(self) -> None:
-        while True:
-            with self._lock:
-                batch, self._queue = self._queue, []
-                if not batch:
-                    self._writing = False
-                    return
-            error: BaseException | None = None
-            try:
-                self._write(batch)
-            except BaseException as exc:  # each waiting thread gets it, and Celery's retry policy applies
-                error = exc
-            for item in batch:
-                item.error = error
-                item.done.release()
+    def _write_batch(self) -> None:
+        with self._lock:
+            batch, self._queue = self._queue, []
+        error: BaseException | None = None
+        try:
+            self._write(batch)
+        except BaseException as exc:  # each waiting thread gets it, and Celery's retry policy applies
+            error = exc
+        for item in batch:
+            item.error = error
+            item.done.release()
+        with self._lock:
+            if not self._queue:
+                self._writing = False
+                return
+            successor = self._queue[0]
+        successor.lead = True
+        successor.done.release()
 
     def _write(self, batch: list[_Store]) -> None:
         if not self._sha:

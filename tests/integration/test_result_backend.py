@@ -149,6 +149,43 @@ def test_states_stored_together_share_round_trips(
     assert len(sent) < len(task_ids)
 
 
+def test_a_thread_writes_only_batches_holding_its_own_state(
+    app: Celery, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: the writer, with each batch's writing thread and the threads whose states it holds
+    backend: ResultBackend = app.backend
+    writer = backend._writer
+    owner: dict[str, int] = {}
+    batches: list[tuple[int, set[int]]] = []
+    write = writer._write
+
+    def recording(batch: list[Any]) -> None:
+        held = {owner[item.key.decode().removeprefix(META)] for item in batch}
+        batches.append((threading.get_ident(), held))
+        write(batch)
+
+    monkeypatch.setattr(writer, "_write", recording)
+    task_ids = [[uuid.uuid4().hex for _ in range(20)] for _ in range(16)]
+
+    def store_all(ids: list[str]) -> None:
+        for task_id in ids:
+            owner[task_id] = threading.get_ident()
+            backend.store_result(task_id, task_id, states.SUCCESS)
+
+    # when: 16 threads each store 20 results, one after the other, all at once
+    threads = [threading.Thread(target=store_all, args=(ids,)) for ids in task_ids]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    # then: all are stored, in batches, and no thread wrote a batch without its own state in it
+    # (a writer hands the writing on instead of writing for others while its own call waits)
+    assert all(_stored(client, task_id)["result"] == task_id for ids in task_ids for task_id in ids)
+    assert len(batches) < 16 * 20
+    assert all(writer_thread in held for writer_thread, held in batches)
+
+
 def test_it_loads_its_script_again_when_the_server_forgot_it(app: Celery, client: redis.Redis) -> None:
     # given: a backend that has stored once (its script is loaded)
     app.backend.store_result(uuid.uuid4().hex, "warm", states.SUCCESS)
