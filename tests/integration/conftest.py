@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from celery import Celery
 
+from workers.app import make_app
 from workers.process import WorkerProcess
 from workers.settings import Settings
 
@@ -48,6 +50,14 @@ def settings(redis_url: str) -> Settings:
             "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
         }
     )
+
+
+@pytest.fixture
+def worker_app(settings: Settings) -> Iterator[Celery]:
+    """A worker's Celery app (no tools), for what workers store in Redis: results, states."""
+    app = make_app(settings)
+    yield app
+    app.close()
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,6 @@ from orchestrator._late import late_compensation
 from orchestrator.commands import sagas, show
 from orchestrator.journal import CallRecord, Journal
 from tests.integration.private_redis import free_port
-from workers.app import make_app
 from workers.invocation import InvocationContext
 from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
 from workers.settings import Settings
@@ -39,13 +38,6 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
 @pytest.fixture
 def cli_settings(settings: Settings, tmp_path: Path) -> Settings:
     return dataclasses.replace(settings, database_url=f"sqlite:///{tmp_path / 'journal.db'}")
-
-
-@pytest.fixture
-def app(settings: Settings) -> Iterator[Celery]:
-    app = make_app(settings)
-    yield app
-    app.close()
 
 
 @pytest.fixture
@@ -83,15 +75,17 @@ def _invocation(journal: Journal) -> str:
 
 
 def test_each_state_of_a_late_compensation_is_read_from_redis(
-    journal: Journal, app: Celery, client: redis.Redis
+    journal: Journal, worker_app: Celery, client: redis.Redis
 ) -> None:
     invocation_id = _invocation(journal)
     done, failed, running, pending, gone = (_abandoned(journal, invocation_id, "book") for _ in range(5))
 
     # given: what the workers stored for each (their own result backend, their own call marks)
-    app.backend.mark_as_done(compensation_task_id(done.idempotency_key), {"kind": "success"})
-    app.backend.mark_as_failure(compensation_task_id(failed.idempotency_key), ValueError("card expired"))
-    app.backend.store_result(compensation_task_id(running.idempotency_key), {"pid": 1}, states.STARTED)
+    worker_app.backend.mark_as_done(compensation_task_id(done.idempotency_key), {"kind": "success"})
+    worker_app.backend.mark_as_failure(
+        compensation_task_id(failed.idempotency_key), ValueError("card expired")
+    )
+    worker_app.backend.store_result(compensation_task_id(running.idempotency_key), {"pid": 1}, states.STARTED)
     assert pending.task_id is not None
     client.set(call_state_key(pending.task_id), "abandoned")
 
@@ -109,14 +103,16 @@ def test_each_state_of_a_late_compensation_is_read_from_redis(
 
 
 def test_show_and_sagas_report_late_compensations(
-    journal: Journal, cli_settings: Settings, app: Celery, capsys: pytest.CaptureFixture[str]
+    journal: Journal, cli_settings: Settings, worker_app: Celery, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # given: an invocation with one call undone late and one whose late compensation failed
     invocation_id = _invocation(journal)
     undone = _abandoned(journal, invocation_id, "book_hotel")
     broken = _abandoned(journal, invocation_id, "book_car")
-    app.backend.mark_as_done(compensation_task_id(undone.idempotency_key), {"kind": "success"})
-    app.backend.mark_as_failure(compensation_task_id(broken.idempotency_key), ValueError("no such booking"))
+    worker_app.backend.mark_as_done(compensation_task_id(undone.idempotency_key), {"kind": "success"})
+    worker_app.backend.mark_as_failure(
+        compensation_task_id(broken.idempotency_key), ValueError("no such booking")
+    )
 
     # when: an operator looks at the invocation, and at the compensations that need a person
     assert show.run(argparse.Namespace(invocation=invocation_id), cli_settings) == 0

@@ -22,13 +22,6 @@ META = "celery-task-meta-"
 
 
 @pytest.fixture
-def app(settings: Settings) -> Iterator[Celery]:
-    app = make_app(settings)
-    yield app
-    app.close()
-
-
-@pytest.fixture
 def client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
@@ -66,22 +59,22 @@ class Published:
         self._client.close()
 
 
-def test_the_worker_app_uses_it_and_keeps_its_url(app: Celery, settings: Settings) -> None:
+def test_the_worker_app_uses_it_and_keeps_its_url(worker_app: Celery, settings: Settings) -> None:
     # given: a worker app on a Redis result backend; then: its backend is this one, on that URL
-    assert isinstance(app.backend, ResultBackend)
-    assert app.backend.url == settings.result_backend
-    assert app.conf.result_backend == settings.result_backend
+    assert isinstance(worker_app.backend, ResultBackend)
+    assert worker_app.backend.url == settings.result_backend
+    assert worker_app.conf.result_backend == settings.result_backend
 
 
 def test_a_state_is_stored_with_its_expiry_and_published(
-    app: Celery, client: redis.Redis, redis_url: str
+    worker_app: Celery, client: redis.Redis, redis_url: str
 ) -> None:
     published = Published(redis_url)
     task_id = uuid.uuid4().hex
     try:
         # when: a task's STARTED then SUCCESS are stored
-        app.backend.store_result(task_id, {"pid": 1, "hostname": "w@h"}, states.STARTED)
-        app.backend.store_result(task_id, {"kind": "success"}, states.SUCCESS)
+        worker_app.backend.store_result(task_id, {"pid": 1, "hostname": "w@h"}, states.STARTED)
+        worker_app.backend.store_result(task_id, {"kind": "success"}, states.SUCCESS)
         seen = published.statuses(task_id)
     finally:
         published.close()
@@ -91,21 +84,23 @@ def test_a_state_is_stored_with_its_expiry_and_published(
     assert meta["status"] == "SUCCESS"
     assert meta["result"] == {"kind": "success"}
     assert meta["task_id"] == task_id
-    assert 0 < client.ttl(META + task_id) <= int(app.conf.result_expires)
+    assert 0 < client.ttl(META + task_id) <= int(worker_app.conf.result_expires)
     assert seen == ["STARTED", "SUCCESS"]
     # and: Celery's own reader reads it back
-    assert app.backend.get_task_meta(task_id)["status"] == "SUCCESS"
+    assert worker_app.backend.get_task_meta(task_id)["status"] == "SUCCESS"
 
 
-def test_a_stored_success_is_never_overwritten(app: Celery, client: redis.Redis, redis_url: str) -> None:
+def test_a_stored_success_is_never_overwritten(
+    worker_app: Celery, client: redis.Redis, redis_url: str
+) -> None:
     # given: a task whose SUCCESS is stored
     task_id = uuid.uuid4().hex
-    app.backend.store_result(task_id, "first", states.SUCCESS)
+    worker_app.backend.store_result(task_id, "first", states.SUCCESS)
     published = Published(redis_url)
     try:
         # when: a redelivered copy of it stores STARTED and then FAILURE
-        app.backend.store_result(task_id, {"pid": 2}, states.STARTED)
-        app.backend.mark_as_failure(task_id, ValueError("late"))
+        worker_app.backend.store_result(task_id, {"pid": 2}, states.STARTED)
+        worker_app.backend.mark_as_failure(task_id, ValueError("late"))
         seen = published.statuses(task_id)
     finally:
         published.close()
@@ -116,10 +111,10 @@ def test_a_stored_success_is_never_overwritten(app: Celery, client: redis.Redis,
 
 
 def test_states_stored_together_share_round_trips(
-    app: Celery, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    worker_app: Celery, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given: the process's writer, with its round trips (pipelines sent) counted
-    backend: ResultBackend = app.backend
+    backend: ResultBackend = worker_app.backend
     writer = backend._writer
     sent: list[int] = []
     write = writer._write
@@ -150,10 +145,10 @@ def test_states_stored_together_share_round_trips(
 
 
 def test_a_thread_writes_only_batches_holding_its_own_state(
-    app: Celery, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    worker_app: Celery, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given: the writer, with each batch's writing thread and the threads whose states it holds
-    backend: ResultBackend = app.backend
+    backend: ResultBackend = worker_app.backend
     writer = backend._writer
     owner: dict[str, int] = {}
     batches: list[tuple[int, set[int]]] = []
@@ -186,13 +181,13 @@ def test_a_thread_writes_only_batches_holding_its_own_state(
     assert all(writer_thread in held for writer_thread, held in batches)
 
 
-def test_it_loads_its_script_again_when_the_server_forgot_it(app: Celery, client: redis.Redis) -> None:
+def test_it_loads_its_script_again_when_the_server_forgot_it(worker_app: Celery, client: redis.Redis) -> None:
     # given: a backend that has stored once (its script is loaded)
-    app.backend.store_result(uuid.uuid4().hex, "warm", states.SUCCESS)
+    worker_app.backend.store_result(uuid.uuid4().hex, "warm", states.SUCCESS)
     # when: the server's scripts are flushed (as after a restart) and another result is stored
     client.script_flush()
     task_id = uuid.uuid4().hex
-    app.backend.store_result(task_id, "after", states.SUCCESS)
+    worker_app.backend.store_result(task_id, "after", states.SUCCESS)
     # then: it is stored
     assert _stored(client, task_id)["result"] == "after"
 
