@@ -48,13 +48,7 @@ class _Invocation(ToolCalls):
 
     async def run(self) -> Result:
         if self.journal is not None:
-            try:
-                await self.journal.off_loop(
-                    self.journal.start_invocation, self.context, self._invocation().to_json()
-                )
-            except asyncio.CancelledError as exc:  # written, then cancelled: end it as failed
-                await self._end_abnormally(exc)
-                raise
+            self.journal.start_invocation(self.context, self._invocation().to_json())
         beating = asyncio.ensure_future(self._heartbeat()) if self.journal is not None else None
         try:
             result = await self._run()
@@ -65,9 +59,7 @@ class _Invocation(ToolCalls):
             if beating is not None:
                 beating.cancel()
         if self.journal is not None:
-            await self.journal.off_loop(
-                self.journal.set_invocation_state, str(self.context.invocation_id), "succeeded"
-            )
+            self.journal.set_invocation_state(str(self.context.invocation_id), "succeeded")
         return result
 
     async def _end_abnormally(self, error: BaseException) -> None:
@@ -81,11 +73,8 @@ class _Invocation(ToolCalls):
             except asyncio.CancelledError:
                 await undo
         if self.journal is not None:
-            await self.journal.off_loop(
-                self.journal.set_invocation_state,
-                str(self.context.invocation_id),
-                "failed",
-                f"{type(error).__name__}: {error}",
+            self.journal.set_invocation_state(
+                str(self.context.invocation_id), "failed", f"{type(error).__name__}: {error}"
             )
 
     async def _heartbeat(self) -> None:
@@ -94,7 +83,7 @@ class _Invocation(ToolCalls):
         while True:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
             try:
-                await self.journal.off_loop(self.journal.heartbeat, str(self.context.invocation_id))
+                self.journal.heartbeat(str(self.context.invocation_id))
             except Exception as exc:  # a journal hiccup must not end the invocation
                 log.warning("journal heartbeat failed: %s", exc)
 

@@ -107,18 +107,18 @@ class ToolCalls(InvocationState):
         else:
             call.behavior = tool.return_behavior
             invocation = self._invocation()
-            call.row = await self.saga.intent(request, tool, invocation)
+            call.row = self.saga.intent(request, tool, invocation)
             call.definition = tool
             late = self.compensating and tool.compensation is not None
             outcome = await self.service.executor.execute(request, tool, invocation, compensate_if_late=late)
         if outcome.parameter_changes:
             self.parameters.merge(outcome.parameter_changes)
         if call.definition is not None:  # journaled before a handler may end the invocation
-            await self.saga.outcome(call.row, outcome, outcome.text)
+            self.saga.outcome(call.row, outcome, outcome.text)
             call.succeeded = not outcome.is_error
             if late and outcome.kind in _ABANDONED and self.journal is not None and call.row is not None:
                 # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
-                await self.journal.off_loop(self.journal.set_call_state, call.row, "abandoned")
+                self.journal.set_call_state(call.row, "abandoned")
         text = outcome.text
         if outcome.is_error:
             text = self._handle(outcome, request).message

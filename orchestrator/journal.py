@@ -6,15 +6,13 @@ leaves enough for `toolfleet recover` to finish its work, and operators can read
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 import os
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -38,10 +36,6 @@ from workers.protocol import ToolExecutionRequest, ToolOutcome
 __all__ = ["CallRecord", "CompensationRecord", "InvocationRecord", "Journal", "owner_id"]
 
 
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
 def owner_id() -> str:
     """Who runs an invocation: host and process."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -57,24 +51,6 @@ class Journal:
         else:
             self.engine = url_or_engine
         _metadata.create_all(self.engine)
-        url = self.engine.url
-        # An in-memory SQLite database lives in one connection of one thread: it is written in place.
-        self._in_place = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
-
-    async def off_loop(self, method: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run a journal method in a worker thread, so the event loop serves other calls meanwhile.
-
-        A write that has started always finishes: a caller cancelled meanwhile waits for it, then is
-        cancelled, so the journal is what it would be had the write run in the loop.
-        """
-        if self._in_place:
-            return method(*args, **kwargs)
-        running = asyncio.get_running_loop().run_in_executor(None, functools.partial(method, *args, **kwargs))
-        try:
-            return await asyncio.shield(running)
-        except asyncio.CancelledError:
-            await asyncio.wait([running])
-            raise
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:

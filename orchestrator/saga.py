@@ -53,15 +53,14 @@ class Saga:
         self.steps: list[SagaStep] = []
         self._sequence = 0
 
-    async def intent(
+    def intent(
         self, request: ToolExecutionRequest, definition: ToolDefinition, invocation: Invocation
     ) -> int | None:
         """Write the call to the journal before it is dispatched."""
         self._sequence += 1
         if self.journal is None:
             return None
-        return await self.journal.off_loop(
-            self.journal.record_intent,
+        return self.journal.record_intent(
             self.invocation_id,
             self._sequence,
             request,
@@ -70,10 +69,10 @@ class Saga:
             idempotency_key=idempotency_key(invocation, request),
         )
 
-    async def outcome(self, call_row: int | None, outcome: ToolOutcome, text: str) -> None:
+    def outcome(self, call_row: int | None, outcome: ToolOutcome, text: str) -> None:
         """Write a call's outcome to the journal as soon as it is known."""
         if self.journal is not None and call_row is not None:
-            await self.journal.off_loop(self.journal.record_outcome, call_row, outcome, text)
+            self.journal.record_outcome(call_row, outcome, text)
 
     def keep(self, definition: ToolDefinition, execution: ToolExecution, call_row: int | None) -> None:
         """Remember a successful call for compensation (called in request order after each batch)."""
@@ -85,28 +84,21 @@ class Saga:
         steps, self.steps = list(reversed(self.steps)), []
         if not steps:
             return []
-        journal = self.journal
-        if journal is not None:
-            rows = {c.id: c for c in await journal.off_loop(journal.calls, self.invocation_id)}
-            await journal.off_loop(journal.set_invocation_state, self.invocation_id, "compensating")
-            await journal.off_loop(
-                journal.plan_compensations,
-                self.invocation_id,
-                [rows[s.call_row] for s in steps if s.call_row in rows],
-                reason,
+        if self.journal is not None:
+            rows = {c.id: c for c in self.journal.calls(self.invocation_id)}
+            self.journal.set_invocation_state(self.invocation_id, "compensating")
+            self.journal.plan_compensations(
+                self.invocation_id, [rows[s.call_row] for s in steps if s.call_row in rows], reason
             )
         undone: list[SagaStep] = []
         for step in steps:
             request = step.execution.request
-            if journal is not None and step.call_row is not None:
-                await journal.off_loop(journal.compensation_running, step.call_row, None)
+            if self.journal is not None and step.call_row is not None:
+                self.journal.compensation_running(step.call_row, None)
             outcome = await self.executor.compensate(step.definition, step.execution, invocation)
-            if journal is not None and step.call_row is not None:
-                await journal.off_loop(
-                    journal.compensation_finished,
-                    step.call_row,
-                    not outcome.is_error,
-                    outcome.text if outcome.is_error else None,
+            if self.journal is not None and step.call_row is not None:
+                self.journal.compensation_finished(
+                    step.call_row, not outcome.is_error, outcome.text if outcome.is_error else None
                 )
             if outcome.is_error:
                 log.error(
