@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 import redis
 
+from orchestrator.executors._collector import META_PREFIX
 from orchestrator.journal import CallRecord
 from workers.tasks import call_state_key, compensation_task_id
 
 __all__ = ["LateCompensation", "late_compensation"]
-
-META = "celery-task-meta-"
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class LateCompensation:
 def late_compensation(client: redis.Redis, call: CallRecord) -> LateCompensation:
     """The state of the compensation a worker owes an abandoned call, or why there is none."""
     task_id = compensation_task_id(call.idempotency_key)
-    raw = client.get(META + task_id)
+    raw = client.get(META_PREFIX + task_id)
     if raw:
         meta = json.loads(raw)
         status = str(meta.get("status"))

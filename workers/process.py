@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import redis
@@ -114,8 +115,20 @@ class WorkerProcess:
             return ""
         return "\n--- worker log ---\n" + self.log_path.read_text(errors="replace")[-3000:]
 
+    @contextlib.contextmanager
+    def running(self, timeout_s: float = 30.0) -> Iterator[WorkerProcess]:
+        """Ready within `timeout_s`, and stopped on the way out, also when it never got ready."""
+        try:
+            yield self.wait_ready(timeout_s)
+        finally:
+            self.stop()
+
     def __enter__(self) -> WorkerProcess:
-        return self.wait_ready()
+        try:
+            return self.wait_ready()
+        except BaseException:
+            self.stop()  # `with` calls __exit__ only once __enter__ has returned
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

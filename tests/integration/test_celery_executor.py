@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -22,9 +21,9 @@ from typing import Any
 
 import pytest
 import redis
-from celery.states import READY_STATES
 
 from orchestrator.executors.celery import CeleryExecutor
+from tests.integration.states import META, StateRecorder
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome
 from workers.app import make_publisher
 from workers.process import WorkerProcess
@@ -33,7 +32,6 @@ from workers.settings import Settings
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
-META = "celery-task-meta-"
 RABBIT_URL = "amqp://guest:guest@127.0.0.1:5672//"
 HEARTBEAT_TTL_S = 2.0
 
@@ -74,47 +72,6 @@ def _timed(awaitable: Awaitable[ToolOutcome]) -> tuple[ToolOutcome, float]:
     return asyncio.run(run())
 
 
-class StateRecorder:
-    """Every state the Redis result backend publishes (`celery-task-meta-*`), as it happens."""
-
-    def __init__(self, redis_url: str) -> None:
-        self._client = redis.Redis.from_url(redis_url)
-        self._pubsub = self._client.pubsub()
-        self._pubsub.psubscribe(META + "*")
-        confirmation = self._pubsub.get_message(timeout=2)
-        assert confirmation is not None and confirmation["type"] == "psubscribe"
-        self._states: list[tuple[str, dict[str, Any]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            message = self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0.05)
-            if message is not None and message["type"] == "pmessage":
-                channel = message["channel"].decode()
-                self._states.append((channel[len(META) :], json.loads(message["data"])))
-
-    def statuses(self, task_id: str | None, *, final: bool = True, timeout: float = 5.0) -> list[str]:
-        """The task's states so far; with `final`, first waits (bounded) until one is final.
-
-        The executor can read a result before this recorder's thread has taken the same message
-        off its own subscription, so a test reading right after the call waits for it here.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            found = [meta["status"] for tid, meta in list(self._states) if tid == task_id]
-            if not final or (found and found[-1] in READY_STATES) or time.monotonic() > deadline:
-                return found
-            time.sleep(0.01)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self._pubsub.close()
-        self._client.close()
-
-
 # -- fixtures ------------------------------------------------------------------------------------
 
 
@@ -147,11 +104,8 @@ def killable(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
         log_path=worker_logs / f"{name}.log",
         loglevel="INFO",
     )
-    try:
-        worker.wait_ready(timeout_s=30)
+    with worker.running(timeout_s=30):
         yield worker
-    finally:
-        worker.stop()
 
 
 def _rabbit_listens() -> bool:

@@ -45,10 +45,8 @@ def worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
         env={"PYTHONPATH": REPO_ROOT, "TOOLFLEET_HEARTBEAT_TTL_S": "2"},
         log_path=worker_logs / "flower-worker.log",
     )
-    try:
-        yield process.wait_ready(timeout_s=60)
-    finally:
-        process.stop()
+    with process.running(timeout_s=60):
+        yield process
 
 
 @pytest.fixture(scope="module")

@@ -123,11 +123,8 @@ def _mcp_worker(
 def mcp_worker(redis_url: str, worker_logs: Path, web_server: HttpMcpServer) -> Iterator[WorkerProcess]:
     """A threads worker serving pool `mcp`: the tools of `calc` (stdio) and `web` (HTTP)."""
     worker = _mcp_worker(redis_url, worker_logs, web_server, kind="threads", name="mcp")
-    try:
-        worker.wait_ready(timeout_s=60)
+    with worker.running(timeout_s=60):
         yield worker
-    finally:
-        worker.stop()
 
 
 @pytest.fixture

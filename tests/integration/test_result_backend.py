@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -14,11 +15,10 @@ import redis
 from celery import Celery, states
 
 from tests.integration.private_redis import free_port
+from tests.integration.states import META, StateRecorder
 from workers._backend import ResultBackend
 from workers.app import make_app
 from workers.settings import Settings
-
-META = "celery-task-meta-"
 
 
 @pytest.fixture
@@ -35,30 +35,6 @@ def _stored(client: redis.Redis, task_id: str) -> dict[str, Any]:
     return meta
 
 
-class Published:
-    """Every meta published on the tasks' channels while it is open."""
-
-    def __init__(self, redis_url: str) -> None:
-        self._client = redis.Redis.from_url(redis_url)
-        self._pubsub = self._client.pubsub()
-        self._pubsub.psubscribe(META + "*")
-        assert self._pubsub.get_message(timeout=2) is not None
-
-    def statuses(self, task_id: str, settle_s: float = 0.3) -> list[str]:
-        """The task's published states, read until none arrives for `settle_s`."""
-        found: list[str] = []
-        while True:
-            message = self._pubsub.get_message(ignore_subscribe_messages=True, timeout=settle_s)
-            if message is None:
-                return found
-            if message["channel"].decode() == META + task_id:
-                found.append(json.loads(message["data"])["status"])
-
-    def close(self) -> None:
-        self._pubsub.close()
-        self._client.close()
-
-
 def test_the_worker_app_uses_it_and_keeps_its_url(worker_app: Celery, settings: Settings) -> None:
     # given: a worker app on a Redis result backend; then: its backend is this one, on that URL
     assert isinstance(worker_app.backend, ResultBackend)
@@ -69,7 +45,7 @@ def test_the_worker_app_uses_it_and_keeps_its_url(worker_app: Celery, settings: 
 def test_a_state_is_stored_with_its_expiry_and_published(
     worker_app: Celery, client: redis.Redis, redis_url: str
 ) -> None:
-    published = Published(redis_url)
+    published = StateRecorder(redis_url)
     task_id = uuid.uuid4().hex
     try:
         # when: a task's STARTED then SUCCESS are stored
@@ -96,12 +72,13 @@ def test_a_stored_success_is_never_overwritten(
     # given: a task whose SUCCESS is stored
     task_id = uuid.uuid4().hex
     worker_app.backend.store_result(task_id, "first", states.SUCCESS)
-    published = Published(redis_url)
+    published = StateRecorder(redis_url)
     try:
         # when: a redelivered copy of it stores STARTED and then FAILURE
         worker_app.backend.store_result(task_id, {"pid": 2}, states.STARTED)
         worker_app.backend.mark_as_failure(task_id, ValueError("late"))
-        seen = published.statuses(task_id)
+        time.sleep(0.3)  # what would be published has arrived by now
+        seen = published.statuses(task_id, final=False)
     finally:
         published.close()
 

@@ -105,11 +105,8 @@ def saga_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         log_path=tmp_path_factory.mktemp("saga-worker") / "saga.log",
         loglevel="INFO",
     )
-    try:
-        worker.wait_ready(timeout_s=60)
+    with worker.running(timeout_s=60):
         yield worker
-    finally:
-        worker.stop()
 
 
 @pytest.fixture(scope="module", params=["local", "celery"])

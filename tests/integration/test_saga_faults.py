@@ -78,11 +78,8 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def faults_worker(redis_url: str, logs: Path) -> Iterator[WorkerProcess]:
     """One threads worker serving pool `faults`, with few, fast compensation retries."""
     worker = _worker(redis_url, logs, POOL, "threads", 16, "faults", RETRY_ENV)
-    try:
-        worker.wait_ready(timeout_s=60)
+    with worker.running(timeout_s=60):
         yield worker
-    finally:
-        worker.stop()
 
 
 @pytest.fixture

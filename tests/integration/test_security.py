@@ -73,11 +73,8 @@ def worker_log(worker_logs: Path) -> Path:
 @pytest.fixture(scope="module")
 def bad_worker(redis_url: str, worker_log: Path) -> Iterator[WorkerProcess]:
     worker = bad.start_worker(redis_url, worker_log, HOSTNAME)
-    try:
-        worker.wait_ready(timeout_s=60)
+    with worker.running(timeout_s=60):
         yield worker
-    finally:
-        worker.stop()
 
 
 @pytest.fixture(scope="module")

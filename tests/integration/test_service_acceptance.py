@@ -91,11 +91,8 @@ def acc_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         log_path=tmp_path_factory.mktemp("acceptance-worker") / "acc.log",
         loglevel="INFO",
     )
-    try:
-        worker.wait_ready(timeout_s=60)
+    with worker.running(timeout_s=60):
         yield worker
-    finally:
-        worker.stop()
 
 
 @pytest.fixture(scope="module", params=["local", "celery"])

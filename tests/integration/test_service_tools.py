@@ -77,11 +77,8 @@ def srch_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
         log_path=worker_logs / "srch.log",
         loglevel="INFO",
     )
-    try:
-        worker.wait_ready(timeout_s=60)
+    with worker.running(timeout_s=60):
         yield worker
-    finally:
-        worker.stop()
 
 
 @pytest.fixture(params=["local", "celery"])
