@@ -58,8 +58,7 @@ class _Invocation(ToolCalls):
         finally:
             if beating is not None:
                 beating.cancel()
-        if self.journal is not None:
-            self.journal.set_invocation_state(str(self.context.invocation_id), "succeeded")
+        self.saga.end("succeeded")
         return result
 
     async def _end_abnormally(self, error: BaseException) -> None:
@@ -72,10 +71,7 @@ class _Invocation(ToolCalls):
                 await asyncio.shield(undo)
             except asyncio.CancelledError:
                 await undo
-        if self.journal is not None:
-            self.journal.set_invocation_state(
-                str(self.context.invocation_id), "failed", f"{type(error).__name__}: {error}"
-            )
+        self.saga.end("failed", f"{type(error).__name__}: {error}")
 
     async def _heartbeat(self) -> None:
         """Keep the journal's heartbeat fresh, so `toolfleet recover` never takes over a live saga."""

@@ -6,7 +6,9 @@ kept in request order. When a batch has a failure — or the invocation ends abn
 compensations run latest first, one at a time, each on the tool's pool (or in-process with
 `LocalExecutor`) with its own deadline, retries and the idempotency key of the call it undoes. A
 compensation that keeps failing is recorded and the rest go on; the record is then cleared, so
-nothing is compensated twice.
+nothing is compensated twice. An invocation that still owes a compensation when it ends (one failed,
+or never finished) never ends `succeeded`: it is left `compensating`, its standing calls marked
+`kept`, so `toolfleet recover` retries exactly what is owed once its heartbeat is stale.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from workers.invocation import Invocation
 from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.tools import ToolDefinition
 
-__all__ = ["ROLLED_BACK", "Saga", "SagaStep", "rolled_back_text"]
+__all__ = ["KEPT", "OWING", "ROLLED_BACK", "Saga", "SagaStep", "rolled_back_text"]
 
 log = logging.getLogger(__name__)
 
+OWING = "compensating"  # the state of an invocation that ended owing compensations
+KEPT = "kept"  # a successful call that stands, in an invocation left owing compensations
 ROLLED_BACK = "Tool '{tool}' was executed successfully but was rolled back due to failure of tool '{failed}'"
 
 
@@ -112,3 +116,29 @@ class Saga:
                 log.info("compensated %s call %s (%s)", request.name, request.id, reason)
                 undone.append(step)
         return undone
+
+    def end(self, state: str, error: str | None = None) -> None:
+        """Write the invocation's final state (`succeeded` or `failed`), unless it owes compensations.
+
+        Owed are those the journal does not show succeeded. The invocation is then left
+        `compensating` with what is owed in its error, and the successful calls still recorded —
+        those that stand — are marked `kept`, so recovery retries only what is owed.
+        """
+        if self.journal is None:
+            return
+        owed = [c for c in self.journal.compensations(self.invocation_id) if c.state != "succeeded"]
+        if not owed:
+            self.journal.set_invocation_state(self.invocation_id, state, error)
+            return
+        calls = {c.id: c for c in self.journal.calls(self.invocation_id)}
+        for step in self.steps:
+            if step.call_row is not None:
+                self.journal.set_call_state(step.call_row, KEPT)
+        listed = "; ".join(
+            f"{c.tool} ({calls[c.tool_call_id].call_id if c.tool_call_id in calls else '?'}) "
+            f"{c.state}: {c.error or 'not finished'}"
+            for c in owed
+        )
+        text = f"{len(owed)} compensation(s) owed, `toolfleet recover` retries them: {listed}"
+        log.error("invocation %s ended owing %s", self.invocation_id, text)
+        self.journal.set_invocation_state(self.invocation_id, OWING, f"{error}; {text}" if error else text)

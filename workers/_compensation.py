@@ -7,7 +7,8 @@ import logging
 import os
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 from celery import Task
@@ -53,6 +54,7 @@ def compensation_task_id(idempotency_key: str) -> str:
     return "compensate-" + str(uuid.uuid5(_COMPENSATION_NAMESPACE, idempotency_key))
 
 
+T = TypeVar("T")
 _COMPENSATION_NAMESPACE = uuid.UUID("5b0b6a8e-4f5e-4a57-9a43-2f3c54a0c1de")
 _clients: dict[str, redis.Redis] = {}
 
@@ -172,26 +174,41 @@ def _finish_or_compensate_late(
 def _run_compensation(
     task: Task, definition: ToolDefinition, settings: Settings, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    """Undo one call, at most once per idempotency key, whatever the number of deliveries."""
+    """Undo one call, at most once per idempotency key, whatever the number of deliveries.
+
+    Redis may blip at any point: the lock and the "done" mark are written with retries, and once
+    the undo ran, a bookkeeping write that keeps failing is logged, never turned into a failure.
+    """
     execution = ToolExecution.from_json(kwargs["execution"])
     invocation = Invocation.from_json(kwargs["invocation"])
     key = str(kwargs["idempotency_key"])
     deadline = float(kwargs.get("deadline") or 0) or None
     lock = f"toolfleet:compensation:{key}"
-    client = _redis(settings)
     lock_ttl = int((definition.timeout or settings.default_tool_timeout_s) + 30)
     mine = f"{task.request.hostname}|{os.getpid()}|{uuid.uuid4().hex}"
-    if not client.set(lock, mine, nx=True, ex=lock_ttl):
-        holder = client.get(lock)
-        if holder == b"done":
-            return {"kind": "success", "text": "Already compensated", "worker": task.request.hostname}
-        if holder is not None and not _holder_is_gone(client, _text(holder), task.request.hostname):
-            _wait_for_other_delivery(task, kwargs, deadline)
-        if client.set(lock, mine, ex=lock_ttl, get=True) != holder:
-            _wait_for_other_delivery(task, kwargs, deadline)
+    bookkeeping_until = (deadline or time.time()) + settings.retry_backoff_max_s
+    hostname = task.request.hostname
+    taken = _with_retries(
+        settings,
+        f"locking the compensation {key}",
+        bookkeeping_until,
+        lambda: _take_lock(_redis(settings), lock, mine, lock_ttl, hostname),
+    )
+    if taken == "done":
+        return {"kind": "success", "text": "Already compensated", "worker": task.request.hostname}
+    if taken == "busy":
+        _wait_for_other_delivery(task, kwargs, deadline)
     outcome = run_compensation(definition, execution, invocation)
     if outcome.is_error:
-        client.delete(lock)
+        try:
+            _with_retries(
+                settings,
+                f"unlocking the compensation {key}",
+                bookkeeping_until,
+                lambda: _redis(settings).delete(lock),
+            )
+        except redis.RedisError as exc:  # the lock expires by itself: the failure is what counts
+            log.warning("could not unlock the compensation %s (%s); it expires in %d s", key, exc, lock_ttl)
         failures = int(kwargs.get("failures") or 0)  # lock waits are retries too: count failures apart
         if failures < settings.compensation_retries:
             countdown = backoff_s(failures, settings.retry_backoff_s, settings.retry_backoff_max_s)
@@ -204,5 +221,50 @@ def _run_compensation(
                     **flower_reprs(kwargs),
                 )
         raise failure_for(outcome, task.request.hostname)
-    client.set(lock, "done", ex=7 * 24 * 3600)
+    # The undo happened: the mark must land (or a redelivery after the lock expires would undo again),
+    # yet a mark that cannot be written never makes a done undo a failed one.
+    done_until = max(bookkeeping_until, time.time() + _DONE_MARK_MIN_S)
+    try:
+        _with_retries(
+            settings,
+            f"marking the compensation {key} done",
+            done_until,
+            lambda: _redis(settings).set(lock, "done", ex=_DONE_TTL_S),
+        )
+    except redis.RedisError as exc:
+        log.error("compensation %s ran, but its done mark could not be written: %s", key, exc)
     return {**outcome.to_json(), "worker": task.request.hostname}
+
+
+_DONE_TTL_S = 7 * 24 * 3600
+_DONE_MARK_MIN_S = 30.0
+
+
+def _take_lock(client: redis.Redis, lock: str, mine: str, lock_ttl: int, hostname: str | None) -> str:
+    """ "mine" when this delivery may undo the call, "done" when it was undone, "busy" when another
+    live delivery is undoing it. Safe to run again after a lost reply: a lock already ours is ours."""
+    if client.set(lock, mine, nx=True, ex=lock_ttl):
+        return "mine"
+    holder = client.get(lock)
+    if holder == b"done":
+        return "done"
+    if holder == mine.encode():
+        return "mine"
+    if holder is not None and not _holder_is_gone(client, _text(holder), hostname):
+        return "busy"
+    return "mine" if client.set(lock, mine, ex=lock_ttl, get=True) == holder else "busy"
+
+
+def _with_retries(settings: Settings, what: str, until: float, write: Callable[[], T]) -> T:
+    """`write()`, again with backoff while Redis is unreachable, until the wall-clock time `until`."""
+    attempt = 0
+    while True:
+        try:
+            return write()
+        except redis.RedisError as exc:
+            pause = backoff_s(attempt, settings.retry_backoff_s, settings.retry_backoff_max_s)
+            if time.time() + pause > until:
+                raise
+            log.warning("%s failed (%s); retrying in %.2f s", what, exc, pause)
+            time.sleep(pause)
+            attempt += 1

@@ -31,6 +31,7 @@ from workers import (
 from workers.app import make_publisher
 from workers.catalog import Catalog, WorkerEntry
 from workers.invocation import Invocation
+from workers.retry import backoff_s
 from workers.runner import utf8_size
 from workers.settings import Settings
 from workers.tasks import (
@@ -51,6 +52,7 @@ _CATALOG_CACHE_S = 2.0
 _CATALOG_RECHECK_S = 0.2
 _LATE_RESULT_GRACE_S = 5.0
 _OUTAGE_HOLD_S = 1.0
+_COMPENSATION_WAIT_MAX_S = 1.0  # how often a compensation waiting for a worker or the broker looks again
 
 
 class CeleryExecutor:
@@ -193,13 +195,15 @@ class CeleryExecutor:
 
         The task id is derived from the call's idempotency key, and the worker runs a compensation at
         most once per key, so dispatching it again (after a lost worker, or from `toolfleet recover`)
-        never undoes a call twice. Retries with backoff happen on the worker, within the deadline.
+        never undoes a call twice. Retries with backoff happen on the worker, within the deadline. A
+        pool with no live worker, or a broker out of reach, is waited for within that deadline too: after
+        a Redis restart the catalog is empty until the workers beat again.
         """
         key = idempotency_key(invocation, execution.request)
         timeout_s = compensation_timeout_s(definition, self.settings)
         deadline = time.monotonic() + timeout_s
-        outcome = _error(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
-        for _ in range(1 + self.settings.compensation_retries):
+        lost = waits = 0
+        while True:
             outcome = await self._dispatch(
                 COMPENSATION_PREFIX + definition.name,
                 compensation_task_id(key),
@@ -213,10 +217,32 @@ class CeleryExecutor:
                 timeout_s,
                 key=key,
             )
-            if outcome.kind is not OutcomeKind.WORKER_LOST or time.monotonic() >= deadline:
-                break
-            log.info("compensation of %s call %s: worker lost; dispatching again", definition.name, key)
-        return outcome
+            if outcome.kind is OutcomeKind.WORKER_LOST and lost < self.settings.compensation_retries:
+                lost += 1
+                if time.monotonic() < deadline:
+                    log.info(
+                        "compensation of %s call %s: worker lost; dispatching again", definition.name, key
+                    )
+                    continue
+            if outcome.kind is not OutcomeKind.NO_WORKER and outcome.error_type != "BrokerUnavailable":
+                return outcome
+            # No live worker (the catalog may be empty after a Redis restart until workers beat again)
+            # or no broker: wait and try again, within the compensation's own deadline.
+            pause = backoff_s(waits, self.settings.retry_backoff_s, _COMPENSATION_WAIT_MAX_S)
+            if time.monotonic() + pause >= deadline:
+                log.warning(
+                    "compensation of %s call %s: %s, until its deadline", definition.name, key, outcome.text
+                )
+                return outcome
+            if waits == 0:
+                log.warning(
+                    "compensation of %s call %s: %s; retrying until its deadline",
+                    definition.name,
+                    key,
+                    outcome.text,
+                )
+            waits += 1
+            await asyncio.sleep(pause)
 
     async def _dispatch(
         self,

@@ -1,0 +1,424 @@
+"""Sagas through a Redis blip: a restart while a compensation runs, a restart that empties the
+catalog just before one, and a compensation that cannot run at all until `toolfleet recover`.
+
+Each test runs its own redis-server (`PrivateRedis`, restarted by the test) for the broker, the
+results and the catalog, and real worker processes against it. The tools (`saga_blip_tools.py`)
+count every side effect and every undo in the shared test Redis, which is never restarted, so
+"undone exactly once" is read from counters that no restart can lose.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from orchestrator import AiMessage, AiService, CeleryExecutor, Result, ScriptedChatModel, ToolExecutionRequest
+from orchestrator.executors._collector import ResultCollector
+from orchestrator.journal import Journal
+from orchestrator.saga import rolled_back_text
+from tests.integration import saga_blip_tools as blip
+from tests.integration.private_redis import PrivateRedis
+from workers.catalog import Catalog
+from workers.process import WorkerProcess
+from workers.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+TOOLS_MODULE = "tests.integration.saga_blip_tools"
+
+
+# -- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A redis-server of this test alone (AOF on), for the broker, the results and the catalog."""
+    directory = tmp_path / "redis"
+    directory.mkdir()
+    server = PrivateRedis(directory)
+    try:
+        server.start()
+        yield server
+    finally:
+        collector = ResultCollector._shared.get(server.url)
+        if collector is not None:
+            collector.close()  # it would retry forever once its Redis is gone
+        server.stop()
+
+
+@pytest.fixture
+def counts(redis_url: str) -> Iterator[redis.Redis]:
+    """The Redis that counts side effects: the shared test Redis, never restarted."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def ns() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def journal_file(tmp_path: Path) -> Path:
+    return tmp_path / "journal.db"
+
+
+@pytest.fixture
+def journal(journal_file: Path) -> Iterator[Journal]:
+    journal = Journal(f"sqlite:///{journal_file}")
+    yield journal
+    journal.engine.dispose()
+
+
+@pytest.fixture
+def start_worker(
+    private_redis: PrivateRedis, redis_url: str, tmp_path: Path
+) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start a threads worker on the private Redis; every one started is stopped after the test."""
+    started: list[WorkerProcess] = []
+
+    def start(pool: str, heartbeat_ttl_s: float = 6.0) -> WorkerProcess:
+        worker = WorkerProcess(
+            pools=[pool],
+            modules=[TOOLS_MODULE],
+            redis_url=private_redis.url,
+            kind="threads",
+            concurrency=8,
+            hostname=f"{pool}-{len(started)}-{os.getpid()}-{uuid.uuid4().hex[:6]}@blips",
+            env={
+                "PYTHONPATH": REPO_ROOT,
+                "SAGA_BLIP_COUNTS_URL": redis_url,
+                "TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
+                "TOOLFLEET_COMPENSATION_RETRIES": "1",
+                "TOOLFLEET_RETRY_BACKOFF_S": "0.05",
+                "TOOLFLEET_RETRY_BACKOFF_MAX_S": "0.5",
+            },
+            log_path=tmp_path / f"{pool}-{len(started)}.log",
+            loglevel="INFO",
+        )
+        started.append(worker)
+        return worker.wait_ready(timeout_s=60)
+
+    try:
+        yield start
+    finally:
+        for worker in started:
+            worker.stop(timeout_s=5)
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def settings_for(server: PrivateRedis, heartbeat_ttl_s: float = 6.0, **extra: str) -> Settings:
+    return Settings.from_env(
+        {
+            "TOOLFLEET_REDIS_URL": server.url,
+            "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
+            "TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
+            "TOOLFLEET_RETRY_BACKOFF_S": "0.05",
+            "TOOLFLEET_RETRY_BACKOFF_MAX_S": "0.5",
+            **extra,
+        }
+    )
+
+
+def call(call_id: str, name: str, **arguments: Any) -> ToolExecutionRequest:
+    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
+
+
+def ask(*calls: ToolExecutionRequest) -> AiMessage:
+    return AiMessage(tool_execution_requests=list(calls))
+
+
+def service(model: ScriptedChatModel, executor: CeleryExecutor, journal: Journal) -> AiService:
+    return AiService(
+        chat_model=model,
+        tools=[blip.bank],
+        executor=executor,
+        compensate_on_tool_errors=True,
+        journal=journal,
+    )
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.01) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()
+
+
+def number(counts: redis.Redis, ns: str, what: str) -> int:
+    return int(counts.get(blip.key(ns, what)) or 0)
+
+
+def restart_empty(server: PrivateRedis, down_s: float) -> None:
+    """Stop Redis for `down_s` and start it without its data, as a server without persistence does."""
+    stopped = server.stop()
+    for path in server.directory.iterdir():
+        if path.name.startswith(("appendonly", "dump")):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    time.sleep(max(0.0, down_s - (time.monotonic() - stopped)))  # the outage's length, not a wait
+    server.start()
+
+
+def cli(args: list[str], server: PrivateRedis, journal_file: Path) -> subprocess.CompletedProcess[str]:
+    """`toolfleet ARGS` in a subprocess against the private Redis and the journal file."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": REPO_ROOT,
+        "TOOLFLEET_REDIS_URL": server.url,
+        "TOOLFLEET_BROKER_URL": server.url,
+        "TOOLFLEET_RESULT_BACKEND": server.url,
+        "TOOLFLEET_DATABASE_URL": f"sqlite:///{journal_file}",
+        "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
+        "TOOLFLEET_HEARTBEAT_TTL_S": "6",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+class Background:
+    """`service.chat(...)` on a thread, so the test can restart Redis while the saga runs."""
+
+    def __init__(self, target: AiService, message: str) -> None:
+        self.result: Result | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(target, message), daemon=True)
+        self._thread.start()
+
+    def _run(self, target: AiService, message: str) -> None:
+        try:
+            self.result = target.chat(message)
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self, timeout_s: float) -> Result:
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"the invocation did not end within {timeout_s} s"
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+def assert_rolled_back(result: Result, journal: Journal, tool: str = "blip_credit") -> None:
+    """The call was undone: the model was told so, the journal says so, the invocation succeeded."""
+    assert result.content == "done"
+    credited, failed = result.tool_executions
+    assert (credited.request.name, credited.status, credited.result) == (
+        tool,
+        "rolled_back",
+        rolled_back_text(tool, "blip_fail"),
+    )
+    assert failed.has_failed and failed.result == blip.DECLINED
+    assert result.invocation_id is not None
+    [compensation] = journal.compensations(result.invocation_id)
+    assert (compensation.tool, compensation.state, compensation.error) == (tool, "succeeded", None)
+    record = journal.invocation(result.invocation_id)
+    assert record is not None and record.state == "succeeded", record
+
+
+# -- 1. Redis restarted while a compensation runs -------------------------------------------------
+
+
+def test_a_compensation_survives_a_redis_restart_while_it_runs(
+    private_redis: PrivateRedis,
+    start_worker: Callable[..., WorkerProcess],
+    counts: redis.Redis,
+    journal: Journal,
+    ns: str,
+) -> None:
+    # Given: a saga whose credit is undone by a compensation that takes 0.5 s
+    start_worker(blip.POOL)
+    executor = CeleryExecutor(settings=settings_for(private_redis), tools=[blip.bank])
+    model = ScriptedChatModel(
+        [
+            ask(call("c1", "blip_credit", ns=ns, amount=100, undo_s=0.5)),
+            ask(call("f1", "blip_fail", ns=ns)),
+            "done",
+        ]
+    )
+    chat = Background(service(model, executor, journal), "credit, then pay")
+
+    # When: Redis stops as the undo starts and comes back (same data) ~1 s later, after the undo ended,
+    # so the worker's bookkeeping after the undo meets a Redis that is down
+    try:
+        assert wait_until(lambda: number(counts, ns, "undo_starts") >= 1, 30), (
+            "the compensation never started"
+        )
+        stopped = private_redis.stop()
+        assert wait_until(lambda: number(counts, ns, "undos") >= 1, 10), "the undo never finished"
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - stopped)))
+        private_redis.start()
+        result = chat.join(60)
+    finally:
+        executor.close()
+
+    # Then: the undo ran once, the compensation is recorded succeeded, the model was told of the rollback
+    assert (number(counts, ns, "undo_starts"), number(counts, ns, "undos")) == (1, 1)
+    assert number(counts, ns, "balance") == 0
+    assert_rolled_back(result, journal)
+    # ... and nothing undoes it again later (a redelivery finds it done)
+    time.sleep(1.0)
+    assert number(counts, ns, "undos") == 1
+
+
+# -- 2. Redis restarted without its data just before a compensation --------------------------------
+
+
+def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
+    private_redis: PrivateRedis,
+    start_worker: Callable[..., WorkerProcess],
+    counts: redis.Redis,
+    journal: Journal,
+    ns: str,
+) -> None:
+    # Given: a worker that re-announces itself every 5 s (heartbeat TTL 15 s); a saga whose failing
+    # call holds until the test releases it
+    ttl_s = 15.0
+    start_worker(blip.POOL, heartbeat_ttl_s=ttl_s)
+    executor = CeleryExecutor(settings=settings_for(private_redis, ttl_s), tools=[blip.bank])
+    model = ScriptedChatModel(
+        [
+            ask(call("c1", "blip_credit", ns=ns, amount=70)),
+            ask(call("f1", "blip_fail", ns=ns, hold=True)),
+            "done",
+        ]
+    )
+    chat = Background(service(model, executor, journal), "credit, then pay")
+    catalog_client = redis.Redis.from_url(private_redis.url, socket_timeout=2, socket_connect_timeout=1)
+    live_again: list[float] = []
+
+    def watch_catalog() -> None:
+        catalog = Catalog(catalog_client)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            try:
+                if catalog.live_workers(blip.POOL):
+                    live_again.append(time.time())
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.01)
+
+    # When: while the failing call runs, Redis is down 1.2 s and comes back without its data (the
+    # catalog is empty); the call fails right after, so its compensation finds no live worker
+    try:
+        assert wait_until(lambda: number(counts, ns, "failing") == 1, 30), "the failing call never ran"
+        restart_empty(private_redis, down_s=1.2)
+        assert not Catalog(catalog_client).live_workers(blip.POOL), "the catalog survived the restart"
+        watcher = threading.Thread(target=watch_catalog, daemon=True)
+        watcher.start()
+        counts.set(blip.key(ns, "release"), "1")
+        result = chat.join(60)
+        watcher.join(45)
+    finally:
+        executor.close()
+        catalog_client.close()
+
+    # Then: the compensation met an empty catalog, waited for the worker to be back, and undid once
+    failed_at = float(counts.get(blip.key(ns, "failed_at")) or 0)
+    assert live_again and live_again[0] > failed_at + 0.2, (live_again, failed_at)
+    assert (number(counts, ns, "undo_starts"), number(counts, ns, "undos")) == (1, 1)
+    assert number(counts, ns, "balance") == 0
+    assert_rolled_back(result, journal)
+
+
+# -- 3. a compensation that cannot run: not `succeeded`, listed, then completed by `recover` --------
+
+
+def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
+    private_redis: PrivateRedis,
+    start_worker: Callable[..., WorkerProcess],
+    counts: redis.Redis,
+    journal: Journal,
+    journal_file: Path,
+    ns: str,
+) -> None:
+    # Given: a deposit on a pool whose only worker is stopped before the saga undoes it, and a credit
+    # made after the failure, which stands
+    start_worker(blip.POOL)
+    gone = start_worker(blip.GONE_POOL)
+    settings = settings_for(private_redis, TOOLFLEET_COMPENSATION_RETRIES="0")
+    executor = CeleryExecutor(settings=settings, tools=[blip.bank])
+    model = ScriptedChatModel(
+        [
+            ask(call("d1", "blip_deposit", ns=ns, amount=40)),
+            ask(call("f1", "blip_fail", ns=ns, hold=True)),
+            ask(call("c1", "blip_credit", ns=ns, amount=5)),
+            "done",
+        ]
+    )
+    chat = Background(service(model, executor, journal), "deposit, pay, credit")
+
+    # When: the deposit's pool loses its worker while the failing call runs; no worker comes back
+    # within the compensation's deadline
+    try:
+        assert wait_until(lambda: number(counts, ns, "failing") == 1, 30), "the failing call never ran"
+        gone.stop(timeout_s=10)
+        counts.set(blip.key(ns, "release"), "1")
+        result = chat.join(90)
+    finally:
+        executor.close()
+
+    # Then: the deposit stands (the model is told so), the credit stands, and the invocation did not
+    # end `succeeded`: it still owes the compensation
+    assert result.content == "done"
+    assert [(e.request.id, e.status) for e in result.tool_executions] == [
+        ("d1", "success"),
+        ("f1", "execution_error"),
+        ("c1", "success"),
+    ]
+    assert number(counts, ns, "balance") == 45 and number(counts, ns, "undos") == 0
+    assert result.invocation_id is not None
+    record = journal.invocation(result.invocation_id)
+    assert record is not None and record.state != "succeeded", record
+    [compensation] = journal.compensations(result.invocation_id)
+    assert compensation.state == "failed"
+    assert compensation.error is not None and f"pool '{blip.GONE_POOL}'" in compensation.error
+
+    # ... `toolfleet sagas --failed` lists it
+    listed = cli(["sagas", "--failed"], private_redis, journal_file)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines() if line.startswith(result.invocation_id)]
+    assert [row[:3] for row in rows] == [[result.invocation_id, "blip_deposit", "failed"]], listed.stdout
+
+    # ... and once a worker serves the pool again, `toolfleet recover` completes it, once, and leaves
+    # the credit that stands alone
+    start_worker(blip.GONE_POOL)
+    recovered = cli(["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], private_redis, journal_file)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    assert f"invocation {result.invocation_id}:" in recovered.stdout
+    assert "compensated  blip_deposit (d1)" in recovered.stdout
+    assert "blip_credit" not in recovered.stdout and "FAILED" not in recovered.stdout
+    assert (number(counts, ns, "undo_starts"), number(counts, ns, "undos")) == (1, 1)
+    assert number(counts, ns, "balance") == 5
+    [compensation] = journal.compensations(result.invocation_id)
+    assert compensation.state == "succeeded"
+    states = {c.call_id: c.state for c in journal.calls(result.invocation_id)}
+    assert states["d1"] == "compensated" and states["c1"] != "compensated", states
+    again = cli(["sagas", "--failed"], private_redis, journal_file)
+    assert "No failed compensations." in again.stdout, again.stdout
