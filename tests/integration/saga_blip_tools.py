@@ -5,7 +5,8 @@ counted in a second Redis that is never restarted (`SAGA_BLIP_COUNTS_URL`, the s
 so what ran is known whatever the private Redis forgot. Keys, under the namespace `ns` a test passes:
 
 - `blip:<ns>:balance`: the sum of the credits and deposits that stand;
-- `blip:<ns>:undo_starts` / `blip:<ns>:undos`: compensations started / completed;
+- `blip:<ns>:undo_starts` / `blip:<ns>:undos`: compensations started / completed, and
+  `blip:<ns>:undone_at` (time.time()) when the latest one completed;
 - `blip:<ns>:failing`: set when `blip_fail` starts; with `hold`, it then waits for
   `blip:<ns>:release` before it fails, and writes `blip:<ns>:failed_at` (time.time()) just before.
 """
@@ -53,6 +54,7 @@ def _undo(ns: str, amount: int, undo_s: float) -> None:
     client.incr(key(ns, "undo_starts"))
     time.sleep(undo_s)
     client.incrby(key(ns, "balance"), -amount)
+    client.set(key(ns, "undone_at"), repr(time.time()))
     client.incr(key(ns, "undos"))
 
 

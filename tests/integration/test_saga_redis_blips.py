@@ -270,7 +270,11 @@ def test_a_compensation_survives_a_redis_restart_while_it_runs(
             "the compensation never started"
         )
         stopped = private_redis.stop()
+        stopped_at = time.time() - (time.monotonic() - stopped)
         assert wait_until(lambda: number(counts, ns, "undos") >= 1, 10), "the undo never finished"
+        assert float(counts.get(blip.key(ns, "undone_at")) or 0) > stopped_at, (
+            "the undo ended before the outage"
+        )
         time.sleep(max(0.0, 1.0 - (time.monotonic() - stopped)))
         private_redis.start()
         result = chat.join(60)
