@@ -90,7 +90,9 @@ async def _recover_one(
     state_error = "recovered after its orchestrator stopped"
     if report.unknown:
         state_error += f"; calls with unknown outcome: {', '.join(report.unknown)}"
-    journal.set_invocation_state(invocation_id, "failed", state_error)
+    if report.failed:  # still owed: left compensating, so the next `recover` retries them
+        state_error += f"; compensations still owed: {', '.join(report.failed)}"
+    journal.set_invocation_state(invocation_id, "compensating" if report.failed else "failed", state_error)
     return report
 
 

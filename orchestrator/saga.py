@@ -56,6 +56,7 @@ class Saga:
         self.invocation_id = invocation_id
         self.steps: list[SagaStep] = []
         self._sequence = 0
+        self._planned = False  # compensations were planned in the journal: read them at the end
 
     def intent(
         self, request: ToolExecutionRequest, definition: ToolDefinition, invocation: Invocation
@@ -90,6 +91,7 @@ class Saga:
             return []
         if self.journal is not None:
             rows = {c.id: c for c in self.journal.calls(self.invocation_id)}
+            self._planned = True
             self.journal.set_invocation_state(self.invocation_id, "compensating")
             self.journal.plan_compensations(
                 self.invocation_id, [rows[s.call_row] for s in steps if s.call_row in rows], reason
@@ -126,7 +128,11 @@ class Saga:
         """
         if self.journal is None:
             return
-        owed = [c for c in self.journal.compensations(self.invocation_id) if c.state != "succeeded"]
+        owed = (
+            [c for c in self.journal.compensations(self.invocation_id) if c.state != "succeeded"]
+            if self._planned
+            else []
+        )
         if not owed:
             self.journal.set_invocation_state(self.invocation_id, state, error)
             return
@@ -140,5 +146,5 @@ class Saga:
             for c in owed
         )
         text = f"{len(owed)} compensation(s) owed, `toolfleet recover` retries them: {listed}"
-        log.error("invocation %s ended owing %s", self.invocation_id, text)
+        log.error("invocation %s ended with %s", self.invocation_id, text)
         self.journal.set_invocation_state(self.invocation_id, OWING, f"{error}; {text}" if error else text)

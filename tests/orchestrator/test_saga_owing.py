@@ -1,0 +1,152 @@
+"""An invocation that ends owing a compensation: never `succeeded`, and finished by `recover`.
+
+In-process (`LocalExecutor`, a SQLite journal): the final-state rule and what recovery retries, with
+a compensation that fails while its desk is closed and succeeds once it opens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, ToolExecutionRequest
+from orchestrator.journal import Journal
+from orchestrator.recovery import recover
+from workers import ToolErrorVisibleToLlm, compensate_for, tool
+from workers.tools import discover_tools
+
+CLOSED = "the deposit desk is closed"
+
+
+class Desk:
+    """Deposits undone only while the desk is open; credits always undoable; a payment that fails."""
+
+    def __init__(self) -> None:
+        self.balance = 0
+        self.open = False
+        self.undone: list[str] = []
+
+    @tool("Deposits money")
+    def deposit(self, amount: int) -> str:
+        self.balance += amount
+        return f"Deposited {amount}"
+
+    @compensate_for("deposit")
+    def undeposit(self, amount: int) -> None:
+        if not self.open:
+            raise RuntimeError(CLOSED)
+        self.balance -= amount
+        self.undone.append(f"deposit {amount}")
+
+    @tool("Credits money")
+    def credit(self, amount: int) -> str:
+        self.balance += amount
+        return f"Credited {amount}"
+
+    @compensate_for("credit")
+    def uncredit(self, amount: int) -> None:
+        self.balance -= amount
+        self.undone.append(f"credit {amount}")
+
+    @tool("A payment that is always declined")
+    def pay(self) -> str:
+        raise ToolErrorVisibleToLlm.from_message("declined")
+
+
+def call(call_id: str, name: str, **arguments: object) -> ToolExecutionRequest:
+    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    journal = Journal(f"sqlite:///{tmp_path / 'journal.db'}")
+    yield journal
+    journal.engine.dispose()
+
+
+def test_an_invocation_owing_a_compensation_is_left_compensating_and_recover_retries_only_that(
+    journal: Journal,
+) -> None:
+    # Given: a deposit whose undo fails (desk closed), a failing payment, then a credit that stands
+    desk = Desk()
+    executor = LocalExecutor(compensation_retries=0)
+    model = ScriptedChatModel(
+        [
+            AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40)]),
+            AiMessage(tool_execution_requests=[call("p1", "pay")]),
+            AiMessage(tool_execution_requests=[call("c1", "credit", amount=5)]),
+            "done",
+        ]
+    )
+    service = AiService(
+        chat_model=model, tools=[desk], executor=executor, compensate_on_tool_errors=True, journal=journal
+    )
+
+    # When
+    result = service.chat("deposit, pay, credit")
+
+    # Then: the invocation did not end `succeeded`: it owes the deposit's compensation, named in its
+    # error; the credit made after the failure stands, marked kept
+    assert result.content == "done" and result.invocation_id is not None
+    assert desk.balance == 45 and desk.undone == []
+    record = journal.invocation(result.invocation_id)
+    assert record is not None and record.state == "compensating"
+    assert record.error is not None and "1 compensation(s) owed" in record.error
+    assert f"deposit (d1) failed: {CLOSED}" in record.error
+    states = {c.call_id: c.state for c in journal.calls(result.invocation_id)}
+    assert states == {"d1": "compensation_failed", "p1": "failed", "c1": "kept"}
+
+    # When: recovery runs while the desk is still closed
+    definitions = {d.name: d for d in discover_tools(desk)}
+    [first] = asyncio.run(recover(journal, executor, definitions, stale_after_s=0))
+
+    # Then: it retried only the deposit, failed again, and left the invocation owing it
+    assert (first.compensated, first.failed) == ([], ["deposit (d1)"])
+    record = journal.invocation(result.invocation_id)
+    assert record is not None and record.state == "compensating"
+
+    # When: the desk opens and recovery runs again
+    desk.open = True
+    [second] = asyncio.run(recover(journal, executor, definitions, stale_after_s=0))
+
+    # Then: the deposit is undone once, the credit stands, nothing is owed any more
+    assert (second.compensated, second.failed) == (["deposit (d1)"], [])
+    assert desk.undone == ["deposit 40"] and desk.balance == 5
+    record = journal.invocation(result.invocation_id)
+    assert record is not None and record.state == "failed"
+    assert [c.state for c in journal.compensations(result.invocation_id)] == ["succeeded"]
+    assert asyncio.run(recover(journal, executor, definitions, stale_after_s=0)) == []
+    executor.close()
+
+
+def test_an_invocation_whose_compensations_all_succeeded_ends_succeeded(journal: Journal) -> None:
+    # Given: the same saga with the desk open
+    desk = Desk()
+    desk.open = True
+    executor = LocalExecutor(compensation_retries=0)
+    model = ScriptedChatModel(
+        [
+            AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40)]),
+            AiMessage(tool_execution_requests=[call("p1", "pay")]),
+            AiMessage(tool_execution_requests=[call("c1", "credit", amount=5)]),
+            "done",
+        ]
+    )
+    service = AiService(
+        chat_model=model, tools=[desk], executor=executor, compensate_on_tool_errors=True, journal=journal
+    )
+
+    # When
+    result = service.chat("deposit, pay, credit")
+    executor.close()
+
+    # Then: nothing is owed, the invocation succeeded, the standing credit keeps its state
+    assert result.invocation_id is not None and desk.undone == ["deposit 40"]
+    record = journal.invocation(result.invocation_id)
+    assert record is not None and (record.state, record.error) == ("succeeded", None)
+    states = {c.call_id: c.state for c in journal.calls(result.invocation_id)}
+    assert states == {"d1": "compensated", "p1": "failed", "c1": "succeeded"}
