@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.settings import Settings
 
-HELP = "list compensations from the SQL log (--failed: those that need a person)"
+if TYPE_CHECKING:
+    from orchestrator.journal import CompensationRecord, Journal
+
+HELP = "list compensations from the SQL log (--failed: those owed, that need recover or a person)"
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser("sagas", help=HELP, description=HELP)
     parser.add_argument("--failed", action="store_true", help="only compensations that kept failing")
     parser.add_argument("--invocation", default=None, help="only this invocation's compensations")
+    parser.add_argument(
+        "--stale-after",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="with --failed, also list compensations never finished by an invocation that has not "
+        "beaten for S seconds (default 60, as `toolfleet recover`)",
+    )
     return parser
 
 
@@ -22,6 +33,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     journal = Journal(settings.database_url)
     rows = journal.compensations(args.invocation, state="failed" if args.failed else None)
+    if args.failed:
+        rows = sorted(rows + _unfinished(journal, args.invocation, args.stale_after), key=lambda r: r.id)
     late = _late_rows(settings, journal.abandoned_calls(args.invocation), failed_only=args.failed)
     if not rows and not late:
         print("No failed compensations." if args.failed else "No compensations.")
@@ -29,7 +42,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     print(f"{'invocation':36}  {'tool':20}  {'state':9}  {'tries':5}  {'updated':19}  error")
     for row in rows:
         updated = row.updated_at.strftime("%Y-%m-%d %H:%M:%S")
-        error = (row.error or "").replace("\n", " ")[:80]
+        stuck = args.failed and row.state != "failed"  # owed by an invocation that stopped
+        error = (row.error or (_NOT_FINISHED if stuck else "")).replace("\n", " ")[:80]
         print(
             f"{row.invocation_id:36}  {row.tool[:20]:20}  {row.state:9}  {row.attempts:5}  "
             f"{updated:19}  {error}"
@@ -37,6 +51,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     for line in late:
         print(line)
     return 0
+
+
+_NOT_FINISHED = "not finished; its invocation stopped (`toolfleet recover`)"
+
+
+def _unfinished(
+    journal: Journal, invocation_id: str | None, stale_after_s: float
+) -> list[CompensationRecord]:
+    """Compensations left pending or running by an invocation whose owner stopped beating: they are
+    owed as much as failed ones (`toolfleet recover` runs them)."""
+    rows: list[CompensationRecord] = []
+    for record in journal.unfinished(stale_after_s):
+        if invocation_id is None or record.id == invocation_id:
+            rows += [c for c in journal.compensations(record.id) if c.state in ("pending", "running")]
+    return rows
 
 
 def _late_rows(settings: Settings, calls: list[Any], *, failed_only: bool) -> list[str]:

@@ -6,17 +6,23 @@ a compensation that fails while its desk is closed and succeeds once it opens.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, ToolExecutionRequest
-from orchestrator.journal import Journal
+from orchestrator.commands import sagas
+from orchestrator.journal import Journal, invocations
 from orchestrator.recovery import recover
-from workers import ToolErrorVisibleToLlm, compensate_for, tool
+from workers import InvocationContext, OutcomeKind, ToolErrorVisibleToLlm, ToolOutcome, compensate_for, tool
+from workers.settings import Settings
 from workers.tools import discover_tools
 
 CLOSED = "the deposit desk is closed"
@@ -150,3 +156,50 @@ def test_an_invocation_whose_compensations_all_succeeded_ends_succeeded(journal:
     assert record is not None and (record.state, record.error) == ("succeeded", None)
     states = {c.call_id: c.state for c in journal.calls(result.invocation_id)}
     assert states == {"d1": "compensated", "p1": "failed", "c1": "succeeded"}
+
+
+def _stopped_mid_compensation(journal: Journal, stale: bool) -> str:
+    """An invocation whose compensation was planned and started, then its orchestrator went silent."""
+    context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="default", user_message="deposit")
+    invocation_id = str(context.invocation_id)
+    journal.start_invocation(context, {})
+    request = call("d1", "deposit", amount=40)
+    row = journal.record_intent(
+        invocation_id, 1, request, pool=None, compensable=True, idempotency_key=f"{invocation_id}:d1"
+    )
+    journal.record_outcome(row, ToolOutcome(kind=OutcomeKind.SUCCESS, text="Deposited 40"), "Deposited 40")
+    journal.set_invocation_state(invocation_id, "compensating")
+    journal.plan_compensations(invocation_id, journal.calls(invocation_id), "tool 'pay' failed")
+    journal.compensation_running(row, None)
+    if stale:
+        with journal.engine.begin() as connection:
+            connection.execute(
+                sa.update(invocations)
+                .where(invocations.c.id == invocation_id)
+                .values(heartbeat_at=datetime.now(UTC) - timedelta(seconds=120))
+            )
+    return invocation_id
+
+
+def test_sagas_failed_lists_compensations_an_invocation_left_unfinished(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given: one invocation silent for 2 minutes with its compensation still running, and one live
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    journal = Journal(url)
+    silent = _stopped_mid_compensation(journal, stale=True)
+    live = _stopped_mid_compensation(journal, stale=False)
+    journal.engine.dispose()
+    parser = argparse.ArgumentParser()
+    sagas.add_parser(parser.add_subparsers())
+
+    # When
+    args = parser.parse_args(["sagas", "--failed"])
+    assert sagas.run(args, Settings(database_url=url)) == 0
+
+    # Then: the silent one's compensation is listed as owed, the live one's is not
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith((silent, live))]
+    assert len(rows) == 1 and rows[0].startswith(silent), lines
+    assert rows[0].split()[1:3] == ["deposit", "running"]
+    assert "`toolfleet recover`" in rows[0]
