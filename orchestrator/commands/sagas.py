@@ -10,6 +10,8 @@ from workers.settings import Settings
 if TYPE_CHECKING:
     from orchestrator.journal import CompensationRecord, Journal
 
+STALE_AFTER_S = 60.0  # as `toolfleet recover`'s default
+
 HELP = "list compensations from the SQL log (--failed: those owed, that need recover or a person)"
 
 
@@ -20,7 +22,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--stale-after",
         type=float,
-        default=60.0,
+        default=STALE_AFTER_S,
         metavar="S",
         help="with --failed, also list compensations never finished by an invocation that has not "
         "beaten for S seconds (default 60, as `toolfleet recover`)",
@@ -34,7 +36,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     journal = Journal(settings.database_url)
     rows = journal.compensations(args.invocation, state="failed" if args.failed else None)
     if args.failed:
-        rows = sorted(rows + _unfinished(journal, args.invocation, args.stale_after), key=lambda r: r.id)
+        stale_after_s = float(getattr(args, "stale_after", STALE_AFTER_S))
+        rows = sorted(rows + _unfinished(journal, args.invocation, stale_after_s), key=lambda r: r.id)
     late = _late_rows(settings, journal.abandoned_calls(args.invocation), failed_only=args.failed)
     if not rows and not late:
         print("No failed compensations." if args.failed else "No compensations.")
