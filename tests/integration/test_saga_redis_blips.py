@@ -276,8 +276,12 @@ def test_a_compensation_survives_a_redis_restart_while_it_runs(
             "the undo ended before the outage"
         )
         time.sleep(max(0.0, 1.0 - (time.monotonic() - stopped)))
-        private_redis.start()
+        up = private_redis.start()
         result = chat.join(60)
+        print(
+            f"\ncompensation through a restart: down {up - stopped:.2f} s; "
+            f"the saga ended {time.monotonic() - up:.2f} s after Redis was back"
+        )
     finally:
         executor.close()
 
@@ -346,6 +350,11 @@ def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
     # Then: the compensation met an empty catalog, waited for the worker to be back, and undid once
     failed_at = float(counts.get(blip.key(ns, "failed_at")) or 0)
     assert live_again and live_again[0] > failed_at + 0.2, (live_again, failed_at)
+    undone_at = float(counts.get(blip.key(ns, "undone_at")) or 0)
+    print(
+        f"\nempty catalog: the compensation waited {live_again[0] - failed_at:.2f} s for the worker and "
+        f"undid {undone_at - live_again[0]:.2f} s after it was live again"
+    )
     assert (number(counts, ns, "undo_starts"), number(counts, ns, "undos")) == (1, 1)
     assert number(counts, ns, "balance") == 0
     assert_rolled_back(result, journal)
