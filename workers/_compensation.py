@@ -18,7 +18,7 @@ from workers.catalog import WORKER_KEY
 from workers.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.retry import backoff_s
-from workers.runner import run_compensation
+from workers.runner import call_identity, run_compensation
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
@@ -189,7 +189,10 @@ def _run_compensation(
             _wait_for_other_delivery(task, kwargs, deadline)
         if client.set(lock, mine, ex=lock_ttl, get=True) != holder:
             _wait_for_other_delivery(task, kwargs, deadline)
-    outcome = run_compensation(definition, execution, invocation)
+    identity = call_identity(
+        invocation, execution.request, attempt=1 + int(kwargs.get("failures") or 0), key=key
+    )
+    outcome = run_compensation(definition, execution, invocation, identity)
     if outcome.is_error:
         client.delete(lock)
         failures = int(kwargs.get("failures") or 0)  # lock waits are retries too: count failures apart

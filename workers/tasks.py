@@ -32,7 +32,7 @@ from workers.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
 from workers.registry import ToolRegistry
 from workers.retry import backoff_s, is_transient
-from workers.runner import bound_outcome, run_tool
+from workers.runner import bound_outcome, call_identity, run_tool
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
@@ -68,7 +68,13 @@ def _run_call(
             error_type="DeadlineExceeded",
         )
         raise failure_for(outcome)
-    outcome = run_tool(definition, request, invocation)
+    identity = call_identity(
+        invocation,
+        request,
+        attempt=int(kwargs.get("attempt") or 1) + int(task.request.retries or 0),
+        key=(task.request.headers or {}).get("idempotency_key"),
+    )
+    outcome = run_tool(definition, request, invocation, identity)
     if outcome.error_type == "SoftTimeLimitExceeded":  # the pool's time limit: the deadline passed
         outcome = ToolOutcome(
             kind=OutcomeKind.TIMED_OUT,

@@ -8,13 +8,14 @@ from typing import Protocol
 
 from workers import ToolDefinition, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.invocation import Invocation
+from workers.invocation import idempotency_key as _call_key
 
 __all__ = ["ToolExecutor", "execute_batch", "idempotency_key"]
 
 
 def idempotency_key(invocation: Invocation, request: ToolExecutionRequest) -> str:
     """The key that identifies one call everywhere: invocation id and call id."""
-    return f"{invocation.context.invocation_id}:{request.id or request.name}"
+    return _call_key(invocation.context.invocation_id, request.id or request.name)
 
 
 class ToolExecutor(Protocol):

@@ -164,7 +164,7 @@ class CeleryExecutor:
         key = idempotency_key(invocation, request)
         attempts = 1 + (definition.options.retries if definition.options.idempotent else 0)
         outcome = _error(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
-        for _ in range(attempts):
+        for attempt in range(1, attempts + 1):
             outcome = await self._dispatch(
                 TASK_PREFIX + definition.name,
                 str(uuid.uuid4()),
@@ -172,6 +172,7 @@ class CeleryExecutor:
                     "request": request.to_json(),
                     "invocation": invocation.to_json(),
                     "compensate_if_late": compensate_if_late and definition.compensation is not None,
+                    "attempt": attempt,
                 },
                 definition,
                 deadline,
