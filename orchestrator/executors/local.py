@@ -27,7 +27,6 @@ from workers.runner import (
     arun_tool,
     bound_outcome,
     call_identity,
-    error_outcome,
     run_compensation,
     run_tool,
 )
@@ -85,8 +84,11 @@ class LocalExecutor:
         """
         definition = definition or self.registry.get(request.name)
         if definition is None:
+            # The same outcome a worker pool gives (no tool exception to describe), the live error kept.
             error = UnknownToolError(f"Unknown tool '{request.name}'")
-            return error_outcome(error, OutcomeKind.EXECUTION_ERROR)
+            return ToolOutcome(
+                OutcomeKind.EXECUTION_ERROR, str(error), error_type="UnknownToolError", exception=error
+            )
         timeout_s = definition.timeout or self.default_tool_timeout_s
         deadline = time.monotonic() + timeout_s
         invocation = invocation or Invocation()
