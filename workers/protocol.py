@@ -25,7 +25,7 @@ def call_task_id(idempotency_key: str, attempt: int = 0) -> str:
     if attempt < 0:
         raise ValueError(f"attempt must be at least 0, got {attempt}")
     name = idempotency_key if attempt == 0 else f"{idempotency_key}\x00{attempt}"
-    return "call-" + str(uuid.uuid5(_CALL_NAMESPACE, name))
+    return str(uuid.uuid5(_CALL_NAMESPACE, name))  # a UUID, as Celery's own task ids are
 
 
 @dataclass(frozen=True)

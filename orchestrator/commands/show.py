@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         elif call.state == "failed":
             print("      nothing to undo: the call failed")
         elif call.state == "dispatched":
-            print("      outcome unknown: dispatched, never journaled as finished (see `toolfleet recover`)")
+            print("      no outcome journaled: in flight, or its orchestrator stopped (`toolfleet recover`)")
     return 0
 
 

@@ -149,6 +149,7 @@ class CeleryExecutor:
 
         With `compensate_if_late`, a call abandoned at its deadline that completes afterwards is undone
         by its worker: the call's state in Redis decides atomically between collected and abandoned.
+        Each dispatch's task id follows from the call's idempotency key and attempt (`call_task_id`).
         """
         definition = definition or self.definition(request.name)
         invocation = invocation or Invocation()
@@ -222,21 +223,13 @@ class CeleryExecutor:
         return outcome
 
     async def settle(self, key: str, definition: ToolDefinition | None) -> Settled:
-        """Settle a call whose orchestrator died before journaling its outcome (`toolfleet recover`).
-
-        Reads the stored state of every dispatch the call can have had (its task ids follow from
-        `key`): succeeded, failed, or still queued or running, in which case it is revoked and
-        claimed as abandoned, so that its worker undoes it if it finishes anyway. Revoked without
-        terminating: a call killed midway could leave a partial effect that nothing undoes.
-        """
+        """Settle a call whose orchestrator died before journaling its outcome, from the states of
+        every dispatch it can have had (`orchestrator._inflight.settle`). Revoked without terminating:
+        a call killed midway could leave a partial effect that nothing undoes."""
         retries = definition.options.retries if definition and definition.options.idempotent else 0
-        task_ids = [call_task_id(key, attempt) for attempt in range(1 + retries)]
-        return await settle(
-            self._redis,
-            task_ids,
-            lambda task_id: self._abandon(task_id, terminate=False),
-            mark_ttl_s=int(max(self.settings.result_expires_s, 60)),
-        )
+        ids = [call_task_id(key, attempt) for attempt in range(1 + retries)]
+        ttl = int(max(self.settings.result_expires_s, 60))
+        return await settle(self._redis, ids, lambda i: self._abandon(i, terminate=False), mark_ttl_s=ttl)
 
     async def _dispatch(
         self,

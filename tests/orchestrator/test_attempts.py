@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from orchestrator.executors._attempts import Attempts
@@ -10,7 +12,7 @@ from workers.protocol import call_task_id
 
 def test_the_first_dispatch_of_a_call_has_the_id_its_key_gives() -> None:
     assert call_task_id("inv-1:call-1") == call_task_id("inv-1:call-1", 0)
-    assert call_task_id("inv-1:call-1").startswith("call-")
+    assert uuid.UUID(call_task_id("inv-1:call-1")).version == 5
 
 
 def test_each_attempt_and_each_key_has_an_id_of_its_own() -> None:
