@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -9,7 +10,22 @@ from typing import Any
 
 from workers.contents import Content, content_from_json, content_to_json
 
-__all__ = ["ErrorCause", "OutcomeKind", "ToolExecution", "ToolExecutionRequest", "ToolOutcome"]
+__all__ = ["ErrorCause", "OutcomeKind", "ToolExecution", "ToolExecutionRequest", "ToolOutcome", "call_task_id"]
+
+_CALL_NAMESPACE = uuid.UUID("0d7c3f52-8a61-4c1e-9b7e-6f2a41d3e9b5")
+
+
+def call_task_id(idempotency_key: str, attempt: int = 0) -> str:
+    """The task id of one dispatch of a call, derived from its idempotency key.
+
+    The first dispatch (`attempt` 0) has the id the journal records before the call is published,
+    so a recoverer finds the call's state from the log alone; a dispatch of the same call again
+    (its worker was lost) is attempt 1, 2, ... with an id of its own, found the same way.
+    """
+    if attempt < 0:
+        raise ValueError(f"attempt must be at least 0, got {attempt}")
+    name = idempotency_key if attempt == 0 else f"{idempotency_key}\x00{attempt}"
+    return str(uuid.uuid5(_CALL_NAMESPACE, name))  # a UUID, as Celery's own task ids are
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +15,8 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
+from orchestrator._inflight import Settled, settle
+from orchestrator.executors._attempts import Attempts
 from orchestrator.executors._call_events import CallEvent, _notifier
 from orchestrator.executors._collector import FINAL_STATES, META_PREFIX, ResultCollector
 from orchestrator.executors._outcomes import _error, _no_worker, _outcome, _seconds, _worker_of
@@ -31,6 +32,7 @@ from workers import (
 from workers.app import make_publisher
 from workers.catalog import Catalog, WorkerEntry
 from workers.invocation import Invocation
+from workers.protocol import call_task_id
 from workers.runner import utf8_size
 from workers.settings import Settings
 from workers.tasks import (
@@ -51,6 +53,7 @@ _CATALOG_CACHE_S = 2.0
 _CATALOG_RECHECK_S = 0.2
 _LATE_RESULT_GRACE_S = 5.0
 _OUTAGE_HOLD_S = 1.0
+_ATTEMPTS = Attempts()  # process-wide: every executor of this process counts a key's dispatches
 
 
 class CeleryExecutor:
@@ -146,6 +149,7 @@ class CeleryExecutor:
 
         With `compensate_if_late`, a call abandoned at its deadline that completes afterwards is undone
         by its worker: the call's state in Redis decides atomically between collected and abandoned.
+        Each dispatch's task id follows from the call's idempotency key and attempt (`call_task_id`).
         """
         definition = definition or self.definition(request.name)
         invocation = invocation or Invocation()
@@ -167,7 +171,7 @@ class CeleryExecutor:
         for attempt in range(1, attempts + 1):
             outcome = await self._dispatch(
                 TASK_PREFIX + definition.name,
-                str(uuid.uuid4()),
+                call_task_id(key, _ATTEMPTS.next(key)),
                 {
                     "request": request.to_json(),
                     "invocation": invocation.to_json(),
@@ -218,6 +222,15 @@ class CeleryExecutor:
                 break
             log.info("compensation of %s call %s: worker lost; dispatching again", definition.name, key)
         return outcome
+
+    async def settle(self, key: str, definition: ToolDefinition | None) -> Settled:
+        """Settle a call whose orchestrator died before journaling its outcome, from the states of
+        every dispatch it can have had (`orchestrator._inflight.settle`). Revoked without terminating:
+        a call killed midway could leave a partial effect that nothing undoes."""
+        retries = definition.options.retries if definition and definition.options.idempotent else 0
+        ids = [call_task_id(key, attempt) for attempt in range(1 + retries)]
+        ttl = int(max(self.settings.result_expires_s, 60))
+        return await settle(self._redis, ids, lambda i: self._abandon(i, terminate=False), mark_ttl_s=ttl)
 
     async def _dispatch(
         self,
@@ -379,9 +392,10 @@ class CeleryExecutor:
         if kinds:
             self._pool_kinds[pool] = kinds.pop() if len(kinds) == 1 else "mixed"
 
-    def _abandon(self, task_id: str, pool: str) -> None:
+    def _abandon(self, task_id: str, pool: str | None = None, *, terminate: bool | None = None) -> None:
         """Revoke a call past its deadline; terminate it where the worker's pool can (prefork)."""
-        terminate = self._pool_kinds.get(pool) == "prefork"
+        if terminate is None:
+            terminate = pool is not None and self._pool_kinds.get(pool) == "prefork"
         try:
             self._publisher.control.revoke(task_id, terminate=terminate, signal="SIGKILL")
         except OperationalError as exc:
