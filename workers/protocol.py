@@ -10,7 +10,14 @@ from typing import Any
 
 from workers.contents import Content, content_from_json, content_to_json
 
-__all__ = ["ErrorCause", "OutcomeKind", "ToolExecution", "ToolExecutionRequest", "ToolOutcome", "call_task_id"]
+__all__ = [
+    "ErrorCause",
+    "OutcomeKind",
+    "ToolExecution",
+    "ToolExecutionRequest",
+    "ToolOutcome",
+    "call_task_id",
+]
 
 _CALL_NAMESPACE = uuid.UUID("0d7c3f52-8a61-4c1e-9b7e-6f2a41d3e9b5")
 
