@@ -50,8 +50,7 @@ def _most_in_flight(client: redis.Redis, executor: CeleryExecutor, max_fanout: i
         for i in range(CALLS)
     ]
     model = ScriptedChatModel([AiMessage(tool_execution_requests=calls), "done"])
-    limit = {} if max_fanout is None else {"max_fanout": max_fanout}
-    service = AiService(chat_model=model, tools=[fanout], executor=executor, **limit)
+    service = AiService(chat_model=model, tools=[fanout], executor=executor, max_fanout=max_fanout)
     result = service.chat("occupy the worker")
     assert result.content == "done"
     assert [e.status for e in result.tool_executions] == ["success"] * CALLS
