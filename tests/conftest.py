@@ -20,6 +20,7 @@ from types import FrameType
 import pytest
 
 from tests._environment import make_hermetic
+from workers.settings import redact_url
 
 _removed: list[str] = []
 
@@ -36,7 +37,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     ignored = ", ".join(_removed) or "none"
-    return f"toolfleet: test Redis {os.environ['TOOLFLEET_REDIS_URL']}; caller's variables ignored: {ignored}"
+    server = redact_url(os.environ["TOOLFLEET_REDIS_URL"])
+    return f"toolfleet: test Redis {server}; caller's variables ignored: {ignored}"
 
 
 @pytest.hookimpl(wrapper=True)
