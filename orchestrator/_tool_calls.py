@@ -79,7 +79,7 @@ class ToolCalls(InvocationState):
         return calls
 
     async def _gated(self, call: _Call) -> None:
-        async with self.gate:  # at most max_concurrent_tool_calls of this invocation in flight
+        async with self.gate:  # at most max_fanout of this invocation in flight
             await self._run_call(call)
 
     async def _run_call(self, call: _Call) -> None:

@@ -30,6 +30,7 @@ from workers.runner import (
     run_compensation,
     run_tool,
 )
+from workers.settings import Settings
 
 __all__ = ["LocalExecutor"]
 
@@ -52,7 +53,7 @@ class LocalExecutor:
         tools: Iterable[object] = (),
         *,
         max_threads: int = 32,
-        max_fanout: int = 64,
+        max_fanout: int | None = None,
         default_tool_timeout_s: float = 60.0,
         retry_backoff_s: float = 0.2,
         retry_backoff_max_s: float = 5.0,
@@ -60,7 +61,8 @@ class LocalExecutor:
         max_result_bytes: int = 4 << 20,
     ) -> None:
         self.registry = ToolRegistry(tools)
-        self.max_fanout = max_fanout
+        # None: TOOLFLEET_MAX_FANOUT, the one fan-out knob, as on worker pools
+        self.max_fanout = max_fanout if max_fanout is not None else Settings.from_env().max_fanout
         self.compensation_retries = compensation_retries
         self.max_result_bytes = max_result_bytes
         self._compensated: set[str] = set()
