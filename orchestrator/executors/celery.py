@@ -249,8 +249,17 @@ class CeleryExecutor:
             return _no_worker(definition)
         collector = self._collector
         notify = _notifier(self.on_call, task_id, task_name, pool)
+        redispatch = None
+        if definition.options.idempotent and task_name.startswith(TASK_PREFIX):
+            # A worker lost mid-call: the same message again, for another worker of the pool.
+            def redispatch() -> None:
+                self._publish(task_name, task_id, kwargs, pool, deadline - time.monotonic(), key=key)
+
         future = collector.watch(
-            task_id, pool, (lambda worker: notify("started", worker)) if notify else None
+            task_id,
+            pool,
+            (lambda worker: notify("started", worker)) if notify else None,
+            redispatch=redispatch,
         )
         if notify:
             notify("queued", None)
