@@ -17,6 +17,8 @@ from orchestrator.errors import (
 from orchestrator.executors import CeleryExecutor, LocalExecutor, ToolExecutor
 from orchestrator.handlers import (
     HallucinatedToolNameError,
+    RemoteToolError,
+    SystemToolError,
     ToolArgumentsErrorHandler,
     ToolErrorContext,
     ToolErrorHandlerResult,
@@ -73,7 +75,7 @@ from orchestrator.search import (
     VectorToolSearchStrategy,
 )
 from orchestrator.service import AiService
-from workers import ToolExecution, ToolExecutionRequest
+from workers import ToolCallIdentity, ToolExecution, ToolExecutionRequest
 
 __all__ = [
     "AiMessage",
@@ -109,6 +111,7 @@ __all__ = [
     "OrchestratorError",
     "PartialResponse",
     "PartialToolCall",
+    "RemoteToolError",
     "Result",
     "RoundTripLimitError",
     "ScriptExhaustedError",
@@ -116,8 +119,10 @@ __all__ = [
     "SimpleToolSearchStrategy",
     "SqlChatMemoryStore",
     "SystemMessage",
+    "SystemToolError",
     "TokenUsage",
     "ToolArgumentsErrorHandler",
+    "ToolCallIdentity",
     "ToolChoice",
     "ToolErrorContext",
     "ToolErrorHandlerResult",

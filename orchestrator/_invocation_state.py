@@ -61,7 +61,7 @@ class InvocationState:
         self.executions: list[ToolExecution] = []
         self.token_usage: TokenUsage | None = None
         self.arguments_handler, self.execution_handler = service._handlers_for(mode)
-        self.gate = asyncio.Semaphore(service.max_concurrent_tool_calls)
+        self.gate = asyncio.Semaphore(service.max_fanout)
         self.used_ids: set[str] = set()
         self.compensating = service.compensate_on_tool_errors
         self.journal = service.journal

@@ -43,7 +43,13 @@ def late_compensation(client: redis.Redis, call: CallRecord) -> LateCompensation
         return LateCompensation("running", f"the late compensation is {status.lower()}", task_id)
     mark = client.get(call_state_key(call.task_id)) if call.task_id else None
     if mark in (b"abandoned", "abandoned"):
-        return LateCompensation("not_finished", "it has not finished: nothing to undo", task_id)
+        if call.task_id and _status(client.get(META_PREFIX + call.task_id)) == "REVOKED":
+            return LateCompensation("not_finished", "revoked before it ran: nothing to undo", task_id)
+        return LateCompensation(
+            "not_finished",
+            "it has not finished: nothing to undo yet; if it finishes, its worker undoes it",
+            task_id,
+        )
     if mark in (b"finished", "finished"):
         return LateCompensation("running", "it finished; its compensation is queued", task_id)
     return LateCompensation(
@@ -51,6 +57,13 @@ def late_compensation(client: redis.Redis, call: CallRecord) -> LateCompensation
         "no trace in Redis (expired after TOOLFLEET_RESULT_EXPIRES_S, or it ran in-process)",
         task_id,
     )
+
+
+def _status(raw: bytes | str | None) -> str | None:
+    if not raw:
+        return None
+    status = json.loads(raw).get("status")
+    return str(status) if status is not None else None
 
 
 def _error(meta: dict[str, object]) -> str:

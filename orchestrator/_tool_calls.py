@@ -16,11 +16,13 @@ from orchestrator.handlers import (
     ToolErrorContext,
     ToolErrorHandlerResult,
     error_of,
+    unwrap_cause,
 )
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.providers import AiServiceTool, ToolRunContext
 from orchestrator.result import ToolExecuted
-from orchestrator.search import FOUND_TOOLS_ATTRIBUTE
+from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
+from workers.errors import ToolArgumentsError
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.results import ToolExecutionResult, convert_result
 from workers.runner import error_outcome
@@ -77,7 +79,7 @@ class ToolCalls(InvocationState):
         return calls
 
     async def _gated(self, call: _Call) -> None:
-        async with self.gate:  # at most max_concurrent_tool_calls of this invocation in flight
+        async with self.gate:  # at most max_fanout of this invocation in flight
             await self._run_call(call)
 
     async def _run_call(self, call: _Call) -> None:
@@ -92,13 +94,10 @@ class ToolCalls(InvocationState):
         late = False
         strategy = self.service.tool_search_strategy
         tool = self.tools.get(request.name)
+        searched = False
         if strategy is not None and request.name == strategy.search_tool().name and tool is None:
-            candidates = [t.specification for t in self.tools.values()]
-            found = strategy.search(request, candidates)
-            call.found = found.found
-            outcome = ToolOutcome(
-                OutcomeKind.SUCCESS, found.text, attributes={FOUND_TOOLS_ATTRIBUTE: found.found}
-            )
+            searched = True
+            outcome = self._search(strategy, call)
         elif tool is None:
             outcome = self._hallucinated(request)
         elif isinstance(tool, AiServiceTool):
@@ -121,7 +120,8 @@ class ToolCalls(InvocationState):
                 self.journal.set_call_state(call.row, "abandoned")
         text = outcome.text
         if outcome.is_error:
-            text = self._handle(outcome, request).message
+            # The search tool's own arguments error goes back to the model, which may search again.
+            text = outcome.text if searched else self._handle(outcome, request).message
             call.failed = True
         finished_at = datetime.now(UTC)
         call.execution = ToolExecution(
@@ -159,6 +159,17 @@ class ToolCalls(InvocationState):
         if self.emit is not None:
             self.emit(ToolExecuted(call.execution))
 
+    def _search(self, strategy: ToolSearchStrategy, call: _Call) -> ToolOutcome:
+        """Search among the tools the model cannot see yet: neither always visible nor found before."""
+        visible = {spec.name for spec in self._visible()}
+        candidates = [t.specification for name, t in self.tools.items() if name not in visible]
+        try:
+            found = strategy.search(call.request, candidates)
+        except ToolArgumentsError as exc:
+            return error_outcome(exc, OutcomeKind.ARGUMENTS_ERROR)
+        call.found = found.found
+        return ToolOutcome(OutcomeKind.SUCCESS, found.text, attributes={FOUND_TOOLS_ATTRIBUTE: found.found})
+
     def _hallucinated(self, request: ToolExecutionRequest) -> ToolOutcome:
         strategy = self.service.hallucinated_tool_name_strategy
         if strategy is None:
@@ -187,13 +198,14 @@ class ToolCalls(InvocationState):
         )
 
     def _handle(self, outcome: ToolOutcome, request: ToolExecutionRequest) -> ToolErrorHandlerResult:
-        error = error_of(outcome)
+        raw = error_of(outcome)
+        error = unwrap_cause(raw)
         context = ToolErrorContext(
             request=request,
             invocation_context=self.context,
             parameters=self.parameters,
             memory_id=self.memory_id,
-            raw_error=error,
+            raw_error=raw,
         )
         handler = (
             self.arguments_handler if outcome.kind is OutcomeKind.ARGUMENTS_ERROR else self.execution_handler

@@ -6,8 +6,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from orchestrator.errors import OrchestratorError
 from orchestrator.messages import AiMessage, ChatMessage, ToolExecutionResultMessage
-from orchestrator.providers import AiServiceTool, ToolProvider, ToolProviderRequest
+from orchestrator.providers import AiServiceTool, ToolProvider, ToolProviderRequest, ToolProviderResult
 from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
 from workers.errors import ToolDefinitionError
 from workers.protocol import ToolExecutionRequest
@@ -33,13 +34,23 @@ def add_provided_tools(
     """Add the providers' tools: a static provider's name clash is an error; a dynamic provider only
     adds (the first definition of a name wins, and a tool once given stays for the invocation)."""
     for provider in providers:
-        for tool in service._resolve_tools(provider.provide_tools(request).tools):
+        result = provider.provide_tools(request)
+        if not isinstance(result, ToolProviderResult):
+            raise OrchestratorError(
+                f"Tool provider {provider!r} returned {_kind(result)} from provide_tools(); it must return "
+                "a ToolProviderResult (ToolProviderResult() when it has no tools to add)"
+            )
+        for tool in service._resolve_tools(result.tools):
             name = tool.specification.name
             if name in tools:
                 if dynamic:
                     continue
                 raise ToolDefinitionError(f"Duplicated definition for tool: {name}")
             tools[name] = tool
+
+
+def _kind(value: object) -> str:
+    return "None" if value is None else f"a {type(value).__qualname__}"
 
 
 def visible_specifications(

@@ -25,6 +25,7 @@ __all__ = [
     "fail_invocation_unless_visible_to_llm",
     "send_exception_message_to_llm",
     "send_generic_message_to_llm_unless_visible_to_llm",
+    "unwrap_cause",
     "visible_message",
 ]
 
@@ -35,8 +36,10 @@ log = logging.getLogger(__name__)
 class ToolErrorContext:
     """What a handler knows about the failed call.
 
-    `raw_error` is the exception as the tool raised it (re-created from its type and message when the
-    call ran on a worker). toolfleet wraps nothing, so it is the very exception the handler receives.
+    `raw_error` is the exception as the tool raised it, before one level of `__cause__` unwrapping:
+    the handler receives `raw_error.__cause__` when the tool raised `... from cause`, else `raw_error`
+    itself (a `ToolErrorVisibleToLlm` is never unwrapped: its text for the model stands). When the call
+    ran on a worker, both are `RemoteToolError`s re-created from the outcome.
     """
 
     request: ToolExecutionRequest
@@ -73,18 +76,28 @@ ToolExecutionErrorHandler: TypeAlias = Callable[[BaseException, ToolErrorContext
 
 
 class RemoteToolError(OrchestratorError):
-    """A tool's exception re-created from its outcome (the call ran on a worker): type name and message."""
+    """A tool's exception re-created from its outcome, when the call ran on a worker.
 
-    def __init__(self, message: str, error_type: str | None) -> None:
+    `type_name` is the qualified name of the tool exception's type (`ValueError`,
+    `billing.errors.Declined`), `error_type` its bare class name, `message` its message as recorded
+    (the type's name when it had none). A `raise ... from cause` on the worker arrives as
+    `__cause__`, itself a `RemoteToolError`.
+    """
+
+    def __init__(self, message: str, error_type: str | None, type_name: str | None = None) -> None:
         super().__init__(message)
+        self.message = message
         self.error_type = error_type or "Exception"
+        self.type_name = type_name or self.error_type
 
 
 class VisibleRemoteToolError(ToolErrorVisibleToLlm, RemoteToolError):
     """A remote `ToolErrorVisibleToLlm`: its message for the model travelled with the outcome."""
 
-    def __init__(self, message: str, error_type: str | None, message_for_llm: str) -> None:
-        super().__init__(message, error_type)
+    def __init__(
+        self, message: str, error_type: str | None, message_for_llm: str, type_name: str | None = None
+    ) -> None:
+        super().__init__(message, error_type, type_name)
         self._for_llm = message_for_llm
 
     def message_for_llm(self) -> str:
@@ -107,9 +120,30 @@ def error_of(outcome: ToolOutcome) -> BaseException:
         return ToolArgumentsError(outcome.text)
     if outcome.kind in (OutcomeKind.TIMED_OUT, OutcomeKind.WORKER_LOST, OutcomeKind.NO_WORKER):
         return SystemToolError(outcome.text)
-    if outcome.message_for_llm:
-        return VisibleRemoteToolError(outcome.text, outcome.error_type, outcome.message_for_llm)
-    return RemoteToolError(outcome.text, outcome.error_type)
+    error = _remote(outcome.text, outcome.error_type, outcome.error_type_name, outcome.message_for_llm)
+    cause = outcome.error_cause
+    if cause is not None:
+        error.__cause__ = _remote(cause.message, cause.error_type, cause.type_name, cause.message_for_llm)
+    return error
+
+
+def _remote(
+    message: str, error_type: str | None, type_name: str | None, message_for_llm: str | None
+) -> RemoteToolError:
+    if message_for_llm:
+        return VisibleRemoteToolError(message, error_type, message_for_llm, type_name)
+    return RemoteToolError(message, error_type, type_name)
+
+
+def unwrap_cause(error: BaseException) -> BaseException:
+    """What a handler receives for `error`: one level of `__cause__` unwrapping (SPEC §6).
+
+    A `ToolErrorVisibleToLlm` is not unwrapped: the text it chose for the model stands, and its
+    cause never reaches the model.
+    """
+    if isinstance(error, ToolErrorVisibleToLlm) or error.__cause__ is None:
+        return error
+    return error.__cause__
 
 
 def visible_message(error: BaseException) -> str | None:
@@ -183,7 +217,7 @@ def warn_and_send_exception_message(
         "tool %s call %s failed: %s: %s",
         context.request.name,
         context.request.id,
-        getattr(error, "error_type", None) or type(error).__name__,
+        getattr(error, "type_name", None) or type(error).__name__,
         error,
     )
     return ToolErrorHandlerResult.text(_message(error))

@@ -31,7 +31,7 @@ from orchestrator._journal_tables import compensations as compensations
 from orchestrator._journal_tables import invocations as invocations
 from orchestrator._journal_tables import tool_calls as tool_calls
 from workers.invocation import InvocationContext
-from workers.protocol import ToolExecutionRequest, ToolOutcome
+from workers.protocol import ToolExecutionRequest, ToolOutcome, call_task_id
 
 __all__ = ["CallRecord", "CompensationRecord", "InvocationRecord", "Journal", "owner_id"]
 
@@ -117,7 +117,11 @@ class Journal:
         compensable: bool,
         idempotency_key: str,
     ) -> int:
-        """Write the call before it is dispatched; returns the row id."""
+        """Write the call before it is dispatched; returns the row id.
+
+        The row carries the task id of the call's first dispatch, derived from its idempotency key,
+        so the call's state is found even if its orchestrator dies before the outcome is written.
+        """
         with self._tx() as tx:
             result = tx.execute(
                 sa.insert(tool_calls).values(
@@ -129,6 +133,7 @@ class Journal:
                     pool=pool,
                     compensable=compensable,
                     idempotency_key=idempotency_key,
+                    task_id=call_task_id(idempotency_key),
                     state="dispatched",
                     started_at=_now(),
                 )

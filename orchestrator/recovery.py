@@ -1,21 +1,31 @@
 """Finish the sagas an orchestrator left unfinished: `toolfleet recover`.
 
 An invocation whose owner stopped beating (it died, or lost its database) while running or
-compensating is claimed atomically, and every successful compensable call of it that is not yet
-compensated is undone, latest first. Compensations carry the idempotency key of the call they undo,
-and workers run a compensation at most once per key, so a compensation that was already running or
-done when the owner died is never run twice.
+compensating is claimed atomically. A compensable call dispatched but never journaled as finished is
+settled first from its state in the result backend (its task id follows from its idempotency key):
+a success joins the calls to undo, a failure has nothing to undo, and a call still queued or running
+is revoked and marked abandoned, so that its worker undoes it if it finishes anyway. Then every
+successful compensable call that is not yet compensated is undone, latest first. Compensations carry
+the idempotency key of the call they undo, and workers run a compensation at most once per key, so a
+compensation that was already running or done when the owner died is never run twice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Protocol, runtime_checkable
 
+import redis
+
+from orchestrator._inflight import Settled
+from orchestrator.executors._outcomes import _outcome, _worker_of
 from orchestrator.executors.base import ToolExecutor
-from orchestrator.journal import Journal
+from orchestrator.journal import CallRecord, Journal
 from workers.invocation import Invocation
+from workers.protocol import OutcomeKind, ToolOutcome
 from workers.tools import ToolDefinition
 
 __all__ = ["Recovered", "recover"]
@@ -25,12 +35,24 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Recovered:
-    """What recovery did for one invocation."""
+    """What recovery did for one invocation: calls compensated, compensations that failed, calls
+    that failed (nothing to undo), calls revoked and abandoned while queued or running (their worker
+    undoes them if they finish), and calls whose outcome is unknown (not compensable, or not
+    readable)."""
 
     invocation_id: str
     compensated: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    nothing_to_undo: list[str] = field(default_factory=list)
+    abandoned: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
+
+
+@runtime_checkable
+class _Settles(Protocol):
+    """An executor that can read what became of a dispatched call (`CeleryExecutor`)."""
+
+    async def settle(self, key: str, definition: ToolDefinition | None) -> Settled: ...
 
 
 async def recover(
@@ -69,8 +91,11 @@ async def _recover_one(
 ) -> Recovered:
     report = Recovered(invocation_id)
     invocation = Invocation.from_json(invocation_json)
+    for call in journal.calls(invocation_id):
+        if call.state == "dispatched":
+            definition = definitions.get(call.tool) or _lookup(executor, call.tool)
+            await _settle(journal, executor, call, definition, report)
     calls = journal.calls(invocation_id)
-    report.unknown = [f"{c.tool} ({c.call_id})" for c in calls if c.state == "dispatched"]
     todo = [c for c in calls if c.compensable and c.state in ("succeeded", "compensation_failed")]
     todo.sort(key=lambda c: c.sequence, reverse=True)
     journal.plan_compensations(invocation_id, todo, "recovered: the orchestrator stopped mid-saga")
@@ -88,12 +113,56 @@ async def _recover_one(
         )
         (report.failed if outcome.is_error else report.compensated).append(label)
     state_error = "recovered after its orchestrator stopped"
+    if report.nothing_to_undo:
+        state_error += f"; failed, nothing to undo: {', '.join(report.nothing_to_undo)}"
+    if report.abandoned:
+        state_error += (
+            f"; revoked and abandoned while in flight (undone by their worker if they finish): "
+            f"{', '.join(report.abandoned)}"
+        )
     if report.unknown:
         state_error += f"; calls with unknown outcome: {', '.join(report.unknown)}"
     if report.failed:  # still owed: left compensating, so the next `recover` retries them
         state_error += f"; compensations still owed: {', '.join(report.failed)}"
     journal.set_invocation_state(invocation_id, "compensating" if report.failed else "failed", state_error)
     return report
+
+
+async def _settle(
+    journal: Journal,
+    executor: ToolExecutor,
+    call: CallRecord,
+    definition: ToolDefinition | None,
+    report: Recovered,
+) -> None:
+    """Journal what became of a call dispatched but never journaled as finished."""
+    label = f"{call.tool} ({call.call_id})"
+    if not call.compensable or not isinstance(executor, _Settles):
+        report.unknown.append(label)
+        return
+    try:
+        settled = await executor.settle(call.idempotency_key, definition)
+    except redis.RedisError as exc:
+        log.warning("state of %s unreadable (%s); its outcome stays unknown", label, exc)
+        report.unknown.append(label)
+        return
+    if settled.state == "abandoned":
+        journal.set_call_state(call.id, "abandoned")
+        report.abandoned.append(label)
+        return
+    outcome = (
+        _outcome(settled.meta, definition, definition.timeout or 0.0)
+        if settled.meta is not None and definition is not None
+        else ToolOutcome(
+            OutcomeKind.SUCCESS if settled.state == "succeeded" else OutcomeKind.EXECUTION_ERROR,
+            f"Tool '{call.tool}' {settled.state}",
+        )
+    )
+    worker = _worker_of(settled.meta) if settled.meta is not None else None
+    outcome = dataclasses.replace(outcome, task_id=settled.task_id, pool=call.pool, worker=worker)
+    journal.record_outcome(call.id, outcome, outcome.text)
+    if outcome.is_error:
+        report.nothing_to_undo.append(label)
 
 
 def _lookup(executor: ToolExecutor, name: str) -> ToolDefinition | None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from workers.binding import parse_arguments
+from workers.errors import ToolArgumentsError
 from workers.protocol import ToolExecutionRequest
 from workers.specification import ToolSpecification
 
@@ -35,7 +36,12 @@ class ToolSearchResult:
 
 
 class ToolSearchStrategy(Protocol):
-    """Describes the search tool to the model and answers its searches."""
+    """Describes the search tool to the model and answers its searches.
+
+    `candidates` are the tools the model cannot see yet (neither `ALWAYS_VISIBLE` nor found before).
+    `search` raises `ToolArgumentsError` when the model's arguments are unusable: the model reads
+    the message as the search tool's (failed) result and may search again.
+    """
 
     def search_tool(self) -> ToolSpecification: ...
 
@@ -44,12 +50,29 @@ class ToolSearchStrategy(Protocol):
     ) -> ToolSearchResult: ...
 
 
-def _arguments(request: ToolExecutionRequest) -> dict[str, object]:
-    try:
-        parsed = json.loads(request.arguments or "{}")
-    except ValueError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+def _argument(request: ToolExecutionRequest, name: str) -> object:
+    """The search tool's one argument; missing, `null` or unparsable arguments are an arguments error."""
+    value = parse_arguments(request.arguments, request.name).get(name)
+    if value is None:
+        raise ToolArgumentsError(f'Required parameter "{name}" of tool "{request.name}" is missing')
+    return value
+
+
+def _json_type(value: object) -> str:
+    return {type(None): "null", str: "string", dict: "object", list: "array", bool: "boolean"}.get(
+        type(value), "number"
+    )
+
+
+def _search_terms(request: ToolExecutionRequest, name: str) -> list[str]:
+    """The model's terms: lower-cased, split on any whitespace, each once, in the order given."""
+    raw = _argument(request, name)
+    if not isinstance(raw, list) or not all(isinstance(term, str) for term in raw):
+        shown = _json_type(raw) if not isinstance(raw, list) else "an array holding a non-string"
+        raise ToolArgumentsError(
+            f'Argument "{name}" of tool "{request.name}" must be an array of strings, got {shown}'
+        )
+    return list(dict.fromkeys(word for term in raw for word in term.lower().split()))
 
 
 def _found_text(names: Sequence[str]) -> str:
@@ -58,7 +81,11 @@ def _found_text(names: Sequence[str]) -> str:
 
 class SimpleToolSearchStrategy:
     """Scores tools by the terms the model gives: +2 when a tool's name contains a term, +1 when its
-    description does; tools scoring at least 1, best first, at most `max_results`."""
+    description does; tools scoring at least 1, best first, at most `max_results`.
+
+    Terms are lower-cased, split on any whitespace and counted once each. `terms` missing or not
+    an array of strings is an arguments error.
+    """
 
     NAME = "tool_search_tool"
 
@@ -82,10 +109,7 @@ class SimpleToolSearchStrategy:
     def search(
         self, request: ToolExecutionRequest, candidates: Sequence[ToolSpecification]
     ) -> ToolSearchResult:
-        raw = _arguments(request).get("terms", [])
-        terms: list[str] = []
-        for term in raw if isinstance(raw, list) else [raw]:
-            terms += [t for t in str(term).lower().split(" ") if t]
+        terms = _search_terms(request, "terms")
         scored: list[tuple[int, int, str]] = []
         for position, spec in enumerate(candidates):
             name, description = spec.name.lower(), (spec.description or "").lower()
@@ -154,7 +178,11 @@ class VectorToolSearchStrategy:
     def search(
         self, request: ToolExecutionRequest, candidates: Sequence[ToolSpecification]
     ) -> ToolSearchResult:
-        query = str(_arguments(request).get("query", ""))
+        query = _argument(request, "query")
+        if not isinstance(query, str):
+            raise ToolArgumentsError(
+                f'Argument "query" of tool "{request.name}" must be a string, got {_json_type(query)}'
+            )
         if not query.strip() or not candidates:
             return ToolSearchResult([], _found_text([]))
         texts = [f"{spec.name}: {spec.description or ''}" for spec in candidates]

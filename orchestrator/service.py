@@ -6,12 +6,13 @@ import asyncio
 import json
 import logging
 import threading
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from orchestrator._loop import Mode, run_invocation
 from orchestrator.errors import OrchestratorError
-from orchestrator.executors.base import ToolExecutor
+from orchestrator.executors.base import ToolExecutor, fanout_limit
 from orchestrator.executors.local import LocalExecutor
 from orchestrator.handlers import (
     ToolArgumentsErrorHandler,
@@ -54,6 +55,10 @@ class AiService:
     run (`LocalExecutor()` in-process by default, `CeleryExecutor()` on worker pools). Keyword
     configuration follows the LangChain4j AI service: memory, error handlers, the hallucinated tool
     name strategy, tool providers, tool search, round-trip limit and concurrency.
+
+    `max_fanout` bounds the tool calls of one invocation in flight at once; by default it is the
+    executor's (`TOOLFLEET_MAX_FANOUT`, default 64), the same limit `execute_batch()` applies.
+    `max_concurrent_tool_calls=` is a deprecated alias of it.
     """
 
     def __init__(
@@ -69,7 +74,8 @@ class AiService:
         tool_search_strategy: ToolSearchStrategy | None = None,
         max_tool_calling_round_trips: int = 100,
         execute_tools_concurrently: bool = True,
-        max_concurrent_tool_calls: int = 64,
+        max_fanout: int | None = None,
+        max_concurrent_tool_calls: int | None = None,
         tool_arguments_error_handler: ToolArgumentsErrorHandler | None = None,
         tool_execution_error_handler: ToolExecutionErrorHandler | None = None,
         hallucinated_tool_name_strategy: HallucinatedToolNameStrategy | None = None,
@@ -82,8 +88,27 @@ class AiService:
             raise OrchestratorError("Give chat_memory or chat_memory_provider, not both")
         if max_tool_calling_round_trips < 1:
             raise OrchestratorError("max_tool_calling_round_trips must be at least 1")
+        if max_concurrent_tool_calls is not None:
+            warnings.warn(
+                "AiService(max_concurrent_tool_calls=) is deprecated: use max_fanout= "
+                "(or TOOLFLEET_MAX_FANOUT), the one fan-out limit",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if max_fanout is not None and max_fanout != max_concurrent_tool_calls:
+                raise OrchestratorError(
+                    f"max_fanout={max_fanout} and its deprecated alias "
+                    f"max_concurrent_tool_calls={max_concurrent_tool_calls} disagree: give max_fanout only"
+                )
+            max_fanout = max_concurrent_tool_calls
         self.chat_model = chat_model
         self.executor: ToolExecutor = executor if executor is not None else LocalExecutor()
+        self.max_fanout = max_fanout if max_fanout is not None else fanout_limit(self.executor)
+        if self.max_fanout < 1:
+            raise OrchestratorError(
+                f"max_fanout must be at least 1, got {self.max_fanout} "
+                "(set max_fanout= or TOOLFLEET_MAX_FANOUT)"
+            )
         self.system_message = system_message
         self.chat_memory = chat_memory
         self.chat_memory_provider = chat_memory_provider
@@ -91,7 +116,6 @@ class AiService:
         self.tool_search_strategy = tool_search_strategy
         self.max_tool_calling_round_trips = max_tool_calling_round_trips
         self.execute_tools_concurrently = execute_tools_concurrently
-        self.max_concurrent_tool_calls = max_concurrent_tool_calls
         self.tool_arguments_error_handler = tool_arguments_error_handler
         self.tool_execution_error_handler = tool_execution_error_handler
         self.hallucinated_tool_name_strategy = hallucinated_tool_name_strategy

@@ -19,6 +19,7 @@ WORKERS_ALL = [
     "SearchBehavior",
     "TextContent",
     "ToolArgumentsError",
+    "ToolCallIdentity",
     "ToolDefinition",
     "ToolDefinitionError",
     "ToolErrorVisibleToLlm",
@@ -168,6 +169,7 @@ ORCHESTRATOR_ALL = [
     "OrchestratorError",
     "PartialResponse",
     "PartialToolCall",
+    "RemoteToolError",
     "Result",
     "RoundTripLimitError",
     "ScriptExhaustedError",
@@ -175,8 +177,10 @@ ORCHESTRATOR_ALL = [
     "SimpleToolSearchStrategy",
     "SqlChatMemoryStore",
     "SystemMessage",
+    "SystemToolError",
     "TokenUsage",
     "ToolArgumentsErrorHandler",
+    "ToolCallIdentity",
     "ToolChoice",
     "ToolErrorContext",
     "ToolErrorHandlerResult",
@@ -224,3 +228,10 @@ def test_tool_execution_is_one_class_on_both_sides() -> None:
 
     assert orchestrator.ToolExecution is workers.ToolExecution
     assert orchestrator.ToolExecutionRequest is workers.ToolExecutionRequest
+
+
+def test_tool_call_identity_is_one_class_on_both_sides() -> None:
+    import orchestrator
+    import workers
+
+    assert orchestrator.ToolCallIdentity is workers.ToolCallIdentity

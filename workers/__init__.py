@@ -12,7 +12,7 @@ from workers.errors import (
     ToolfleetError,
     ToolResultError,
 )
-from workers.invocation import InvocationContext, InvocationParameters, ToolMemoryId
+from workers.invocation import InvocationContext, InvocationParameters, ToolCallIdentity, ToolMemoryId
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.registry import ToolRegistry
 from workers.results import ToolExecutionResult
@@ -30,6 +30,7 @@ __all__ = [
     "SearchBehavior",
     "TextContent",
     "ToolArgumentsError",
+    "ToolCallIdentity",
     "ToolDefinition",
     "ToolDefinitionError",
     "ToolErrorVisibleToLlm",

@@ -19,7 +19,7 @@ from workers.catalog import WORKER_KEY
 from workers.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.retry import backoff_s
-from workers.runner import run_compensation
+from workers.runner import call_identity, run_compensation
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
@@ -198,7 +198,10 @@ def _run_compensation(
         return {"kind": "success", "text": "Already compensated", "worker": task.request.hostname}
     if taken == "busy":
         _wait_for_other_delivery(task, kwargs, deadline)
-    outcome = run_compensation(definition, execution, invocation)
+    identity = call_identity(
+        invocation, execution.request, attempt=1 + int(kwargs.get("failures") or 0), key=key
+    )
+    outcome = run_compensation(definition, execution, invocation, identity)
     if outcome.is_error:
         try:
             _with_retries(

@@ -12,13 +12,13 @@ from workers._definitions import _NO_DEFAULT, Compensation, ToolDefinition, Tool
 from workers._docstrings import _doc_args, _summary
 from workers._types import Param, optional_inner, param_of, split_annotated
 from workers.errors import ToolArgumentsError, ToolDefinitionError
-from workers.invocation import InvocationContext, InvocationParameters, ToolMemoryId
+from workers.invocation import InvocationContext, InvocationParameters, ToolCallIdentity, ToolMemoryId
 from workers.schema import SchemaBuilder, type_label
 from workers.specification import ToolSpecification
 
 __all__ = ["INJECTED_TYPES"]
 
-INJECTED_TYPES: tuple[type, ...] = (InvocationParameters, InvocationContext, ToolMemoryId)
+INJECTED_TYPES: tuple[type, ...] = (InvocationParameters, InvocationContext, ToolMemoryId, ToolCallIdentity)
 
 
 class _SkipSelf:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,7 +16,13 @@ from celery import Celery
 from workers.registry import ToolRegistry
 from workers.settings import Settings
 
-__all__ = ["make_app", "make_publisher", "registry_from_modules", "visibility_timeout_s"]
+__all__ = [
+    "make_app",
+    "make_publisher",
+    "registry_from_modules",
+    "result_retries",
+    "visibility_timeout_s",
+]
 
 
 def _base_config(settings: Settings) -> dict[str, Any]:
@@ -55,6 +62,20 @@ def visibility_timeout_s(settings: Settings, registry: ToolRegistry | None) -> f
     return longest * 2 + 30
 
 
+RESULT_RETRY_BASE_MS = 20
+RESULT_RETRY_MAX_MS = 500
+
+
+def result_retries(settings: Settings, registry: ToolRegistry | None) -> int:
+    """How many times a worker retries storing a result while Redis is unreachable.
+
+    Enough to span the broker's visibility timeout (no call outlives it) at the mean interval
+    between attempts (half the longest, jitter being uniform), and never fewer than 20.
+    """
+    mean_interval_s = RESULT_RETRY_MAX_MS / 2000
+    return max(20, math.ceil(visibility_timeout_s(settings, registry) / mean_interval_s))
+
+
 def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: str = "toolfleet") -> Celery:
     """The worker-side app: result backend on, task events on, one task per tool of `registry`."""
     app = Celery(name, broker=settings.broker_url, backend=settings.result_backend, set_as_current=False)
@@ -64,18 +85,31 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
         app.backend_cls = ResultBackend  # Celery's Redis backend, one round trip per stored state
     app.conf.update(
         _base_config(settings),
+        # A result written while Redis is down waits for it, retried every half second at most, so
+        # it is stored within a fraction of a second of Redis answering again (Celery's default
+        # backoff grows to 10 s, which let results reach the backend seconds after their deadline).
         result_backend_always_retry=True,
-        result_backend_max_retries=20,
+        result_backend_base_sleep_between_retries_ms=RESULT_RETRY_BASE_MS,
+        result_backend_max_sleep_between_retries_ms=RESULT_RETRY_MAX_MS,
+        result_backend_max_retries=result_retries(settings, registry),
         result_expires=settings.result_expires_s,
         task_track_started=True,
         worker_send_task_events=True,
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=False,
+        # Reconnects within half a second of the broker answering again, and announces it.
+        worker_consumer="workers._consumer:Consumer",
         # A worker outlives broker outages: it reconnects for as long as it takes (the publisher, in
         # the orchestrator, keeps the short limit so calls fail fast instead).
         broker_connection_max_retries=None,
-        broker_transport_options={"visibility_timeout": visibility_timeout_s(settings, registry)},
+        broker_transport_options={
+            "visibility_timeout": visibility_timeout_s(settings, registry),
+            # Look for messages past their visibility timeout every 10 s (kombu scans only on
+            # every tenth 10 s tick by default: up to 100 s late).
+            "unacked_restore_interval": 10,
+            "unacked_restore_throttle": 1,
+        },
         result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
     )
     if registry is not None:

@@ -9,7 +9,13 @@ from typing import Any
 
 from workers._convert import JsonNumber, convert, json_type_name, plain_json
 from workers.errors import ToolArgumentsError
-from workers.invocation import Invocation, InvocationContext, InvocationParameters, ToolMemoryId
+from workers.invocation import (
+    Invocation,
+    InvocationContext,
+    InvocationParameters,
+    ToolCallIdentity,
+    ToolMemoryId,
+)
 from workers.tools import ToolDefinition, ToolParameter
 
 __all__ = ["BoundCall", "bind_arguments", "parse_arguments"]
@@ -139,13 +145,17 @@ class BoundCall:
         self.parameters = parameters
 
 
-def bind_arguments(definition: ToolDefinition, arguments: str | None, invocation: Invocation) -> BoundCall:
+def bind_arguments(
+    definition: ToolDefinition, arguments: str | None, invocation: Invocation, identity: ToolCallIdentity
+) -> BoundCall:
     """Bind the model's arguments to `definition`'s parameters; `ToolArgumentsError` says what is wrong."""
     values = parse_arguments(arguments, definition.name)
     parameters = InvocationParameters(copy.deepcopy(dict(invocation.parameters)))  # the tool's own copy
     if definition.raw_arguments:
         return BoundCall([], {"arguments": plain_json(values)}, parameters)
-    return bind_values(definition.name, definition.parameters, values, invocation.context, parameters)
+    return bind_values(
+        definition.name, definition.parameters, values, invocation.context, parameters, identity
+    )
 
 
 def bind_values(
@@ -154,11 +164,13 @@ def bind_values(
     values: dict[str, Any],
     context: InvocationContext,
     parameters: InvocationParameters,
+    identity: ToolCallIdentity,
 ) -> BoundCall:
+    """The call of a function declaring `declared`: the model's `values`, and the injected data."""
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for parameter in declared:
-        value = _value_for(parameter, values, tool_name, context, parameters)
+        value = _value_for(parameter, values, tool_name, context, parameters, identity)
         if parameter.positional_only:
             args.append(value)
         else:
@@ -172,7 +184,10 @@ def _value_for(
     tool_name: str,
     context: InvocationContext,
     parameters: InvocationParameters,
+    identity: ToolCallIdentity,
 ) -> Any:
+    if parameter.injected is ToolCallIdentity:
+        return identity
     if parameter.injected is InvocationParameters:
         return parameters
     if parameter.injected is InvocationContext:

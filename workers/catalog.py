@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 WORKER_KEY = "toolfleet:worker:{}"
 POOL_KEY = "toolfleet:pool:{}"
 POOLS_KEY = "toolfleet:pools"
+RETRY_INTERVAL_S = 0.25  # between heartbeats while Redis is unreachable
 
 
 @dataclass(frozen=True)
@@ -159,11 +160,23 @@ class CatalogHeartbeat:
         pipe.execute()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._ttl_s / 3):
+        failing = False
+        while not self._stop.wait(min(RETRY_INTERVAL_S, self._ttl_s / 3) if failing else self._ttl_s / 3):
             try:
                 self.beat()
+                failing = False
             except redis.RedisError as exc:
-                log.warning("catalog heartbeat of %s failed: %s", self._entry.hostname, exc)
+                # Redis is unreachable: try again soon, to be back in the catalog as soon as it answers.
+                if not failing:
+                    log.warning("catalog heartbeat of %s failed: %s", self._entry.hostname, exc)
+                failing = True
+
+    def announce(self) -> None:
+        """Publish the entry now (the worker reconnected: Redis may have lost it); never raises."""
+        try:
+            self.beat()
+        except redis.RedisError as exc:
+            log.warning("catalog announcement of %s failed: %s", self._entry.hostname, exc)
 
     def stop(self) -> None:
         """Stop beating and remove the entry, so orchestrators stop sending work here at once."""

@@ -1,4 +1,4 @@
-"""Data of one invocation that tools may receive: parameters, context and memory id.
+"""Data of one invocation that tools may receive: parameters, context, memory id and call identity.
 
 A tool asks for them by annotating a parameter with one of these types; they are injected by the
 runtime and never shown to the model.
@@ -13,7 +13,14 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-__all__ = ["Invocation", "InvocationContext", "InvocationParameters", "ToolMemoryId"]
+__all__ = [
+    "Invocation",
+    "InvocationContext",
+    "InvocationParameters",
+    "ToolCallIdentity",
+    "ToolMemoryId",
+    "idempotency_key",
+]
 
 
 class InvocationParameters(MutableMapping[str, Any]):
@@ -118,3 +125,42 @@ class Invocation:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Invocation:
         return cls(InvocationContext.from_json(data["context"]), dict(data.get("parameters") or {}))
+
+
+def idempotency_key(invocation_id: UUID | str, call_id: str) -> str:
+    """The key that identifies one tool call everywhere: its invocation id and its call id."""
+    return f"{invocation_id}:{call_id}"
+
+
+@dataclass(frozen=True)
+class ToolCallIdentity:
+    """Which call this is: injected into a tool or compensation parameter of this type.
+
+    `idempotency_key` is the same wherever the call runs (in-process or on a worker), on every retry,
+    and in the compensation that undoes it: pass it on to a payment API or a database so a repeated
+    request is recognised. `attempt` counts the runs of this call (or of this compensation): 1 for the
+    first, 2 for the first retry. `call_id` is the model's id of the call (`None` when it gave none).
+    """
+
+    invocation_id: UUID
+    call_id: str | None
+    idempotency_key: str
+    attempt: int = 1
+
+    @classmethod
+    def of(
+        cls,
+        context: InvocationContext,
+        call_id: str | None,
+        tool_name: str,
+        *,
+        attempt: int = 1,
+        key: str | None = None,
+    ) -> ToolCallIdentity:
+        """The identity of call `call_id` of `tool_name`; `key` when the dispatcher already made it."""
+        return cls(
+            invocation_id=context.invocation_id,
+            call_id=call_id,
+            idempotency_key=key or idempotency_key(context.invocation_id, call_id or tool_name),
+            attempt=max(attempt, 1),
+        )

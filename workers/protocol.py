@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -9,7 +10,29 @@ from typing import Any
 
 from workers.contents import Content, content_from_json, content_to_json
 
-__all__ = ["OutcomeKind", "ToolExecution", "ToolExecutionRequest", "ToolOutcome"]
+__all__ = [
+    "ErrorCause",
+    "OutcomeKind",
+    "ToolExecution",
+    "ToolExecutionRequest",
+    "ToolOutcome",
+    "call_task_id",
+]
+
+_CALL_NAMESPACE = uuid.UUID("0d7c3f52-8a61-4c1e-9b7e-6f2a41d3e9b5")
+
+
+def call_task_id(idempotency_key: str, attempt: int = 0) -> str:
+    """The task id of one dispatch of a call, derived from its idempotency key.
+
+    The first dispatch (`attempt` 0) has the id the journal records before the call is published,
+    so a recoverer finds the call's state from the log alone; a dispatch of the same call again
+    (its worker was lost) is attempt 1, 2, ... with an id of its own, found the same way.
+    """
+    if attempt < 0:
+        raise ValueError(f"attempt must be at least 0, got {attempt}")
+    name = idempotency_key if attempt == 0 else f"{idempotency_key}\x00{attempt}"
+    return str(uuid.uuid5(_CALL_NAMESPACE, name))  # a UUID, as Celery's own task ids are
 
 
 @dataclass(frozen=True)
@@ -44,11 +67,40 @@ class OutcomeKind(StrEnum):
 
 
 @dataclass(frozen=True)
+class ErrorCause:
+    """The direct `__cause__` of a failed tool's exception, as it crosses the wire: error handlers
+    receive it (one level of unwrapping) wherever the call ran."""
+
+    error_type: str
+    type_name: str
+    message: str
+    message_for_llm: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "error_type": self.error_type,
+            "type_name": self.type_name,
+            "message": self.message,
+            "message_for_llm": self.message_for_llm,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ErrorCause:
+        return cls(
+            error_type=str(data["error_type"]),
+            type_name=str(data.get("type_name") or data["error_type"]),
+            message=str(data.get("message", "")),
+            message_for_llm=data.get("message_for_llm"),
+        )
+
+
+@dataclass(frozen=True)
 class ToolOutcome:
     """The structured outcome of one call, identical whether it ran in-process or on a worker.
 
     For a success, `text` is the result text and `contents` the multimodal parts, if any. For an
-    error, `text` is the error message, `error_type` the exception's class name, and
+    error, `text` is the error message, `error_type` the exception's class name, `error_type_name`
+    its qualified name (`ValueError`, `billing.errors.Declined`), `error_cause` its `__cause__`, and
     `message_for_llm` the text a `ToolErrorVisibleToLlm` chose for the model (`None` when unmarked).
     `exception` is the live exception when the call ran in this process; it never crosses the wire.
     `task_id`, `pool` and `worker` say where the call ran (set by the executor; not compared).
@@ -62,6 +114,8 @@ class ToolOutcome:
     error_type: str | None = None
     message_for_llm: str | None = None
     parameter_changes: dict[str, Any] = field(default_factory=dict)
+    error_type_name: str | None = None
+    error_cause: ErrorCause | None = None
     exception: BaseException | None = field(default=None, compare=False, repr=False)
     task_id: str | None = field(default=None, compare=False)
     pool: str | None = field(default=None, compare=False)
@@ -81,11 +135,14 @@ class ToolOutcome:
             "error_type": self.error_type,
             "message_for_llm": self.message_for_llm,
             "parameter_changes": self.parameter_changes,
+            "error_type_name": self.error_type_name,
+            "error_cause": self.error_cause.to_json() if self.error_cause is not None else None,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ToolOutcome:
         contents = data.get("contents")
+        cause = data.get("error_cause")
         return cls(
             kind=OutcomeKind(data["kind"]),
             text=str(data.get("text", "")),
@@ -95,6 +152,8 @@ class ToolOutcome:
             error_type=data.get("error_type"),
             message_for_llm=data.get("message_for_llm"),
             parameter_changes=dict(data.get("parameter_changes") or {}),
+            error_type_name=data.get("error_type_name"),
+            error_cause=ErrorCause.from_json(cause) if isinstance(cause, dict) else None,
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import inspect
 import logging
 import time
@@ -14,17 +15,19 @@ from workers._types import split_annotated
 from workers.binding import BoundCall, bind_arguments, bind_values, parse_arguments
 from workers.contents import ImageContent, TextContent
 from workers.errors import ToolArgumentsError, ToolDefinitionError, ToolErrorVisibleToLlm, ToolResultError
-from workers.invocation import Invocation, InvocationParameters
-from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
+from workers.invocation import Invocation, InvocationParameters, ToolCallIdentity
+from workers.protocol import ErrorCause, OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.results import convert_result
-from workers.tools import ToolDefinition
+from workers.tools import ToolDefinition, ToolParameter
 
 __all__ = [
     "arun_compensation",
     "arun_tool",
     "bind_compensation",
     "bound_outcome",
+    "call_identity",
     "error_outcome",
+    "qualified_name",
     "run_compensation",
     "run_tool",
     "utf8_size",
@@ -33,12 +36,25 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+def call_identity(
+    invocation: Invocation, request: ToolExecutionRequest, *, attempt: int = 1, key: str | None = None
+) -> ToolCallIdentity:
+    """The identity a tool (or the compensation of this call) receives: ids, idempotency key, attempt."""
+    return ToolCallIdentity.of(invocation.context, request.id, request.name, attempt=attempt, key=key)
+
+
 def run_tool(
-    definition: ToolDefinition, request: ToolExecutionRequest, invocation: Invocation | None = None
+    definition: ToolDefinition,
+    request: ToolExecutionRequest,
+    invocation: Invocation | None = None,
+    identity: ToolCallIdentity | None = None,
 ) -> ToolOutcome:
-    """Run the call synchronously (an `async` tool runs in a fresh event loop)."""
+    """Run the call synchronously (an `async` tool runs in a fresh event loop).
+
+    `identity` is what a `ToolCallIdentity` parameter receives (the first attempt when not given).
+    """
     started = time.perf_counter()
-    bound = _bind(definition, request, invocation or Invocation())
+    bound = _bind(definition, request, invocation or Invocation(), identity)
     if isinstance(bound, ToolOutcome):
         return _logged(definition, request, started, bound)
     try:
@@ -54,15 +70,16 @@ async def arun_tool(
     definition: ToolDefinition,
     request: ToolExecutionRequest,
     invocation: Invocation | None = None,
+    identity: ToolCallIdentity | None = None,
     *,
     executor: Executor | None = None,
 ) -> ToolOutcome:
     """Run the call from async code: an `async` tool is awaited here, any other runs on `executor`."""
     if not definition.is_async:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, run_tool, definition, request, invocation)
+        return await loop.run_in_executor(executor, run_tool, definition, request, invocation, identity)
     started = time.perf_counter()
-    bound = _bind(definition, request, invocation or Invocation())
+    bound = _bind(definition, request, invocation or Invocation(), identity)
     if isinstance(bound, ToolOutcome):
         return _logged(definition, request, started, bound)
     try:
@@ -73,11 +90,15 @@ async def arun_tool(
 
 
 def _bind(
-    definition: ToolDefinition, request: ToolExecutionRequest, invocation: Invocation
+    definition: ToolDefinition,
+    request: ToolExecutionRequest,
+    invocation: Invocation,
+    identity: ToolCallIdentity | None,
 ) -> BoundCall | ToolOutcome:
     """The bound call, or the arguments-error outcome that says why there is none."""
+    identity = identity or call_identity(invocation, request)
     try:
-        return bind_arguments(definition, request.arguments, invocation)
+        return bind_arguments(definition, request.arguments, invocation, identity)
     except ToolArgumentsError as exc:
         return error_outcome(exc, OutcomeKind.ARGUMENTS_ERROR)
     except (RecursionError, ArithmeticError, MemoryError, TypeError, ValueError) as exc:
@@ -111,21 +132,53 @@ def error_outcome(
 ) -> ToolOutcome:
     """The outcome of a call that raised `exc`: its message (or type name), type, and text for the model."""
     message = _safe_str(exc) or type(exc).__name__
-    for_llm: str | None = None
-    if isinstance(exc, ToolErrorVisibleToLlm):
-        try:
-            candidate = exc.message_for_llm()
-        except Exception:
-            candidate = ""
-        for_llm = _truncate(candidate) if candidate and candidate.strip() else None
+    for_llm = _message_for_llm(exc)
     return ToolOutcome(
         kind=kind,
         text=_truncate(prefix + message),
         error_type=type(exc).__name__,
         message_for_llm=for_llm,
         parameter_changes=bound.parameters.changes() if bound is not None else {},
+        error_type_name=qualified_name(type(exc)),
+        error_cause=_cause_of(exc),
         exception=exc,
     )
+
+
+def qualified_name(cls: type) -> str:
+    """A type's name as a traceback shows it: `ValueError`, `billing.errors.Declined`."""
+    module = getattr(cls, "__module__", None)
+    if module in (None, "builtins", "__main__"):
+        return cls.__qualname__
+    return f"{module}.{cls.__qualname__}"
+
+
+def _cause_of(exc: BaseException) -> ErrorCause | None:
+    """The exception's direct `__cause__` (`raise ... from cause`), described for the wire.
+
+    A `ToolErrorVisibleToLlm` keeps its cause for the logs of the process that raised it: handlers
+    never unwrap it, and its cause's text never leaves that process.
+    """
+    cause = exc.__cause__
+    if cause is None or isinstance(exc, ToolErrorVisibleToLlm):
+        return None
+    return ErrorCause(
+        error_type=type(cause).__name__,
+        type_name=qualified_name(type(cause)),
+        message=_truncate(_safe_str(cause) or type(cause).__name__),
+        message_for_llm=_message_for_llm(cause),
+    )
+
+
+def _message_for_llm(exc: BaseException) -> str | None:
+    """What a `ToolErrorVisibleToLlm` chose for the model; `None` when unmarked or blank."""
+    if not isinstance(exc, ToolErrorVisibleToLlm):
+        return None
+    try:
+        candidate = exc.message_for_llm()
+    except Exception:
+        return None
+    return _truncate(candidate) if candidate and candidate.strip() else None
 
 
 MAX_ERROR_CHARS = 8192
@@ -190,32 +243,63 @@ def _logged(
 
 
 def bind_compensation(
-    definition: ToolDefinition, execution: ToolExecution, invocation: Invocation
+    definition: ToolDefinition,
+    execution: ToolExecution,
+    invocation: Invocation,
+    identity: ToolCallIdentity | None = None,
 ) -> BoundCall:
-    """Arguments for `definition`'s compensation: the call's own arguments, or its `ToolExecution`."""
+    """Arguments for `definition`'s compensation: the call's own arguments, or its `ToolExecution`,
+    and whatever it asks to have injected (its own injected parameters, not the tool's)."""
     compensation = definition.compensation
     if compensation is None:
         raise ToolDefinitionError(f"Tool '{definition.name}' has no compensation")
+    identity = identity or call_identity(invocation, execution.request)
     parameters = InvocationParameters(copy.deepcopy(dict(invocation.parameters)))
     visible = [p for p in compensation.parameters if p.injected is None]
     if len(visible) == 1 and split_annotated(visible[0].annotation)[0] is ToolExecution:
         injected = tuple(p for p in compensation.parameters if p.injected is not None)
-        bound = bind_values(definition.name, injected, {}, invocation.context, parameters)
+        bound = bind_values(definition.name, injected, {}, invocation.context, parameters, identity)
         if visible[0].positional_only:
             bound.args.insert(compensation.parameters.index(visible[0]), execution)
         else:
             bound.kwargs[visible[0].attribute] = execution
         return bound
     values = parse_arguments(execution.request.arguments, definition.name)
-    return bind_values(definition.name, definition.parameters, values, invocation.context, parameters)
+    declared = _compensation_parameters(definition)
+    return bind_values(definition.name, declared, values, invocation.context, parameters, identity)
+
+
+def _compensation_parameters(definition: ToolDefinition) -> tuple[ToolParameter, ...]:
+    """The compensation's parameters, each visible one read as the tool's parameter at its position
+    (the model's names, defaults and types), each injected one as the compensation declares it."""
+    assert definition.compensation is not None
+    tool_visible = [p for p in definition.parameters if p.injected is None]
+    own = definition.compensation.parameters
+    if len([p for p in own if p.injected is None]) != len(tool_visible):
+        raise ToolDefinitionError(
+            f"The compensation of tool '{definition.name}' must take the same parameters as the tool"
+        )
+    from_tool = iter(tool_visible)
+    return tuple(
+        p
+        if p.injected is not None
+        else dataclasses.replace(next(from_tool), attribute=p.attribute, positional_only=p.positional_only)
+        for p in own
+    )
 
 
 def run_compensation(
-    definition: ToolDefinition, execution: ToolExecution, invocation: Invocation
+    definition: ToolDefinition,
+    execution: ToolExecution,
+    invocation: Invocation,
+    identity: ToolCallIdentity | None = None,
 ) -> ToolOutcome:
-    """Undo one successful call of `definition` in this process; a failure is an error outcome."""
+    """Undo one successful call of `definition` in this process; a failure is an error outcome.
+
+    `identity` is the undone call's, with the compensation's own attempt number.
+    """
     try:
-        bound = bind_compensation(definition, execution, invocation)
+        bound = bind_compensation(definition, execution, invocation, identity)
         assert definition.compensation is not None
         value = definition.compensation.function(*bound.args, **bound.kwargs)
         if inspect.isawaitable(value):
@@ -232,6 +316,7 @@ async def arun_compensation(
     definition: ToolDefinition,
     execution: ToolExecution,
     invocation: Invocation,
+    identity: ToolCallIdentity | None = None,
     *,
     executor: Executor | None = None,
 ) -> ToolOutcome:
@@ -239,10 +324,10 @@ async def arun_compensation(
     compensation = definition.compensation
     if compensation is not None and compensation.is_async:
         try:
-            bound = bind_compensation(definition, execution, invocation)
+            bound = bind_compensation(definition, execution, invocation, identity)
             await compensation.function(*bound.args, **bound.kwargs)
         except Exception as exc:
             return error_outcome(exc, OutcomeKind.EXECUTION_ERROR)
         return ToolOutcome(kind=OutcomeKind.SUCCESS, text="Compensated")
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(executor, run_compensation, definition, execution, invocation)
+    return await loop.run_in_executor(executor, run_compensation, definition, execution, invocation, identity)

@@ -25,6 +25,7 @@ from workers._compensation import (
     compensation_task_id,
     compensation_timeout_s,
 )
+from workers._consumer import broker_reconnected
 from workers._task_reprs import flower_reprs
 from workers._tool_failure import ToolFailure, failure_for, failure_type, outcome_from_failure
 from workers.catalog import CatalogHeartbeat, CatalogTool, WorkerEntry
@@ -32,7 +33,7 @@ from workers.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
 from workers.registry import ToolRegistry
 from workers.retry import backoff_s, is_transient
-from workers.runner import bound_outcome, run_tool
+from workers.runner import bound_outcome, call_identity, run_tool
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
@@ -68,7 +69,13 @@ def _run_call(
             error_type="DeadlineExceeded",
         )
         raise failure_for(outcome)
-    outcome = run_tool(definition, request, invocation)
+    identity = call_identity(
+        invocation,
+        request,
+        attempt=int(kwargs.get("attempt") or 1) + int(task.request.retries or 0),
+        key=(task.request.headers or {}).get("idempotency_key"),
+    )
+    outcome = run_tool(definition, request, invocation, identity)
     if outcome.error_type == "SoftTimeLimitExceeded":  # the pool's time limit: the deadline passed
         outcome = ToolOutcome(
             kind=OutcomeKind.TIMED_OUT,
@@ -107,7 +114,26 @@ def register_tasks(app: Celery, registry: ToolRegistry, settings: Settings) -> N
         _register(app, definition, settings)
         if definition.compensation is not None:
             _register_compensation(app, definition, settings)
+    _only_toolfleet_tasks(app)
     _publish_catalog_while_running(app, registry, settings)
+
+
+def _only_toolfleet_tasks(app: Celery) -> None:
+    """Drop Celery's built-in tasks (`celery.accumulate`, `celery.chord_unlock`, ...) from the app.
+
+    Celery registers them in every app, and a worker runs them for anyone who can write a message
+    to its queue; a tool worker runs only its tools and their compensations.
+    """
+
+    def drop(sender: Any = None, **_: Any) -> None:
+        for name in list(app.tasks):
+            if not name.startswith((TASK_PREFIX, COMPENSATION_PREFIX)):
+                app.tasks.unregister(name)
+
+    if app.finalized:
+        drop()
+    else:
+        app.on_after_finalize.connect(drop, weak=False)
 
 
 def _register(app: Celery, definition: ToolDefinition, settings: Settings) -> None:
@@ -174,9 +200,16 @@ def _publish_catalog_while_running(app: Celery, registry: ToolRegistry, settings
             "worker %s serves pools %s (%s x%d)", entry.hostname, ",".join(pools), kind, entry.concurrency
         )
 
+    def on_reconnected(sender: Any = None, **_: Any) -> None:
+        # Redis may have restarted empty: announce the worker now rather than at its next heartbeat.
+        if getattr(sender, "app", None) is app:
+            for heartbeat in heartbeats:
+                heartbeat.announce()
+
     def on_shutdown(sender: Any = None, **_: Any) -> None:
         while heartbeats:
             heartbeats.pop().stop()
 
     worker_ready.connect(on_ready, weak=False)
+    broker_reconnected.connect(on_reconnected, weak=False)
     worker_shutdown.connect(on_shutdown, weak=False)

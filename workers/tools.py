@@ -18,8 +18,8 @@ from workers._decorators import (
 )
 from workers._definitions import Compensation, ToolDefinition, ToolParameter
 from workers._docstrings import _doc_args
-from workers._inspection import _definition, _hints, _parameters, _SkipSelf
-from workers._types import split_annotated
+from workers._inspection import INJECTED_TYPES, _definition, _hints, _parameters, _SkipSelf
+from workers._types import optional_inner, split_annotated
 from workers.errors import ToolDefinitionError
 from workers.schema import type_label
 from workers.specification import ToolSpecification
@@ -99,10 +99,12 @@ def check_compensations(source: object) -> None:
 
 
 def _shape(function: Callable[..., Any], tool_name: str) -> list[tuple[str, Any]]:
+    """Names and types of the parameters the model's arguments fill (injected ones are free to differ)."""
     hints = _hints(function, tool_name)
-    return [
+    shape = [
         (name, split_annotated(hints.get(name, Any))[0]) for name in inspect.signature(function).parameters
     ]
+    return [(name, tp) for name, tp in shape if optional_inner(tp)[0] not in INJECTED_TYPES]
 
 
 def _takes_execution(shape: list[tuple[str, Any]]) -> bool:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 from workers.settings import Settings
@@ -15,6 +18,11 @@ HELP = "run Flower, the web monitor of every tool call and compensation"
 BASIC_AUTH_ENV = "FLOWER_BASIC_AUTH"
 UNAUTHENTICATED_API_ENV = "FLOWER_UNAUTHENTICATED_API"
 OAUTH_ENV = "FLOWER_AUTH"
+
+# Once Flower has stopped serving (SIGTERM, Ctrl-C), the process ends within this time even if
+# Flower's inspection threads are still waiting on the broker: a container runtime expects a
+# prompt exit, and interpreter shutdown would wait for those threads.
+EXIT_GRACE_S = 1.0
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -85,11 +93,30 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         file=sys.stderr,
         flush=True,
     )
+    status = 1
     try:
         code = app.start(["flower", f"--port={args.port}", f"--address={args.address}"])
+        status = int(code or 0)
     except OSError as exc:
-        return _fail(f"cannot listen on {args.address}:{args.port}: {exc.strerror or exc}")
-    return int(code or 0)
+        status = _fail(f"cannot listen on {args.address}:{args.port}: {exc.strerror or exc}")
+    except SystemExit as exc:  # Flower's SIGTERM handler, outside its serving loop
+        status = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    finally:
+        _exit_within(EXIT_GRACE_S, status)
+    return status
+
+
+def _exit_within(grace_s: float, status: int) -> None:
+    """End the process `grace_s` from now with `status`, whatever threads are still running."""
+
+    def leave() -> None:
+        time.sleep(grace_s)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(status)
+
+    threading.Thread(target=leave, name="toolfleet-flower-exit", daemon=True).start()
 
 
 def _users(credentials: str) -> list[str] | None:

@@ -16,7 +16,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "recover",
         help=HELP,
         description=HELP.capitalize() + ". Reads the SQL log (TOOLFLEET_DATABASE_URL), claims each stale "
-        "invocation and runs its remaining compensations on the tools' pools.",
+        "invocation, settles the calls it left in flight (a success is undone, a call still queued or "
+        "running is revoked and abandoned) and runs its remaining compensations on the tools' pools.",
     )
     parser.add_argument(
         "--stale-after", type=float, default=60.0, metavar="S", help="seconds without heartbeat (default 60)"
@@ -54,6 +55,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             print(f"  compensated  {label}")
         for label in report.failed:
             print(f"  FAILED       {label}  (see `toolfleet sagas --failed`)")
+        for label in report.nothing_to_undo:
+            print(f"  not undone   {label}  (it failed: nothing to undo)")
+        for label in report.abandoned:
+            print(
+                f"  abandoned    {label}  (still queued or running: revoked; undone by its worker "
+                "if it finishes anyway)"
+            )
         for label in report.unknown:
             print(f"  unknown      {label}  (dispatched, outcome never recorded: check it by hand)")
         failed += len(report.failed)

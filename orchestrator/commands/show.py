@@ -54,9 +54,19 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         compensation = compensations.get(call.id)
         if compensation is not None:
             detail = f": {compensation.error}" if compensation.error else ""
-            print(f"      compensation {compensation.state} after {compensation.attempts} attempt(s){detail}")
-        if call.state == "abandoned" and call.compensable:
+            why = f" ({compensation.reason})" if compensation.reason else ""
+            print(
+                f"      compensation {compensation.state} after {compensation.attempts} attempt(s)"
+                f"{why}{detail}"
+            )
+        if not call.compensable:
+            continue
+        if call.state == "abandoned":
             print(f"      late compensation: {_late_text(settings, call)}")
+        elif call.state == "failed":
+            print("      nothing to undo: the call failed")
+        elif call.state == "dispatched":
+            print("      no outcome journaled: in flight, or its orchestrator stopped (`toolfleet recover`)")
     return 0
 
 

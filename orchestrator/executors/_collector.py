@@ -9,7 +9,10 @@ deadline.
 
 Every `check_interval_s` the reader also reads the stored states of the calls still pending — results
 published while the subscription was reconnecting are picked up there — and asks the catalog whether
-the worker that started a call, or any worker of the call's pool, is still alive.
+the worker that started a call, or any worker of the call's pool, is still alive. An idempotent
+call whose worker is declared lost is published again (same task id) for another worker of its pool
+rather than ended: the lost worker's message stays unacknowledged in the broker until its visibility
+timeout, long after the call's deadline, so that copy is discarded as expired when it comes back.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from redis.exceptions import RedisError
 
 from workers.catalog import POOL_KEY, WORKER_KEY
 
-__all__ = ["FINAL_STATES", "LOST", "NO_WORKER", "ResultCollector"]
+__all__ = ["FINAL_STATES", "LOST", "MAX_REDISPATCHES", "NO_WORKER", "ResultCollector"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,10 @@ LOST = "TOOLFLEET_WORKER_LOST"
 NO_WORKER = "TOOLFLEET_NO_WORKER"
 
 
+MAX_REDISPATCHES = 3  # per call: each one needs a worker to die while running it
+RECONNECT_DELAY_MAX_S = 0.5
+
+
 @dataclass
 class _Pending:
     task_id: str
@@ -48,6 +55,8 @@ class _Pending:
     since: float = field(default_factory=time.monotonic)
     worker: str | None = None
     on_started: Callable[[str], None] | None = None
+    redispatch: Callable[[], None] | None = None
+    lost: set[str] = field(default_factory=set)  # workers declared lost while running it
 
 
 class ResultCollector:
@@ -81,20 +90,35 @@ class ResultCollector:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._subscribed = threading.Event()
+        self._redispatcher = concurrent.futures.ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="toolfleet-redispatch"
+        )
         self._thread = threading.Thread(target=self._run, name="toolfleet-collector", daemon=True)
         self._thread.start()
 
     def watch(
-        self, task_id: str, pool: str, on_started: Callable[[str], None] | None = None
+        self,
+        task_id: str,
+        pool: str,
+        on_started: Callable[[str], None] | None = None,
+        *,
+        redispatch: Callable[[], None] | None = None,
     ) -> concurrent.futures.Future[dict[str, Any]]:
         """Subscribe to `task_id`'s channel and return the future of its final state.
 
         Call it before publishing the task. If Redis is unreachable the call is still watched: its
         stored state is read once Redis answers again.
+
+        With `redispatch` (idempotent calls), a call whose worker is declared lost is not ended: it
+        is published again under the same task id by `redispatch()` (on another thread), and
+        watched on; the lost worker's own STARTED state is then ignored. Up to `MAX_REDISPATCHES`
+        times; the caller's deadline bounds the wait as always.
         """
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         with self._lock:
-            self._pending[task_id] = _Pending(task_id, pool, future, on_started=on_started)
+            self._pending[task_id] = _Pending(
+                task_id, pool, future, on_started=on_started, redispatch=redispatch
+            )
         self._subscribed.wait(timeout=2)
         if not self._connected:
             return future  # subscribed with all pending calls once the connection is back
@@ -114,6 +138,7 @@ class ResultCollector:
     def close(self) -> None:
         self._closed.set()
         self._thread.join(timeout=5)
+        self._redispatcher.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             pending, self._pending = list(self._pending.values()), {}
         for entry in pending:
@@ -148,7 +173,7 @@ class ResultCollector:
                 self._connected = False
                 self._subscribed.set()  # callers never wait on a Redis that is down
                 self._closed.wait(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, RECONNECT_DELAY_MAX_S)
                 next_check = time.monotonic()
             except Exception:
                 log.exception("result collector error")
@@ -195,7 +220,12 @@ class ResultCollector:
             entry = self._pending.get(task_id)
             started = meta.get("result")
             worker = started.get("hostname") if isinstance(started, dict) else meta.get("worker")
-            if entry is not None and isinstance(worker, str) and worker != entry.worker:
+            if (
+                entry is not None
+                and isinstance(worker, str)
+                and worker != entry.worker
+                and worker not in entry.lost  # the stale state of a worker that died running it
+            ):
                 entry.worker = worker
                 if entry.on_started is not None:
                     try:
@@ -241,6 +271,31 @@ class ResultCollector:
         live_pools = {p for p, n in zip(pools, answers[len(workers) :], strict=True) if n}
         for entry in due:
             if entry.worker and entry.worker not in alive_workers:
-                self._on_state(entry.task_id, {"status": LOST, "worker": entry.worker})
+                if entry.redispatch is not None and len(entry.lost) < MAX_REDISPATCHES:
+                    self._redispatch(entry, entry.worker)
+                else:
+                    self._on_state(entry.task_id, {"status": LOST, "worker": entry.worker})
             elif not entry.worker and entry.pool not in live_pools:
                 self._on_state(entry.task_id, {"status": NO_WORKER, "pool": entry.pool})
+
+    def _redispatch(self, entry: _Pending, lost_worker: str) -> None:
+        """Publish an idempotent call whose worker died again, and go on waiting for it."""
+        redispatch = entry.redispatch
+        assert redispatch is not None
+        with self._lock:
+            entry.lost.add(lost_worker)
+            entry.worker = None
+            entry.since = time.monotonic()
+        log.info("call %s lost its worker %s; dispatching it again (idempotent)", entry.task_id, lost_worker)
+
+        def publish() -> None:
+            try:
+                redispatch()
+            except Exception as exc:
+                log.warning("could not dispatch %s again: %s", entry.task_id, exc)
+                self._on_state(entry.task_id, {"status": LOST, "worker": lost_worker})
+
+        try:
+            self._redispatcher.submit(publish)
+        except RuntimeError:  # closing
+            self._on_state(entry.task_id, {"status": LOST, "worker": lost_worker})

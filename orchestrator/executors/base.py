@@ -8,13 +8,15 @@ from typing import Protocol
 
 from workers import ToolDefinition, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.invocation import Invocation
+from workers.invocation import idempotency_key as _call_key
+from workers.settings import Settings
 
-__all__ = ["ToolExecutor", "execute_batch", "idempotency_key"]
+__all__ = ["ToolExecutor", "execute_batch", "fanout_limit", "idempotency_key"]
 
 
 def idempotency_key(invocation: Invocation, request: ToolExecutionRequest) -> str:
     """The key that identifies one call everywhere: invocation id and call id."""
-    return f"{invocation.context.invocation_id}:{request.id or request.name}"
+    return _call_key(invocation.context.invocation_id, request.id or request.name)
 
 
 class ToolExecutor(Protocol):
@@ -32,6 +34,19 @@ class ToolExecutor(Protocol):
     async def compensate(
         self, definition: ToolDefinition, execution: ToolExecution, invocation: Invocation
     ) -> ToolOutcome: ...
+
+
+def fanout_limit(executor: object) -> int:
+    """How many calls of one response may be in flight at once on `executor`.
+
+    The one fan-out knob is `max_fanout` (`TOOLFLEET_MAX_FANOUT`): an executor's own `max_fanout`
+    (`LocalExecutor`), else its settings' (`CeleryExecutor`), else the environment's.
+    """
+    for source in (executor, getattr(executor, "settings", None)):
+        limit = getattr(source, "max_fanout", None)
+        if isinstance(limit, int) and not isinstance(limit, bool):
+            return limit
+    return Settings.from_env().max_fanout
 
 
 async def execute_batch(

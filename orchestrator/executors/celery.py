@@ -7,7 +7,6 @@ import dataclasses
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +15,8 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
+from orchestrator._inflight import Settled, settle
+from orchestrator.executors._attempts import Attempts
 from orchestrator.executors._call_events import CallEvent, _notifier
 from orchestrator.executors._collector import FINAL_STATES, META_PREFIX, ResultCollector
 from orchestrator.executors._outcomes import _error, _no_worker, _outcome, _seconds, _worker_of
@@ -31,6 +32,7 @@ from workers import (
 from workers.app import make_publisher
 from workers.catalog import Catalog, WorkerEntry
 from workers.invocation import Invocation
+from workers.protocol import call_task_id
 from workers.retry import backoff_s
 from workers.runner import utf8_size
 from workers.settings import Settings
@@ -52,6 +54,7 @@ _CATALOG_CACHE_S = 2.0
 _CATALOG_RECHECK_S = 0.2
 _LATE_RESULT_GRACE_S = 5.0
 _OUTAGE_HOLD_S = 1.0
+_ATTEMPTS = Attempts()  # process-wide: every executor of this process counts a key's dispatches
 _COMPENSATION_WAIT_MAX_S = 1.0  # how often a compensation waiting for a worker or the broker looks again
 
 
@@ -148,6 +151,7 @@ class CeleryExecutor:
 
         With `compensate_if_late`, a call abandoned at its deadline that completes afterwards is undone
         by its worker: the call's state in Redis decides atomically between collected and abandoned.
+        Each dispatch's task id follows from the call's idempotency key and attempt (`call_task_id`).
         """
         definition = definition or self.definition(request.name)
         invocation = invocation or Invocation()
@@ -166,14 +170,15 @@ class CeleryExecutor:
         key = idempotency_key(invocation, request)
         attempts = 1 + (definition.options.retries if definition.options.idempotent else 0)
         outcome = _error(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
-        for _ in range(attempts):
+        for attempt in range(1, attempts + 1):
             outcome = await self._dispatch(
                 TASK_PREFIX + definition.name,
-                str(uuid.uuid4()),
+                call_task_id(key, _ATTEMPTS.next(key)),
                 {
                     "request": request.to_json(),
                     "invocation": invocation.to_json(),
                     "compensate_if_late": compensate_if_late and definition.compensation is not None,
+                    "attempt": attempt,
                 },
                 definition,
                 deadline,
@@ -244,6 +249,15 @@ class CeleryExecutor:
             waits += 1
             await asyncio.sleep(pause)
 
+    async def settle(self, key: str, definition: ToolDefinition | None) -> Settled:
+        """Settle a call whose orchestrator died before journaling its outcome, from the states of
+        every dispatch it can have had (`orchestrator._inflight.settle`). Revoked without terminating:
+        a call killed midway could leave a partial effect that nothing undoes."""
+        retries = definition.options.retries if definition and definition.options.idempotent else 0
+        ids = [call_task_id(key, attempt) for attempt in range(1 + retries)]
+        ttl = int(max(self.settings.result_expires_s, 60))
+        return await settle(self._redis, ids, lambda i: self._abandon(i, terminate=False), mark_ttl_s=ttl)
+
     async def _dispatch(
         self,
         task_name: str,
@@ -261,8 +275,17 @@ class CeleryExecutor:
             return _no_worker(definition)
         collector = self._collector
         notify = _notifier(self.on_call, task_id, task_name, pool)
+        redispatch = None
+        if definition.options.idempotent and task_name.startswith(TASK_PREFIX):
+            # A worker lost mid-call: the same message again, for another worker of the pool.
+            def redispatch() -> None:
+                self._publish(task_name, task_id, kwargs, pool, deadline - time.monotonic(), key=key)
+
         future = collector.watch(
-            task_id, pool, (lambda worker: notify("started", worker)) if notify else None
+            task_id,
+            pool,
+            (lambda worker: notify("started", worker)) if notify else None,
+            redispatch=redispatch,
         )
         if notify:
             notify("queued", None)
@@ -404,9 +427,10 @@ class CeleryExecutor:
         if kinds:
             self._pool_kinds[pool] = kinds.pop() if len(kinds) == 1 else "mixed"
 
-    def _abandon(self, task_id: str, pool: str) -> None:
+    def _abandon(self, task_id: str, pool: str | None = None, *, terminate: bool | None = None) -> None:
         """Revoke a call past its deadline; terminate it where the worker's pool can (prefork)."""
-        terminate = self._pool_kinds.get(pool) == "prefork"
+        if terminate is None:
+            terminate = pool is not None and self._pool_kinds.get(pool) == "prefork"
         try:
             self._publisher.control.revoke(task_id, terminate=terminate, signal="SIGKILL")
         except OperationalError as exc:

@@ -20,16 +20,17 @@ from workers import (
     ToolOutcome,
     ToolRegistry,
 )
-from workers.invocation import Invocation
+from workers.invocation import Invocation, ToolCallIdentity
 from workers.retry import backoff_s, is_transient
 from workers.runner import (
     arun_compensation,
     arun_tool,
     bound_outcome,
-    error_outcome,
+    call_identity,
     run_compensation,
     run_tool,
 )
+from workers.settings import Settings
 
 __all__ = ["LocalExecutor"]
 
@@ -52,7 +53,7 @@ class LocalExecutor:
         tools: Iterable[object] = (),
         *,
         max_threads: int = 32,
-        max_fanout: int = 64,
+        max_fanout: int | None = None,
         default_tool_timeout_s: float = 60.0,
         retry_backoff_s: float = 0.2,
         retry_backoff_max_s: float = 5.0,
@@ -60,7 +61,8 @@ class LocalExecutor:
         max_result_bytes: int = 4 << 20,
     ) -> None:
         self.registry = ToolRegistry(tools)
-        self.max_fanout = max_fanout
+        # None: TOOLFLEET_MAX_FANOUT, the one fan-out knob, as on worker pools
+        self.max_fanout = max_fanout if max_fanout is not None else Settings.from_env().max_fanout
         self.compensation_retries = compensation_retries
         self.max_result_bytes = max_result_bytes
         self._compensated: set[str] = set()
@@ -84,15 +86,20 @@ class LocalExecutor:
         """
         definition = definition or self.registry.get(request.name)
         if definition is None:
+            # The same outcome a worker pool gives (no tool exception to describe), the live error kept.
             error = UnknownToolError(f"Unknown tool '{request.name}'")
-            return error_outcome(error, OutcomeKind.EXECUTION_ERROR)
+            return ToolOutcome(
+                OutcomeKind.EXECUTION_ERROR, str(error), error_type="UnknownToolError", exception=error
+            )
         timeout_s = definition.timeout or self.default_tool_timeout_s
         deadline = time.monotonic() + timeout_s
         invocation = invocation or Invocation()
         late = compensate_if_late and definition.compensation is not None
+        key = idempotency_key(invocation, request)
         attempt = 0
         while True:
-            outcome = await self._run_once(definition, request, invocation, deadline, late)
+            identity = call_identity(invocation, request, attempt=attempt + 1, key=key)
+            outcome = await self._run_once(definition, request, invocation, identity, deadline, late)
             if outcome is None:
                 return ToolOutcome(
                     kind=OutcomeKind.TIMED_OUT,
@@ -112,22 +119,23 @@ class LocalExecutor:
         definition: ToolDefinition,
         request: ToolExecutionRequest,
         invocation: Invocation,
+        identity: ToolCallIdentity,
         deadline: float,
         compensate_if_late: bool,
     ) -> ToolOutcome | None:
         """One attempt; `None` when the deadline passed first (the call runs on: a thread cannot stop)."""
         running: asyncio.Future[ToolOutcome] | concurrent.futures.Future[ToolOutcome]
         if definition.is_async:
-            running = asyncio.ensure_future(arun_tool(definition, request, invocation))
+            running = asyncio.ensure_future(arun_tool(definition, request, invocation, identity))
             waiting: asyncio.Future[ToolOutcome] = running
         else:
-            running = self._threads.submit(run_tool, definition, request, invocation)
+            running = self._threads.submit(run_tool, definition, request, invocation, identity)
             waiting = asyncio.wrap_future(running)
         done, _ = await asyncio.wait({waiting}, timeout=max(deadline - time.monotonic(), 0.0))
         if waiting in done:
             return bound_outcome(waiting.result(), definition.name, self.max_result_bytes)
         if compensate_if_late:
-            key = idempotency_key(invocation, request)
+            key = identity.idempotency_key
             running.add_done_callback(
                 lambda finished: self._compensate_late(definition, request, invocation, key, finished)
             )
@@ -166,12 +174,16 @@ class LocalExecutor:
         with self._lock:
             if key in self._compensated:
                 return ToolOutcome(OutcomeKind.SUCCESS, "Already compensated")
-        outcome = run_compensation(definition, execution, invocation)
+        request = execution.request
+        outcome = run_compensation(
+            definition, execution, invocation, call_identity(invocation, request, key=key)
+        )
         for attempt in range(self.compensation_retries):
             if not outcome.is_error:
                 break
             time.sleep(backoff_s(attempt, *self._backoff))
-            outcome = run_compensation(definition, execution, invocation)
+            identity = call_identity(invocation, request, attempt=attempt + 2, key=key)
+            outcome = run_compensation(definition, execution, invocation, identity)
         if not outcome.is_error:
             with self._lock:
                 self._compensated.add(key)
@@ -188,9 +200,11 @@ class LocalExecutor:
         timeout_s = definition.timeout or self.default_tool_timeout_s
         outcome = ToolOutcome(OutcomeKind.EXECUTION_ERROR, "not run", error_type="NotRun")
         for attempt in range(1 + self.compensation_retries):
+            identity = call_identity(invocation, execution.request, attempt=attempt + 1, key=key)
             try:
                 outcome = await asyncio.wait_for(
-                    arun_compensation(definition, execution, invocation, executor=self._threads), timeout_s
+                    arun_compensation(definition, execution, invocation, identity, executor=self._threads),
+                    timeout_s,
                 )
             except TimeoutError:
                 outcome = ToolOutcome(

@@ -2,6 +2,8 @@
 
 Tests use a dedicated Redis database (`TOOLFLEET_TEST_REDIS_DB`, default 13) on the server at
 `TOOLFLEET_REDIS_URL`, flushed at the start of the session, so a developer's own data is untouched.
+Every other `TOOLFLEET_*` variable of the caller is removed before the session starts
+(tests/conftest.py), so the workers started here read only what these fixtures give them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pytest
 import redis
 from celery import Celery
 
+from tests._environment import test_redis_url
 from workers.app import make_app
 from workers.process import WorkerProcess
 from workers.settings import Settings
@@ -21,15 +24,9 @@ from workers.settings import Settings
 TOOLS = "tests.integration.tools"
 
 
-def _test_redis_url() -> str:
-    base = os.environ.get("TOOLFLEET_REDIS_URL", "redis://127.0.0.1:6379/0")
-    db = os.environ.get("TOOLFLEET_TEST_REDIS_DB", "13")
-    return base.rsplit("/", 1)[0] + "/" + db if base.count("/") >= 3 else base + "/" + db
-
-
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    url = _test_redis_url()
+    url = test_redis_url(os.environ)
     client = redis.Redis.from_url(url)
     try:
         client.ping()

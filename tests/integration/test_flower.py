@@ -4,7 +4,9 @@ arguments and runtime — checked through Flower's REST API, behind basic auth."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import httpx
 import pytest
 
 from orchestrator.executors.celery import CeleryExecutor
+from tests._processes import reap
 from workers import OutcomeKind, ToolExecution, ToolExecutionRequest
 from workers.invocation import Invocation
 from workers.process import WorkerProcess
@@ -49,25 +52,29 @@ def worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
         yield process
 
 
+def _start_flower(redis_url: str, port: int, log: Path, **variables: str) -> subprocess.Popen[bytes]:
+    """`toolfleet flower` in its own process group, on the test Redis, behind basic auth."""
+    env = {**os.environ, "TOOLFLEET_REDIS_URL": redis_url, "FLOWER_BASIC_AUTH": f"{AUTH[0]}:{AUTH[1]}"}
+    with open(log, "ab") as output:
+        return subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "flower", "--port", str(port)],
+            env={**env, **variables},
+            stdout=output,
+            stderr=output,
+            start_new_session=True,
+        )
+
+
 @pytest.fixture(scope="module")
 def flower(redis_url: str, worker: WorkerProcess, worker_logs: Path) -> Iterator[str]:
+    log = worker_logs / "flower.log"
     port = _free_port()
-    env = {**os.environ, "TOOLFLEET_REDIS_URL": redis_url, "FLOWER_BASIC_AUTH": f"{AUTH[0]}:{AUTH[1]}"}
-    for name in ("TOOLFLEET_BROKER_URL", "TOOLFLEET_RESULT_BACKEND"):
-        env.pop(name, None)
-    log = open(worker_logs / "flower.log", "wb")  # noqa: SIM115
-    process = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "flower", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
+    process = _start_flower(redis_url, port, log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
         while True:  # ready once Flower has seen our worker through its events
-            assert process.poll() is None, (worker_logs / "flower.log").read_text()
+            assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "Flower did not see the worker within 30 s"
             try:
                 workers = httpx.get(f"{url}/api/workers", auth=AUTH, params={"refresh": "1"}, timeout=5)
@@ -78,12 +85,7 @@ def flower(redis_url: str, worker: WorkerProcess, worker_logs: Path) -> Iterator
             time.sleep(0.3)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+        reap(process, grace_s=5)
 
 
 def _task(url: str, task_id: str, final: str) -> dict[str, Any]:
@@ -148,3 +150,35 @@ def test_a_successful_call_a_failing_call_and_a_compensation_show_in_flower(
 
     # and the invocation's parameters (which may hold secrets) are never among the arguments
     assert "parameters" not in success["kwargs"]
+
+
+def test_toolfleet_flower_exits_within_two_seconds_of_sigterm(redis_url: str, worker_logs: Path) -> None:
+    # given: Flower serving, with an inspection in flight that would wait 20 s for a worker that does
+    # not exist (a slow broker looks the same)
+    log = worker_logs / "flower-sigterm.log"
+    port = _free_port()
+    process = _start_flower(redis_url, port, log, FLOWER_INSPECT_TIMEOUT="20000")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "Flower did not answer within 30 s"
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/healthcheck", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.1)
+        with contextlib.suppress(httpx.TimeoutException):
+            params = {"workername": "nobody@nowhere", "refresh": "1"}
+            httpx.get(f"{url}/api/workers", auth=AUTH, params=params, timeout=0.5)
+        # when: the container runtime stops it
+        process.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+        elapsed = time.monotonic() - stopped
+    finally:
+        reap(process, grace_s=1)
+    # then: it exited on its own, promptly and cleanly
+    assert elapsed < 2.5, f"Flower took {elapsed:.1f} s to stop after SIGTERM\n{log.read_text()[-2000:]}"
+    assert process.returncode == 0

@@ -44,6 +44,8 @@ def _expected(kind: OutcomeKind, text: str, **fields: Any) -> dict[str, Any]:
         "error_type": None,
         "message_for_llm": None,
         "parameter_changes": {},
+        "error_type_name": None,
+        "error_cause": None,
     }
     unknown = set(fields) - set(outcome)
     assert not unknown, f"not outcome fields: {unknown}"
@@ -52,7 +54,12 @@ def _expected(kind: OutcomeKind, text: str, **fields: Any) -> dict[str, Any]:
 
 
 def _args_error(text: str) -> dict[str, Any]:
-    return _expected(OutcomeKind.ARGUMENTS_ERROR, text, error_type="ToolArgumentsError")
+    return _expected(
+        OutcomeKind.ARGUMENTS_ERROR,
+        text,
+        error_type="ToolArgumentsError",
+        error_type_name="workers.errors.ToolArgumentsError",
+    )
 
 
 @dataclass(frozen=True)
@@ -163,13 +170,23 @@ CASES = [
         "exec-plain-value-error",
         "fail",
         '{"how": "other"}',
-        _expected(OutcomeKind.EXECUTION_ERROR, "broken: other", error_type="ValueError"),
+        _expected(
+            OutcomeKind.EXECUTION_ERROR,
+            "broken: other",
+            error_type="ValueError",
+            error_type_name="ValueError",
+        ),
     ),
     Case(
         "exec-empty-message-is-type-name",
         "fail",
         '{"how": "empty"}',
-        _expected(OutcomeKind.EXECUTION_ERROR, "RuntimeError", error_type="RuntimeError"),
+        _expected(
+            OutcomeKind.EXECUTION_ERROR,
+            "RuntimeError",
+            error_type="RuntimeError",
+            error_type_name="RuntimeError",
+        ),
     ),
     Case(
         "exec-visible-to-llm",
@@ -180,13 +197,20 @@ CASES = [
             "card declined",
             error_type="Declined",
             message_for_llm="card declined",
+            error_type_name="tests.integration.tools.Declined",
         ),
     ),
     Case(
         "exec-visible-blank-is-unmarked",
         "fail",
         '{"how": "visible_blank"}',
-        _expected(OutcomeKind.EXECUTION_ERROR, "   ", error_type="Declined", message_for_llm=None),
+        _expected(
+            OutcomeKind.EXECUTION_ERROR,
+            "   ",
+            error_type="Declined",
+            message_for_llm=None,
+            error_type_name="tests.integration.tools.Declined",
+        ),
     ),
     # -- invocation data
     Case(
@@ -246,7 +270,12 @@ CASES = [
         "transient-failure-retries-exhausted",
         "flaky",
         '{"key": "@KEY@", "failures": 5}',
-        _expected(OutcomeKind.EXECUTION_ERROR, "attempt 4 failed", error_type="Flaky"),
+        _expected(
+            OutcomeKind.EXECUTION_ERROR,
+            "attempt 4 failed",
+            error_type="Flaky",
+            error_type_name="tests.integration.tools.Flaky",
+        ),
     ),
     # -- multimodal and attributes
     Case(

@@ -29,6 +29,7 @@ import httpx
 import hypothesis
 import pytest
 import redis
+from celery.states import READY_STATES
 from hypothesis import given
 from hypothesis import strategies as st
 from kombu import Connection, Exchange, Queue
@@ -176,6 +177,12 @@ def _stored(client: redis.Redis, task_id: str) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
+def _final(client: redis.Redis, task_id: str) -> dict[str, Any] | None:
+    """The task's stored state once it is final (a worker stores STARTED first)."""
+    stored = _stored(client, task_id)
+    return stored if stored is not None and stored["status"] in READY_STATES else None
+
+
 def _log_count(log: Path, text: str) -> int:
     return log.read_text(errors="replace").count(text) if log.exists() else 0
 
@@ -199,7 +206,7 @@ def test_a_pickled_task_message_is_refused_unread_and_never_runs(
     # when: then the same call as JSON (the control), behind it in the queue
     json_id = _publish(redis_url, "tool.bad_mark", _mark_call(json_key), "json")
     # then: the JSON message ran
-    control = _wait_for(lambda: _stored(client, json_id), what="the JSON control's result")
+    control = _wait_for(lambda: _final(client, json_id), what="the JSON control's result")
     assert control["status"] == "SUCCESS" and control["result"]["text"] == f"marked {json_key}"
     assert client.get(f"badinput:ran:{json_key}") == b"1"
     # and the pickled one was refused unread: the worker logged the refusal, nothing ran or was stored
@@ -226,7 +233,7 @@ def test_a_forged_task_name_runs_nothing(
     # when
     task_id = _publish(redis_url, "tool.os_system", {"command": f"touch {marker}"}, "json")
     # then: Celery records it as not registered; the worker logged it and ran nothing
-    stored = _wait_for(lambda: _stored(client, task_id), what="the refusal's stored state")
+    stored = _wait_for(lambda: _final(client, task_id), what="the refusal's stored state")
     assert stored["status"] == "FAILURE"
     assert stored["result"]["exc_type"] == "NotRegistered"
     _wait_for(lambda: _log_count(worker_log, unregistered) > before, what="the refusal in the log")
@@ -240,7 +247,7 @@ def test_a_forged_message_for_a_real_tool_without_a_call_runs_nothing(
     # given: a message for `tool.bad_mark` whose kwargs are not a call at all
     task_id = _publish(redis_url, "tool.bad_mark", {"key": "direct"}, "json")
     # then: it fails before binding anything; the tool did not run
-    stored = _wait_for(lambda: _stored(client, task_id), what="the failure")
+    stored = _wait_for(lambda: _final(client, task_id), what="the failure")
     assert (stored["status"], stored["result"]["exc_type"]) == ("FAILURE", "KeyError")
     assert client.get("badinput:ran:direct") is None
     _healthy(bad_worker, celery)

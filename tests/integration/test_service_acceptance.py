@@ -722,10 +722,9 @@ def test_custom_handler_receives_the_error_context(executor: Any) -> None:
     assert str(arguments_error) == BAD_COUNT_TEXT
 
 
-def test_handler_receives_the_exception_as_the_tool_raised_it(executor: Any) -> None:
-    # given a tool raising WrapperError whose __cause__ is LookupError. toolfleet adds no wrapper of
-    # its own (Python has no reflection wrapper to strip), so the handler receives what the tool
-    # raised and `raw_error` is that same exception: causes stay out of the model's sight.
+def test_handler_receives_the_cause_and_raw_error_the_exception_as_raised(executor: Any) -> None:
+    # given a tool raising WrapperError whose __cause__ is LookupError: SPEC §6 unwraps one level of
+    # `__cause__`, so the handler receives the LookupError and `raw_error` is the WrapperError.
     seen: list[tuple[BaseException, ToolErrorContext]] = []
 
     def handler(error: BaseException, context: ToolErrorContext) -> ToolErrorHandlerResult:
@@ -742,11 +741,18 @@ def test_handler_receives_the_exception_as_the_tool_raised_it(executor: Any) -> 
 
     # then
     [(error, context)] = seen
-    assert str(error) == "wrapper: guardrail tripped"
-    assert context.raw_error is error
-    assert "order 7" not in str(model.requests[1].messages[-1])
+    assert str(error) == "inner: order 7 not found"
+    assert str(context.raw_error) == "wrapper: guardrail tripped"
+    assert context.raw_error.__cause__ is error
+    assert model.requests[1].messages[-1].text == "inner: order 7 not found"  # what the handler chose
     if isinstance(executor, LocalExecutor):
-        assert error is acc.RAISED[-1]
+        assert context.raw_error is acc.RAISED[-1]
+        assert type(error) is LookupError
+    else:
+        assert isinstance(error, RemoteToolError)
+        assert (error.type_name, error.message) == ("LookupError", "inner: order 7 not found")
+        assert isinstance(context.raw_error, RemoteToolError)
+        assert context.raw_error.type_name == "tests.integration.acceptance_tools.WrapperError"
 
 
 # -- 5. default policies and the once-per-process notice (SPEC §6) -------------------------------

@@ -1,0 +1,47 @@
+"""The environment every test runs in: none of the caller's toolfleet or Flower settings.
+
+A developer's shell, a CI job or a container may export `TOOLFLEET_*` (and Flower's `FLOWER_*`)
+variables. The tests' own processes (worker pools, Flower, drivers) inherit this process's
+environment, so a stray `TOOLFLEET_BROKER_URL` would send a worker to another broker than the
+publisher. The harness keeps only what tells it where its servers are, and sets the rest itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from pathlib import Path
+
+__all__ = ["HARNESS_PREFIX", "HARNESS_VARIABLES", "make_hermetic", "test_redis_url"]
+
+# Read by the harness to find its servers and choose its databases: kept.
+HARNESS_VARIABLES = frozenset({"TOOLFLEET_REDIS_URL"})
+HARNESS_PREFIX = "TOOLFLEET_TEST_"
+# Read by toolfleet or Flower in any process a test starts: removed unless the harness reads it.
+_PRODUCT_PREFIXES = ("TOOLFLEET_", "FLOWER_")
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_TEST_REDIS_DB = "13"
+
+
+def test_redis_url(environ: MutableMapping[str, str]) -> str:
+    """The test database (`TOOLFLEET_TEST_REDIS_DB`, default 13) on the server at `TOOLFLEET_REDIS_URL`."""
+    base = environ.get("TOOLFLEET_REDIS_URL") or DEFAULT_REDIS_URL
+    db = environ.get("TOOLFLEET_TEST_REDIS_DB") or DEFAULT_TEST_REDIS_DB
+    return base.rsplit("/", 1)[0] + "/" + db if base.count("/") >= 3 else base + "/" + db
+
+
+def make_hermetic(environ: MutableMapping[str, str], scratch: Path) -> list[str]:
+    """Remove every toolfleet and Flower variable the harness does not read, then set what the tests
+    need: the test Redis database and a journal in `scratch`. Returns the names removed."""
+    removed = sorted(
+        name
+        for name in environ
+        if name.startswith(_PRODUCT_PREFIXES)
+        and name not in HARNESS_VARIABLES
+        and not name.startswith(HARNESS_PREFIX)
+    )
+    for name in removed:
+        del environ[name]
+    environ["TOOLFLEET_REDIS_URL"] = test_redis_url(environ)
+    environ["TOOLFLEET_DATABASE_URL"] = f"sqlite:///{scratch / 'toolfleet.db'}"
+    return removed

@@ -1,0 +1,459 @@
+"""The worker runtime under faults: redelivery of idempotent calls, prompt reconnection after a Redis
+outage, a catalog entry published again on reconnection, and only toolfleet's tasks on a worker.
+
+Real processes only. Workers run against a PRIVATE redis-server (`PrivateRedis`, AOF on) that the
+tests stop and start; the tools (`runtime_fault_tools.py`) count their runs in the shared test Redis
+(`redis_url`, never restarted), so what ran is known whatever happened to the private one.
+
+Measured figures are printed: run with `-s` to see them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from orchestrator import CeleryExecutor, ToolExecutionRequest
+from orchestrator.executors._collector import ResultCollector
+from orchestrator.executors.celery import CallEvent
+from tests.integration import runtime_fault_tools as rt
+from tests.integration.private_redis import PrivateRedis
+from workers import OutcomeKind, ToolExecution, ToolOutcome, ToolRegistry
+from workers.app import make_publisher
+from workers.catalog import WORKER_KEY, Catalog
+from workers.invocation import Invocation
+from workers.process import WorkerProcess
+from workers.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+TOOLS_MODULE = "tests.integration.runtime_fault_tools"
+SHORT_TTL_S = 2.0  # heartbeat TTL of the workers the redelivery tests kill
+RECONNECT_BOUND_S = 1.5  # from Redis answering again to the worker consuming again
+RESULT_BOUND_S = 3.0  # from Redis answering again to every result written meanwhile collected
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.01) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()
+
+
+def request(name: str, call_id: str, **arguments: Any) -> ToolExecutionRequest:
+    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
+
+
+class Counts:
+    """The tools' counters in the shared test Redis, under a prefix unique to one test."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.prefix = uuid.uuid4().hex[:8]
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}-{name}"
+
+    def __call__(self, what: str, name: str) -> int:
+        return int(self.client.get(f"rt:{what}:{self.key(name)}") or 0)
+
+    def at(self, what: str, name: str) -> float | None:
+        raw = self.client.get(f"rt:at:{what}:{self.key(name)}")
+        return float(raw) if raw else None
+
+
+class Background:
+    """A coroutine run on its own thread and event loop, so the test can inject a fault meanwhile."""
+
+    def __init__(self, target: Callable[[], Any]) -> None:
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(target,), daemon=True)
+        self._thread.start()
+
+    def _run(self, target: Callable[[], Any]) -> None:
+        try:
+            self._value = asyncio.run(target())
+        except BaseException as exc:
+            self._error = exc
+
+    def join(self, timeout_s: float) -> Any:
+        self._thread.join(timeout_s)
+        assert not self._thread.is_alive(), f"still running after {timeout_s} s: a call hangs"
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def start_worker(
+    redis_url: str,
+    counter_url: str,
+    logs: Path,
+    pool: str,
+    *,
+    kind: str = "threads",
+    concurrency: int = 4,
+    heartbeat_ttl_s: float = 6.0,
+    visibility_timeout_s: float | None = None,
+) -> WorkerProcess:
+    name = f"{pool}-{kind}-{time.monotonic_ns() % 10**8}"
+    env = {
+        "PYTHONPATH": REPO_ROOT,
+        "TOOLFLEET_TEST_COUNTER_URL": counter_url,
+        "TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
+        "TOOLFLEET_VISIBILITY_TIMEOUT_S": "" if visibility_timeout_s is None else str(visibility_timeout_s),
+    }
+    return WorkerProcess(
+        pools=[pool],
+        modules=[TOOLS_MODULE],
+        redis_url=redis_url,
+        kind=kind,
+        concurrency=concurrency,
+        hostname=f"{name}@runtime",
+        env=env,
+        log_path=logs / f"{name}.log",
+        loglevel="INFO",
+    )
+
+
+def settings_for(redis_url: str, heartbeat_ttl_s: float) -> Settings:
+    return Settings.from_env(
+        {
+            "TOOLFLEET_REDIS_URL": redis_url,
+            "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
+            "TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
+        }
+    )
+
+
+def close_collector(redis_url: str) -> None:
+    collector = ResultCollector._shared.get(redis_url)
+    if collector is not None:
+        collector.close()
+
+
+# -- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("runtime-faults")
+
+
+@pytest.fixture(scope="module")
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
+    """This module's own redis-server, AOF on: restartable on the same port."""
+    server = PrivateRedis(tmp_path_factory.mktemp("runtime-redis"))
+    try:
+        server.start()
+        yield server
+    finally:
+        close_collector(server.url)
+        server.stop()
+
+
+@pytest.fixture
+def up(private_redis: PrivateRedis) -> PrivateRedis:
+    """The private Redis, running (a test that failed mid-outage may have left it down)."""
+    if not private_redis.running:
+        private_redis.start()
+    return private_redis
+
+
+@pytest.fixture
+def counts(redis_url: str) -> Iterator[Counts]:
+    client = redis.Redis.from_url(redis_url)
+    yield Counts(client)
+    client.close()
+
+
+# -- A. idempotent calls are redelivered when their worker dies ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "tool_name"),
+    [("threads", "rt_idem_sleep"), ("prefork", "rt_idem_sleep"), ("threads", "rt_idem_retry_sleep")],
+)
+def test_an_idempotent_call_whose_worker_is_killed_completes_once_on_another_worker(
+    kind: str, tool_name: str, up: PrivateRedis, redis_url: str, counts: Counts, logs: Path
+) -> None:
+    # Given: two workers on the pool (heartbeat TTL 2 s; the broker redelivers an unacknowledged
+    # message after 16 s, past the call's 15 s deadline), and an idempotent call of 4 s
+    workers = [
+        start_worker(
+            up.url,
+            redis_url,
+            logs,
+            rt.IDEMPOTENT_POOL,
+            kind=kind,
+            concurrency=1,
+            heartbeat_ttl_s=SHORT_TTL_S,
+            visibility_timeout_s=16,
+        )
+        for _ in range(2)
+    ]
+    events: list[CallEvent] = []
+    executor = CeleryExecutor(
+        settings=settings_for(up.url, SHORT_TTL_S), tools=[rt.tools], on_call=events.append
+    )
+    broker = redis.Redis.from_url(up.url)
+    key = counts.key("a")
+    try:
+        for worker in workers:
+            worker.wait_ready(timeout_s=60)
+        call = request(tool_name, "c1", key=key, seconds=4)
+        dispatched = time.monotonic()
+        batch = Background(lambda: executor.execute(call, executor.definition(tool_name), Invocation()))
+
+        # When: the worker running it is SIGKILLed (the whole worker, pool children included)
+        assert wait_until(lambda: counts("run", "a") == 1, 15)
+        assert wait_until(lambda: any(e.state == "started" for e in events), 5), events
+        [first] = [e.worker for e in events if e.state == "started"]
+        [doomed] = [w for w in workers if w.hostname == first]
+        [survivor] = [w for w in workers if w is not doomed]
+        doomed.kill()
+        killed_at = time.monotonic()
+        assert broker.hlen("unacked") == 1, "the killed worker's message is not held unacknowledged"
+        outcome: ToolOutcome = batch.join(30)
+        completed_s = time.monotonic() - dispatched
+
+        # Then: the call completes on the other worker, within its deadline
+        print(
+            f"\n{kind} worker killed mid-call ({tool_name}): {outcome.kind.value} on the other worker "
+            f"{time.monotonic() - killed_at:.2f} s after the kill (TTL {SHORT_TTL_S} s)"
+        )
+        assert (outcome.kind, outcome.text, outcome.worker) == (
+            OutcomeKind.SUCCESS,
+            f"slept {key}",
+            survivor.hostname,
+        )
+        assert completed_s < 15
+        # ... started twice (once cut short), completed once
+        assert (counts("run", "a"), counts("done", "a")) == (2, 1)
+
+        # ... and the killed worker's message, put back by the broker once its visibility timeout
+        # passed, is discarded (its deadline passed): the call never runs a third time
+        assert wait_until(
+            lambda: broker.hlen("unacked") == 0 and broker.llen(rt.IDEMPOTENT_POOL) == 0, 40, 0.2
+        ), "the unacknowledged message was never restored"
+        discarded = f"Discarding revoked task: tool.{tool_name}[{outcome.task_id}]"
+        assert survivor.log_path is not None
+        assert wait_until(lambda: discarded in survivor.log_path.read_text(errors="replace"), 10)
+        assert (counts("run", "a"), counts("done", "a")) == (2, 1)
+        stored = json.loads(broker.get(f"celery-task-meta-{outcome.task_id}") or b"{}")
+        assert stored["status"] == "SUCCESS"  # the discarded copy's REVOKED did not replace it
+    finally:
+        executor.close()
+        broker.close()
+        for worker in workers:
+            worker.stop()
+
+
+# -- B. workers resume promptly after an outage ----------------------------------------------------
+
+
+def test_workers_resume_within_a_second_of_redis_answering_and_report_what_ran(
+    up: PrivateRedis, redis_url: str, counts: Counts, logs: Path
+) -> None:
+    # Given: a threads worker on the private Redis, and an executor
+    worker = start_worker(up.url, redis_url, logs, rt.OUTAGE_POOL, concurrency=16)
+    settings = settings_for(up.url, 6.0)
+    executor = CeleryExecutor(settings=settings, tools=[rt.tools])
+    publisher = make_publisher(settings)
+    reconnects: list[float] = []
+    collected: list[float] = []
+    try:
+        worker.wait_ready(timeout_s=60)
+        for round_ in range(3):
+            # ... running 8 calls of 2 s (deadline 25 s)
+            names = [f"r{round_}-{i}" for i in range(8)]
+            calls = [request("rt_sleep", name, key=counts.key(name), seconds=2) for name in names]
+
+            async def batch(calls: list[ToolExecutionRequest] = calls) -> list[ToolOutcome]:
+                invocation = Invocation()
+                return list(await asyncio.gather(*(executor.execute(c, None, invocation) for c in calls)))
+
+            running = Background(batch)
+            assert wait_until(lambda names=names: all(counts("run", n) for n in names), 15)
+
+            # When: Redis is down for 8 s (the calls finish, and store their results, meanwhile)
+            up.stop()
+            time.sleep(8)
+            up.start()
+            up_wall, up_at = time.time(), time.monotonic()
+            # ... and a call is published the moment it answers again
+            probe = f"probe-{round_}"
+            publisher.send_task(
+                "tool.rt_sleep",
+                kwargs={
+                    "request": request("rt_sleep", probe, key=counts.key(probe), seconds=0).to_json(),
+                    "invocation": Invocation().to_json(),
+                    "deadline": time.time() + 20,
+                },
+                queue=rt.OUTAGE_POOL,
+            )
+
+            # Then: the worker runs it within about a second of Redis answering
+            assert wait_until(lambda probe=probe: counts("run", probe) == 1, 20), "the worker never resumed"
+            reconnects.append((counts.at("run", probe) or 0.0) - up_wall)
+            # ... and every call that ran reports its real outcome, collected soon after
+            outcomes: list[ToolOutcome] = running.join(30)
+            collected.append(time.monotonic() - up_at)
+            assert [(o.kind, o.text) for o in outcomes] == [
+                (OutcomeKind.SUCCESS, f"slept {counts.key(n)}") for n in names
+            ]
+            assert all(counts("done", n) == 1 for n in names)
+    finally:
+        publisher.close()
+        executor.close()
+        worker.stop()
+
+    print(
+        f"\n8 s outages: worker consuming again {', '.join(f'{s:.2f}' for s in reconnects)} s after "
+        f"Redis answered (median {statistics.median(reconnects):.2f} s); results collected "
+        f"{', '.join(f'{s:.2f}' for s in collected)} s after"
+    )
+    assert max(reconnects) < RECONNECT_BOUND_S
+    assert max(collected) < RESULT_BOUND_S
+
+
+# -- C. workers announce themselves again the moment they reconnect --------------------------------
+
+
+def _forget_everything(server: PrivateRedis) -> None:
+    """Remove the server's AOF while it is stopped: it starts again empty, as one without persistence."""
+    for name in ("appendonlydir", "appendonly.aof", "dump.rdb"):
+        path = server.directory / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+def test_a_worker_is_back_in_the_catalog_as_soon_as_it_reconnects_to_an_emptied_redis(
+    up: PrivateRedis, redis_url: str, counts: Counts, logs: Path
+) -> None:
+    # Given: a worker whose heartbeat refreshes its entry every 10 s (TTL 30 s), and a booking made
+    worker = start_worker(up.url, redis_url, logs, rt.CATALOG_POOL, heartbeat_ttl_s=30)
+    client = redis.Redis.from_url(up.url)
+    key = counts.key("b")
+    booking = request("rt_book", "b1", key=key)
+    invocation = Invocation()
+    try:
+        worker.wait_ready(timeout_s=60)
+        executor = CeleryExecutor(settings=settings_for(up.url, 30), tools=[rt.tools])
+        try:
+            booked = asyncio.run(executor.execute(booking, None, invocation))
+        finally:
+            executor.close()
+        assert (booked.kind, booked.text) == (OutcomeKind.SUCCESS, f"booked {key}")
+
+        # When: Redis restarts empty (no persistence) 1 s after the worker's last heartbeat
+        entry = WORKER_KEY.format(worker.hostname)
+        assert wait_until(lambda: int(client.pttl(entry)) > 29_500, 15), "no heartbeat seen"
+        up.stop()
+        _forget_everything(up)
+        time.sleep(1)
+        up.start()
+        up_at = time.monotonic()
+        client.close()
+        client = redis.Redis.from_url(up.url)
+        catalog = Catalog(client)
+
+        # Then: the worker is in the live catalog again within about a second, not at its next beat
+        back = wait_until(lambda: worker.hostname in catalog.live_workers(rt.CATALOG_POOL), 12)
+        back_s = time.monotonic() - up_at
+        print(f"\nRedis restarted empty: the worker back in the catalog {back_s:.2f} s after it answered")
+        assert back and back_s < RECONNECT_BOUND_S
+
+        # ... so a compensation dispatched right then finds a live worker, and undoes the booking once
+        executor = CeleryExecutor(settings=settings_for(up.url, 30), tools=[rt.tools])
+        try:
+            definition = executor.definition("rt_book")
+            assert definition is not None
+            execution = ToolExecution(request=booking, result=booked.text, task_id=booked.task_id)
+            undone = asyncio.run(executor.compensate(definition, execution, invocation))
+        finally:
+            executor.close()
+        assert undone.kind is OutcomeKind.SUCCESS, undone.text
+        assert (counts("run", "b"), counts("undo", "b")) == (1, 1)
+    finally:
+        client.close()
+        close_collector(up.url)
+        worker.stop()
+
+
+# -- D. only toolfleet's tasks run on a tool worker ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def builtins_worker(redis_url: str, logs: Path) -> Iterator[WorkerProcess]:
+    with start_worker(redis_url, redis_url, logs, rt.BUILTINS_POOL).running(timeout_s=60) as worker:
+        yield worker
+
+
+def test_a_forged_message_for_a_celery_builtin_task_does_not_run(
+    redis_url: str, settings: Settings, builtins_worker: WorkerProcess
+) -> None:
+    # Given: a message for Celery's built-in `celery.accumulate` (it returns its arguments), sent
+    # to a tool worker's queue by anyone who can write to the broker
+    client = redis.Redis.from_url(redis_url)
+    publisher = make_publisher(settings)
+    task_id = f"forged-{uuid.uuid4()}"
+    try:
+        publisher.send_task("celery.accumulate", args=(1, 2), task_id=task_id, queue=rt.BUILTINS_POOL)
+
+        # When: the worker has handled it
+        assert wait_until(lambda: client.exists(f"celery-task-meta-{task_id}") == 1, 15)
+        stored = json.loads(client.get(f"celery-task-meta-{task_id}") or b"{}")
+    finally:
+        publisher.close()
+        client.close()
+
+    # Then: it did not run: refused as an unregistered task
+    assert stored["status"] == "FAILURE", stored
+    assert stored["result"]["exc_type"] == "NotRegistered"
+
+
+def test_a_tool_worker_registers_only_tool_and_compensation_tasks(
+    settings: Settings, builtins_worker: WorkerProcess
+) -> None:
+    # Given: a live tool worker; When: asked for every task it registered, Celery's own included
+    publisher = make_publisher(settings)
+    try:
+        replies = publisher.control.broadcast(
+            "registered",
+            arguments={"builtins": True},
+            destination=[builtins_worker.hostname],
+            reply=True,
+            timeout=3,
+        )
+        answers = publisher.control.inspect(destination=[builtins_worker.hostname], timeout=3).registered()
+    finally:
+        publisher.close()
+
+    # Then: only the tool.* and compensate.* tasks of its modules, nothing of Celery's own
+    registry = ToolRegistry([rt.tools])
+    expected = sorted(
+        {f"tool.{d.name}" for d in registry}
+        | {f"compensate.{d.name}" for d in registry if d.compensation is not None}
+    )
+    assert replies == [{builtins_worker.hostname: expected}]
+    assert answers == {builtins_worker.hostname: expected}

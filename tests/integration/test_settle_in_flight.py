@@ -1,0 +1,150 @@
+"""How recovery settles one call from the states its dispatches left in Redis (`orchestrator._inflight`).
+
+The states are written through a worker app's own result backend, as a worker stores them, and the
+per-call marks as the worker's late-completion path writes them; revokes are recorded, not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+from celery import Celery, states
+
+from orchestrator._inflight import Settled, settle
+from workers.protocol import call_task_id
+from workers.tasks import call_state_key
+
+pytestmark = pytest.mark.integration
+
+TTL_S = 120
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    connection = redis.Redis.from_url(redis_url)
+    yield connection
+    connection.close()
+
+
+def attempts(count: int) -> list[str]:
+    key = f"{uuid.uuid4()}:c1"
+    return [call_task_id(key, attempt) for attempt in range(count)]
+
+
+def run_settle(client: redis.Redis, task_ids: list[str]) -> tuple[Settled, list[str]]:
+    revoked: list[str] = []
+    settled = asyncio.run(settle(client, task_ids, revoked.append, mark_ttl_s=TTL_S))
+    return settled, revoked
+
+
+class WorkerLostError(Exception):
+    """Stored under billiard's name, as a prefork worker stores a child killed mid-call."""
+
+
+def lost() -> Exception:
+    return WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL)")
+
+
+def test_a_success_is_to_be_compensated_and_left_unmarked(client: redis.Redis, worker_app: Celery) -> None:
+    [task_id] = attempts(1)
+    worker_app.backend.mark_as_done(task_id, {"kind": "success", "text": "credited"})
+
+    settled, revoked = run_settle(client, [task_id])
+
+    assert (settled.state, settled.task_id, revoked) == ("succeeded", task_id, [])
+    assert settled.meta is not None and settled.meta["result"]["text"] == "credited"
+    assert client.get(call_state_key(task_id)) is None
+
+
+def test_a_failure_has_nothing_to_undo(client: redis.Redis, worker_app: Celery) -> None:
+    [task_id] = attempts(1)
+    worker_app.backend.mark_as_failure(task_id, ValueError("card declined"))
+
+    settled, revoked = run_settle(client, [task_id])
+
+    assert (settled.state, revoked) == ("failed", [])
+    assert client.get(call_state_key(task_id)) is None
+
+
+@pytest.mark.parametrize("stored", [None, states.STARTED, states.RETRY, states.REVOKED])
+def test_a_call_queued_or_running_is_revoked_and_marked_abandoned(
+    client: redis.Redis, worker_app: Celery, stored: str | None
+) -> None:
+    # given: no state yet (queued), or a started, retrying or revoked one (a threads pool still runs it)
+    [task_id] = attempts(1)
+    if stored is not None:
+        worker_app.backend.store_result(task_id, {"hostname": "w@h"}, stored)
+
+    settled, revoked = run_settle(client, [task_id])
+
+    assert (settled.state, settled.task_id, revoked) == ("abandoned", task_id, [task_id])
+    assert client.get(call_state_key(task_id)) == b"abandoned"
+    assert 0 < client.ttl(call_state_key(task_id)) <= TTL_S
+
+
+def test_a_call_already_marked_abandoned_stays_abandoned(client: redis.Redis) -> None:
+    # given: its orchestrator marked it abandoned at its deadline, then died before journaling that
+    [task_id] = attempts(1)
+    client.set(call_state_key(task_id), "abandoned")
+
+    settled, revoked = run_settle(client, [task_id])
+
+    assert (settled.state, revoked) == ("abandoned", [task_id])
+    assert client.get(call_state_key(task_id)) == b"abandoned"
+
+
+def test_a_call_its_worker_marked_finished_first_is_a_success(
+    client: redis.Redis, worker_app: Celery
+) -> None:
+    # given: the worker marked the call finished; its result lands a moment later
+    [task_id] = attempts(1)
+    client.set(call_state_key(task_id), "finished")
+    later = threading.Timer(
+        0.3, worker_app.backend.mark_as_done, (task_id, {"kind": "success", "text": "ok"})
+    )
+    later.start()
+    try:
+        settled, revoked = run_settle(client, [task_id])
+    finally:
+        later.join()
+
+    # then: the worker will not compensate it (it was not abandoned), so recovery must
+    assert (settled.state, revoked) == ("succeeded", [])
+    assert settled.meta is not None and settled.meta["status"] == "SUCCESS"
+    assert client.get(call_state_key(task_id)) == b"finished"
+
+
+def test_the_attempt_dispatched_after_a_lost_worker_decides(client: redis.Redis, worker_app: Celery) -> None:
+    # given: attempt 0 lost its worker, attempt 1 succeeded
+    first, second = attempts(2)
+    worker_app.backend.mark_as_failure(first, lost())
+    worker_app.backend.mark_as_done(second, {"kind": "success", "text": "credited"})
+
+    settled, revoked = run_settle(client, [first, second])
+
+    assert (settled.state, settled.task_id, revoked) == ("succeeded", second, [])
+
+
+def test_every_attempt_that_may_still_run_is_abandoned(client: redis.Redis, worker_app: Celery) -> None:
+    # given: attempt 0 started on a worker that vanished; attempt 1 may be queued
+    first, second = attempts(2)
+    worker_app.backend.store_result(first, {"hostname": "gone@h"}, states.STARTED)
+
+    settled, revoked = run_settle(client, [first, second])
+
+    assert (settled.state, settled.task_id, revoked) == ("abandoned", first, [first, second])
+    assert [client.get(call_state_key(t)) for t in (first, second)] == [b"abandoned", b"abandoned"]
+
+
+def test_a_lost_last_attempt_is_a_failure(client: redis.Redis, worker_app: Celery) -> None:
+    [task_id] = attempts(1)
+    worker_app.backend.mark_as_failure(task_id, lost())
+
+    settled, revoked = run_settle(client, [task_id])
+
+    assert (settled.state, revoked) == ("failed", [])

@@ -1,0 +1,49 @@
+"""A Hypothesis test that reaches its per-test timeout fails there, instead of shrinking on for minutes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Each example waits like a call whose worker never answers, then fails: shrinking and replaying
+# such examples would take 30 s each.
+HANGING = """
+import time
+
+from hypothesis import given, settings, strategies as st
+
+
+@settings(database=None, deadline=None)
+@given(st.integers())
+def test_waits_for_an_answer_that_never_comes(n):
+    time.sleep(30)
+    raise AssertionError("no answer")
+"""
+
+
+def test_a_property_test_ends_at_its_per_test_timeout(tmp_path: Path) -> None:
+    # given: the suite's rules (tests/conftest.py) and a one-second per-test timeout
+    (tmp_path / "test_hangs.py").write_text(HANGING)
+    command = [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider"]
+    command += ["-o", "timeout=1", "-q", "test_hangs.py"]
+    # when
+    started = time.monotonic()
+    done = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=25,
+    )
+    elapsed = time.monotonic() - started
+    # then: it failed on the timeout, within a few seconds, without trying another example
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "PropertyTestTimeout" in done.stdout and "Timeout (>1.0s)" in done.stdout, done.stdout[-3000:]
+    assert "1 failed" in done.stdout
+    assert elapsed < 10, f"took {elapsed:.1f} s"
