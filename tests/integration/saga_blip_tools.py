@@ -22,6 +22,7 @@ import redis
 from workers import ToolErrorVisibleToLlm, compensate_for, tool
 
 POOL = "sblip"  # served throughout a test
+FAIL_POOL = "sblip-fail"  # the failing payment's pool
 GONE_POOL = "sblip-gone"  # its worker is stopped before the compensation runs
 DECLINED = "the payment desk declined"
 HOLD_LIMIT_S = 30.0
@@ -79,7 +80,7 @@ class BlipBank:
     def blip_undeposit(self, ns: str, amount: int) -> None:
         _undo(ns, amount, 0.0)
 
-    @tool("A payment that is always declined", pool=POOL, timeout=40)
+    @tool("A payment that is always declined", pool=FAIL_POOL, timeout=40)
     def blip_fail(self, ns: str, hold: bool = False) -> str:
         client = counts_client()
         client.set(key(ns, "failing"), "1")

@@ -10,8 +10,10 @@ count every side effect and every undo in the shared test Redis, which is never 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -91,14 +93,14 @@ def start_worker(
     """Start a threads worker on the private Redis; every one started is stopped after the test."""
     started: list[WorkerProcess] = []
 
-    def start(pool: str, heartbeat_ttl_s: float = 6.0) -> WorkerProcess:
+    def start(*pools: str, heartbeat_ttl_s: float = 6.0) -> WorkerProcess:
         worker = WorkerProcess(
-            pools=[pool],
+            pools=list(pools),
             modules=[TOOLS_MODULE],
             redis_url=private_redis.url,
             kind="threads",
             concurrency=8,
-            hostname=f"{pool}-{len(started)}-{os.getpid()}-{uuid.uuid4().hex[:6]}@blips",
+            hostname=f"{pools[0]}-{len(started)}-{os.getpid()}-{uuid.uuid4().hex[:6]}@blips",
             env={
                 "PYTHONPATH": REPO_ROOT,
                 "SAGA_BLIP_COUNTS_URL": redis_url,
@@ -107,7 +109,7 @@ def start_worker(
                 "TOOLFLEET_RETRY_BACKOFF_S": "0.05",
                 "TOOLFLEET_RETRY_BACKOFF_MAX_S": "0.5",
             },
-            log_path=tmp_path / f"{pool}-{len(started)}.log",
+            log_path=tmp_path / f"{pools[0]}-{len(started)}.log",
             loglevel="INFO",
         )
         started.append(worker)
@@ -252,7 +254,7 @@ def test_a_compensation_survives_a_redis_restart_while_it_runs(
     ns: str,
 ) -> None:
     # Given: a saga whose credit is undone by a compensation that takes 0.5 s
-    start_worker(blip.POOL)
+    start_worker(blip.POOL, blip.FAIL_POOL)
     executor = CeleryExecutor(settings=settings_for(private_redis), tools=[blip.bank])
     model = ScriptedChatModel(
         [
@@ -297,6 +299,18 @@ def test_a_compensation_survives_a_redis_restart_while_it_runs(
 # -- 2. Redis restarted without its data just before a compensation --------------------------------
 
 
+class Waits(logging.Handler):
+    """When the executor said a compensation found no live worker and keeps trying (monotonic)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.at: list[float] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "retrying until its deadline" in record.getMessage():
+            self.at.append(time.monotonic())
+
+
 def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
     private_redis: PrivateRedis,
     start_worker: Callable[..., WorkerProcess],
@@ -304,11 +318,11 @@ def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
     journal: Journal,
     ns: str,
 ) -> None:
-    # Given: a worker that re-announces itself every 5 s (heartbeat TTL 15 s); a saga whose failing
-    # call holds until the test releases it
-    ttl_s = 15.0
-    start_worker(blip.POOL, heartbeat_ttl_s=ttl_s)
-    executor = CeleryExecutor(settings=settings_for(private_redis, ttl_s), tools=[blip.bank])
+    # Given: a saga whose credit's pool has one worker, and whose failing call (on another pool)
+    # holds until the test releases it
+    worker = start_worker(blip.POOL)
+    start_worker(blip.FAIL_POOL)
+    executor = CeleryExecutor(settings=settings_for(private_redis), tools=[blip.bank])
     model = ScriptedChatModel(
         [
             ask(call("c1", "blip_credit", ns=ns, amount=70)),
@@ -316,45 +330,37 @@ def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
             "done",
         ]
     )
+    waits = Waits()
+    logging.getLogger("orchestrator.executors.celery").addHandler(waits)
     chat = Background(service(model, executor, journal), "credit, then pay")
-    catalog_client = redis.Redis.from_url(private_redis.url, socket_timeout=2, socket_connect_timeout=1)
-    live_again: list[float] = []
 
-    def watch_catalog() -> None:
-        catalog = Catalog(catalog_client)
-        deadline = time.monotonic() + 40
-        while time.monotonic() < deadline:
-            try:
-                if catalog.live_workers(blip.POOL):
-                    live_again.append(time.time())
-                    return
-            except redis.RedisError:
-                pass
-            time.sleep(0.01)
-
-    # When: while the failing call runs, Redis is down 1.2 s and comes back without its data (the
-    # catalog is empty); the call fails right after, so its compensation finds no live worker
+    # When: while the failing call runs, Redis is down 1 s and comes back without its data (the
+    # catalog is empty), and the credit's worker is held away (SIGSTOP) so it cannot announce itself
+    # again; then the call fails, and its compensation finds no live worker
     try:
         assert wait_until(lambda: number(counts, ns, "failing") == 1, 30), "the failing call never ran"
-        restart_empty(private_redis, down_s=1.2)
-        assert not Catalog(catalog_client).live_workers(blip.POOL), "the catalog survived the restart"
-        watcher = threading.Thread(target=watch_catalog, daemon=True)
-        watcher.start()
+        os.killpg(worker.pid, signal.SIGSTOP)
+        restart_empty(private_redis, down_s=1.0)
+        with redis.Redis.from_url(private_redis.url) as client:
+            assert not Catalog(client).live_workers(blip.POOL), "the catalog survived the restart"
         counts.set(blip.key(ns, "release"), "1")
+        assert wait_until(lambda: bool(waits.at), 20), "the compensation never waited for a worker"
+        assert number(counts, ns, "undo_starts") == 0
+        # ... and the worker comes back a second later
+        time.sleep(1.0)  # how long the worker stays away, not a wait for a condition
+        resumed = time.monotonic()
+        os.killpg(worker.pid, signal.SIGCONT)
         result = chat.join(60)
-        watcher.join(45)
     finally:
+        os.killpg(worker.pid, signal.SIGCONT)
+        logging.getLogger("orchestrator.executors.celery").removeHandler(waits)
         executor.close()
-        catalog_client.close()
 
-    # Then: the compensation met an empty catalog, waited for the worker to be back, and undid once
-    failed_at = float(counts.get(blip.key(ns, "failed_at")) or 0)
-    assert live_again and live_again[0] > failed_at + 0.2, (live_again, failed_at)
-    undone_at = float(counts.get(blip.key(ns, "undone_at")) or 0)
-    print(
-        f"\nempty catalog: the compensation waited {live_again[0] - failed_at:.2f} s for the worker and "
-        f"undid {undone_at - live_again[0]:.2f} s after it was live again"
+    # Then: the compensation waited, retried, and undid the credit once the worker was live again
+    undone_after_s = (
+        float(counts.get(blip.key(ns, "undone_at")) or 0) - time.time() + time.monotonic() - resumed
     )
+    print(f"\nempty catalog: the undo ran {undone_after_s:.2f} s after the worker was back")
     assert (number(counts, ns, "undo_starts"), number(counts, ns, "undos")) == (1, 1)
     assert number(counts, ns, "balance") == 0
     assert_rolled_back(result, journal)
@@ -373,7 +379,7 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
 ) -> None:
     # Given: a deposit on a pool whose only worker is stopped before the saga undoes it, and a credit
     # made after the failure, which stands
-    start_worker(blip.POOL)
+    start_worker(blip.POOL, blip.FAIL_POOL)
     gone = start_worker(blip.GONE_POOL)
     settings = settings_for(private_redis, TOOLFLEET_COMPENSATION_RETRIES="0")
     executor = CeleryExecutor(settings=settings, tools=[blip.bank])
