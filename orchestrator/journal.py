@@ -45,7 +45,10 @@ class Journal:
     """Reads and writes the saga log. `Journal(url)` brings its schema up to date (`ensure_schema`)."""
 
     def __init__(
-        self, url_or_engine: str | Engine = "sqlite:///toolfleet.db", *, keys: str | Sequence[str] | None = None
+        self,
+        url_or_engine: str | Engine = "sqlite:///toolfleet.db",
+        *,
+        keys: str | Sequence[str] | None = None,
     ) -> None:
         """`keys`: Fernet keys sealing the invocation parameters (default `TOOLFLEET_JOURNAL_KEYS`)."""
         self._cipher = JournalCipher(os.environ.get(KEYS_VARIABLE, "") if keys is None else keys)

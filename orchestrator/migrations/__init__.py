@@ -84,7 +84,9 @@ def head() -> str:
 
 
 def _current(connection: Connection) -> str | None:
-    return MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE}).get_current_revision()
+    return MigrationContext.configure(
+        connection, opts={"version_table": VERSION_TABLE}
+    ).get_current_revision()
 
 
 def _present_tables(connection: Connection) -> tuple[str, ...]:
