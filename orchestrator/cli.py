@@ -12,7 +12,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator._journal_crypto import JournalKeyError
-from orchestrator.migrations._lock import SchemaError
+from orchestrator.migrations import SchemaError
 from workers.settings import Settings, redact_url
 
 __all__ = ["COMMANDS", "main"]
