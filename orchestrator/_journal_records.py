@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from orchestrator._journal_crypto import JournalCipher
 from workers.protocol import ToolExecution, ToolExecutionRequest
 
 __all__ = ["CallRecord", "CompensationRecord", "InvocationRecord"]
@@ -90,7 +91,7 @@ class CompensationRecord:
     updated_at: datetime
 
 
-def _invocation(row: Any) -> InvocationRecord:
+def _invocation(row: Any, cipher: JournalCipher) -> InvocationRecord:
     return InvocationRecord(
         id=row["id"],
         service_name=row["service_name"],
@@ -102,7 +103,7 @@ def _invocation(row: Any) -> InvocationRecord:
         heartbeat_at=_aware(row["heartbeat_at"]) or _now(),
         finished_at=_aware(row["finished_at"]),
         error=row["error"],
-        invocation_json=json.loads(row["invocation_json"] or "{}"),
+        invocation_json=json.loads(cipher.open(row["invocation_json"] or "{}", invocation_id=row["id"])),
     )
 
 

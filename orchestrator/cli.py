@@ -11,12 +11,14 @@ from collections.abc import Sequence
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
-from workers.settings import Settings
+from orchestrator._journal_crypto import JournalKeyError
+from orchestrator.migrations import SchemaError
+from workers.settings import Settings, redact_url
 
 __all__ = ["COMMANDS", "main"]
 
 # Each name is a module of orchestrator.commands with `add_parser(commands)` and `run(args, settings)`.
-COMMANDS = ("demo", "worker", "recover", "sagas", "runs", "show", "tools", "flower")
+COMMANDS = ("demo", "worker", "recover", "sagas", "runs", "show", "tools", "flower", "db")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,8 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         code: int = args.run(args, settings)
+    except (SchemaError, JournalKeyError) as exc:
+        print(f"toolfleet {args.command}: {exc}", file=sys.stderr)
+        return 2
     except SQLAlchemyError as exc:
-        database = settings.redacted()["database_url"]
+        database = redact_url(getattr(args, "database_url", None) or settings.database_url)
         print(
             f"toolfleet {args.command}: the database at {database} failed: {_first_line(exc)}",
             file=sys.stderr,

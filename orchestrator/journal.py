@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from orchestrator._journal_crypto import KEYS_VARIABLE, JournalCipher
 from orchestrator._journal_records import (
     CallRecord,
     CompensationRecord,
@@ -26,7 +27,6 @@ from orchestrator._journal_records import (
     _invocation,
     _now,
 )
-from orchestrator._journal_tables import _metadata
 from orchestrator._journal_tables import compensations as compensations
 from orchestrator._journal_tables import invocations as invocations
 from orchestrator._journal_tables import tool_calls as tool_calls
@@ -42,15 +42,24 @@ def owner_id() -> str:
 
 
 class Journal:
-    """Reads and writes the saga log. `Journal(url)` creates its tables when missing."""
+    """Reads and writes the saga log. `Journal(url)` brings its schema up to date (`ensure_schema`)."""
 
-    def __init__(self, url_or_engine: str | Engine = "sqlite:///toolfleet.db") -> None:
+    def __init__(
+        self,
+        url_or_engine: str | Engine = "sqlite:///toolfleet.db",
+        *,
+        keys: str | Sequence[str] | None = None,
+    ) -> None:
+        """`keys`: Fernet keys sealing the invocation parameters (default `TOOLFLEET_JOURNAL_KEYS`)."""
+        self._cipher = JournalCipher(os.environ.get(KEYS_VARIABLE, "") if keys is None else keys)
         if isinstance(url_or_engine, str):
             connect_args = {"timeout": 30} if url_or_engine.startswith("sqlite") else {}
             self.engine = sa.create_engine(url_or_engine, connect_args=connect_args)
         else:
             self.engine = url_or_engine
-        _metadata.create_all(self.engine)
+        from orchestrator.migrations import ensure_schema  # Alembic loads only for a SQL journal
+
+        ensure_schema(self.engine)
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
@@ -72,7 +81,7 @@ class Journal:
                     owner=owner_id(),
                     started_at=now,
                     heartbeat_at=now,
-                    invocation_json=json.dumps(invocation_json),
+                    invocation_json=self._cipher.seal(json.dumps(invocation_json)),
                 )
             )
 
@@ -255,14 +264,14 @@ class Journal:
                 .mappings()
                 .first()
             )
-        return _invocation(row) if row is not None else None
+        return _invocation(row, self._cipher) if row is not None else None
 
     def invocations(self, *, limit: int = 50, state: str | None = None) -> list[InvocationRecord]:
         query = sa.select(invocations).order_by(invocations.c.started_at.desc()).limit(limit)
         if state is not None:
             query = query.where(invocations.c.state == state)
         with self.engine.connect() as connection:
-            return [_invocation(row) for row in connection.execute(query).mappings()]
+            return [_invocation(row, self._cipher) for row in connection.execute(query).mappings()]
 
     def unfinished(self, stale_after_s: float) -> list[InvocationRecord]:
         """Invocations left running or compensating whose owner has not beaten for `stale_after_s`."""
@@ -276,4 +285,4 @@ class Journal:
                 )
                 .order_by(invocations.c.started_at)
             ).mappings()
-            return [_invocation(row) for row in rows]
+            return [_invocation(row, self._cipher) for row in rows]

@@ -73,12 +73,15 @@ class SqlChatMemoryStore:
     """Messages as JSON in one SQL row per memory id (SQLAlchemy 2; SQLite by default).
 
     Stateless orchestrator replicas share conversations through it: point them at one database,
-    e.g. `SqlChatMemoryStore("postgresql+psycopg://...")`.
+    e.g. `SqlChatMemoryStore("postgresql+psycopg://...")`. Building it brings the database's schema
+    up to date (`orchestrator.migrations.ensure_schema`), safely when many replicas start at once.
     """
 
     def __init__(self, url_or_engine: str | Engine = "sqlite:///toolfleet.db") -> None:
         self.engine = sa.create_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
-        _metadata.create_all(self.engine, tables=[_memory_table])
+        from orchestrator.migrations import ensure_schema  # Alembic loads only for a SQL store
+
+        ensure_schema(self.engine)
 
     def get_messages(self, memory_id: str) -> list[ChatMessage]:
         with self.engine.connect() as connection:

@@ -34,6 +34,7 @@ class Settings:
     retry_backoff_max_s: float = 5.0
     send_sent_events: bool = True
     tools: str = ""
+    journal_keys: str = ""  # Fernet keys, comma-separated: the first encrypts, all decrypt
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -51,8 +52,11 @@ class Settings:
         return cls(**values)
 
     def redacted(self) -> dict[str, Any]:
-        """The settings with passwords in URLs masked, for logs and `--help` output."""
-        return {item.name: _redact(getattr(self, item.name)) for item in fields(self)}
+        """The settings with passwords in URLs and the journal's keys masked, for logs and `--help`."""
+        values = {item.name: _redact(getattr(self, item.name)) for item in fields(self)}
+        if values["journal_keys"]:
+            values["journal_keys"] = "***"
+        return values
 
     def __repr__(self) -> str:
         return f"Settings({', '.join(f'{k}={v!r}' for k, v in self.redacted().items())})"

@@ -1,0 +1,24 @@
+"""What the migrations manage: toolfleet's tables, their models, and Alembic's version table."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+__all__ = ["TABLES", "VERSION_TABLE", "target_metadata"]
+
+# Named for toolfleet, so an application's own Alembic history can live in the same database.
+VERSION_TABLE = "toolfleet_alembic_version"
+
+TABLES = (
+    "toolfleet_invocations",
+    "toolfleet_tool_calls",
+    "toolfleet_compensations",
+    "toolfleet_chat_memory",
+)
+
+
+def target_metadata() -> list[sa.MetaData]:
+    """The models the revisions must produce: the journal's tables and the conversation store's."""
+    from orchestrator import _journal_tables, memory
+
+    return [_journal_tables._metadata, memory._metadata]

@@ -1,0 +1,41 @@
+"""Fresh, empty databases for schema tests: an SQLite file, or a PostgreSQL database of its own.
+
+PostgreSQL is reached at TOOLFLEET_TEST_POSTGRES_URL (default: the local server); each database is
+created for one test under a unique name and dropped afterwards, so tests never touch shared tables.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+ADMIN_URL = os.environ.get("TOOLFLEET_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+KINDS = ("sqlite", "postgresql")
+
+
+@contextmanager
+def fresh_database(kind: str, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty database of `kind`, removed afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / f'fresh-{uuid.uuid4().hex[:8]}.db'}"
+        return
+    name = f"toolfleet_schema_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    except sa.exc.OperationalError as exc:
+        admin.dispose()
+        pytest.skip(f"PostgreSQL does not answer at {ADMIN_URL}: {exc}")
+    try:
+        yield sa.make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
