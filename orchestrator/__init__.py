@@ -15,6 +15,7 @@ from orchestrator.errors import (
     UnsupportedContentError,
 )
 from orchestrator.executors import CeleryExecutor, LocalExecutor, ToolExecutor
+from orchestrator.executors.celery import CallEvent
 from orchestrator.handlers import (
     HallucinatedToolNameError,
     RemoteToolError,
@@ -28,6 +29,7 @@ from orchestrator.handlers import (
     send_exception_message_to_llm,
     send_generic_message_to_llm_unless_visible_to_llm,
 )
+from orchestrator.journal import Journal
 from orchestrator.memory import (
     ChatMemory,
     ChatMemoryStore,
@@ -55,6 +57,7 @@ from orchestrator.models import (
     TokenUsage,
     ToolChoice,
 )
+from orchestrator.models._http import RetryPolicy
 from orchestrator.models.anthropic import AnthropicChatModel
 from orchestrator.models.openai import OpenAiChatModel
 from orchestrator.models.scripted import ScriptedChatModel, ScriptExhaustedError
@@ -82,6 +85,7 @@ __all__ = [
     "AiService",
     "AiServiceTool",
     "AnthropicChatModel",
+    "CallEvent",
     "CeleryExecutor",
     "ChatEvent",
     "ChatMemory",
@@ -97,6 +101,7 @@ __all__ = [
     "HallucinatedToolNameError",
     "HashingEmbeddingModel",
     "InMemoryChatMemoryStore",
+    "Journal",
     "LocalExecutor",
     "MessageWindowChatMemory",
     "ModelAuthenticationError",
@@ -113,6 +118,7 @@ __all__ = [
     "PartialToolCall",
     "RemoteToolError",
     "Result",
+    "RetryPolicy",
     "RoundTripLimitError",
     "ScriptExhaustedError",
     "ScriptedChatModel",

@@ -10,6 +10,7 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from orchestrator._catalog_tools import LiveCatalogTools, live_catalog_of
 from orchestrator._loop import Mode, run_invocation
 from orchestrator.errors import OrchestratorError
 from orchestrator.executors.base import ToolExecutor, fanout_limit
@@ -52,7 +53,10 @@ class AiService:
 
     Tools are objects, classes, modules or functions with `@tool` methods, `ToolDefinition`s (for
     example from a worker catalog) and `AiServiceTool`s; the `executor` decides where tool calls
-    run (`LocalExecutor()` in-process by default, `CeleryExecutor()` on worker pools). Keyword
+    run (`LocalExecutor()` in-process by default, `CeleryExecutor()` on worker pools). Without
+    `tools=`, a service whose executor reads a worker catalog (`CeleryExecutor`) offers the model the
+    tools live workers serve, read again for each invocation (a copy at most a second old): a new
+    pool's tools appear, and those of a pool whose workers all left disappear. Keyword
     configuration follows the LangChain4j AI service: memory, error handlers, the hallucinated tool
     name strategy, tool providers, tool search, round-trip limit and concurrency.
 
@@ -65,7 +69,7 @@ class AiService:
         self,
         *,
         chat_model: ChatModel,
-        tools: Iterable[Any] = (),
+        tools: Iterable[Any] | None = None,
         executor: ToolExecutor | None = None,
         system_message: str | Callable[[str], str | None] | None = None,
         chat_memory: ChatMemory | None = None,
@@ -128,7 +132,9 @@ class AiService:
         self._memories: dict[str, ChatMemory] = {}
         self._memories_lock = threading.Lock()
         self._tools: dict[str, ToolDefinition | AiServiceTool] = {}
-        tools = list(tools)
+        # No tools given: those live workers serve, when the executor knows them (CeleryExecutor).
+        self._catalog: LiveCatalogTools | None = live_catalog_of(self.executor) if tools is None else None
+        tools = list(tools or ())
         if compensate_on_tool_errors:
             for source in tools:
                 if not isinstance(source, ToolDefinition | AiServiceTool | AiService):
@@ -204,6 +210,8 @@ class AiService:
         params = (
             parameters if isinstance(parameters, InvocationParameters) else InvocationParameters(parameters)
         )
+        if self._catalog is not None:
+            await self._catalog.refresh()
         return await run_invocation(
             self, message, memory_id=memory_id, parameters=params, mode=mode, emit=emit
         )
@@ -267,9 +275,16 @@ class AiService:
             self.tool_execution_error_handler or execution,
         )
 
+    def _invocation_tools(self) -> dict[str, ToolDefinition | AiServiceTool]:
+        """The tools an invocation starts with: those given, or those of the live catalog now."""
+        if self._catalog is None:
+            return dict(self._tools)
+        return {definition.name: definition for definition in self._catalog.current()}
+
     def tool_specifications(self) -> list[ToolSpecification]:
-        """The specifications of the service's own tools (providers' and search aside)."""
-        return [tool.specification for tool in self._tools.values()]
+        """The specifications of the service's own tools (providers' and search aside); without
+        `tools=` on a `CeleryExecutor`, those live workers serve now."""
+        return [tool.specification for tool in self._invocation_tools().values()]
 
     def as_tool(
         self, name: str, description: str, *, parameter: str = "request", template: str | None = None

@@ -1,0 +1,107 @@
+"""The live catalog as a service's tools: what live workers serve, read again as workers come and go.
+
+An `AiService` given no `tools=` and an executor that reads a worker catalog (`CeleryExecutor`) offers
+the model, at each invocation, every tool a live worker serves. The catalog is read at most every
+`CATALOG_MAX_AGE_S` per executor (every service of that executor shares the copy), off the event loop,
+so a pool that starts serves its tools from the next invocation after that, and the tools of a pool
+whose workers all left disappear from what the model sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import weakref
+from typing import Protocol, runtime_checkable
+
+from orchestrator.errors import OrchestratorError
+from workers.tools import ToolDefinition
+
+__all__ = ["CATALOG_MAX_AGE_S", "CatalogSource", "LiveCatalogTools", "live_catalog_of"]
+
+log = logging.getLogger(__name__)
+
+CATALOG_MAX_AGE_S = 1.0
+
+
+@runtime_checkable
+class CatalogSource(Protocol):
+    """An executor that knows the tools live workers serve (`CeleryExecutor`)."""
+
+    def catalog_definitions(self) -> list[ToolDefinition]: ...
+
+
+class LiveCatalogTools:
+    """The tools of one executor's live catalog, as a copy at most `max_age_s` old."""
+
+    def __init__(self, source: CatalogSource, max_age_s: float = CATALOG_MAX_AGE_S) -> None:
+        self._source = source
+        self.max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._definitions: list[ToolDefinition] | None = None
+        self._read_at = -1e9  # the last successful read
+        self._tried_at = -1e9  # the last read, successful or not
+        self._error = ""
+        self.reads = 0  # how often the catalog was read successfully: the cost the copy bounds
+
+    def _due(self) -> bool:
+        return time.monotonic() - self._tried_at >= self.max_age_s
+
+    def current(self) -> list[ToolDefinition]:
+        """The tools live workers serve, read again when the copy is older than `max_age_s`.
+
+        An unreadable catalog (Redis unreachable) keeps the last copy, with a warning; with no copy yet
+        it is an `OrchestratorError` saying what to check. Either way it is tried again only after
+        `max_age_s`, so an outage does not hold up every invocation for a connection timeout.
+        """
+        with self._lock:  # one read at a time; the others then find the copy fresh
+            if self._due():
+                self._read()
+            if self._definitions is None:
+                raise OrchestratorError(self._error)
+            return list(self._definitions)
+
+    async def refresh(self) -> None:
+        """Read the catalog in a thread if the copy is due, so the event loop never waits on Redis."""
+        if self._due():
+            await asyncio.to_thread(self._refresh_quietly)
+
+    def _refresh_quietly(self) -> None:
+        try:
+            self.current()
+        except OrchestratorError:
+            pass  # raised again when the invocation asks for its tools
+
+    def _read(self) -> None:
+        self._tried_at = time.monotonic()
+        try:
+            definitions = self._source.catalog_definitions()
+        except Exception as exc:  # an unreachable Redis, an unreadable entry: no catalog right now
+            self._error = (
+                f"The live worker catalog could not be read ({type(exc).__name__}: {exc}): check that "
+                "TOOLFLEET_REDIS_URL reaches the workers' Redis, or give the AiService tools=[...]"
+            )
+            if self._definitions is not None:
+                age_s = time.monotonic() - self._read_at
+                log.warning("%s; using the copy read %.1f s ago", self._error, age_s)
+            return
+        self._definitions = definitions
+        self._read_at = self._tried_at
+        self.reads += 1
+
+
+_shared: weakref.WeakKeyDictionary[object, LiveCatalogTools] = weakref.WeakKeyDictionary()
+_shared_lock = threading.Lock()
+
+
+def live_catalog_of(executor: object) -> LiveCatalogTools | None:
+    """The live-catalog tools of `executor` (one copy per executor), or None if it has no catalog."""
+    if not isinstance(executor, CatalogSource):
+        return None
+    with _shared_lock:
+        tools = _shared.get(executor)
+        if tools is None:
+            tools = _shared[executor] = LiveCatalogTools(executor)
+        return tools
