@@ -1,15 +1,17 @@
 """The live catalog as a service's tools: what live workers serve, read again as workers come and go.
 
-An `AiService` given no `tools=` and an executor that reads a worker catalog (`CeleryExecutor`) offers
-the model, at each invocation, every tool a live worker serves. The catalog is read at most every
-`CATALOG_MAX_AGE_S` per executor (every service of that executor shares the copy), off the event loop,
-so a pool that starts serves its tools from the next invocation after that, and the tools of a pool
-whose workers all left disappear from what the model sees.
+An `AiService` given no tools (neither `tools=` nor `tool_providers=`) and an executor that reads a
+worker catalog (`CeleryExecutor`) offers the model, at each invocation, every tool a live worker
+serves. The catalog is read at most every `CATALOG_MAX_AGE_S` per executor (every service of that
+executor shares the copy), off the event loop, so a pool that starts serves its tools from the next
+invocation after that, and the tools of a pool whose workers all left disappear from what the model
+sees.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -17,9 +19,16 @@ import weakref
 from typing import Protocol, runtime_checkable
 
 from orchestrator.errors import OrchestratorError
+from orchestrator.providers import ToolProviderRequest, ToolProviderResult
 from workers.tools import ToolDefinition
 
-__all__ = ["CATALOG_MAX_AGE_S", "CatalogSource", "LiveCatalogTools", "live_catalog_of"]
+__all__ = [
+    "CATALOG_MAX_AGE_S",
+    "CatalogSource",
+    "LiveCatalogToolProvider",
+    "LiveCatalogTools",
+    "live_catalog_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +46,8 @@ class LiveCatalogTools:
     """The tools of one executor's live catalog, as a copy at most `max_age_s` old."""
 
     def __init__(self, source: CatalogSource, max_age_s: float = CATALOG_MAX_AGE_S) -> None:
-        self._source = source
+        # Weak: the copy is kept per executor, in a dictionary that must not keep the executor alive.
+        self._source = weakref.ref(source)
         self.max_age_s = max_age_s
         self._lock = threading.Lock()
         self._definitions: list[ToolDefinition] | None = None
@@ -63,21 +73,29 @@ class LiveCatalogTools:
                 raise OrchestratorError(self._error)
             return list(self._definitions)
 
+    def copy(self) -> list[ToolDefinition]:
+        """The copy as it is, without reading the catalog; the read's error if there is none."""
+        with self._lock:
+            if self._definitions is None:
+                raise OrchestratorError(self._error or "The live worker catalog has not been read yet")
+            return list(self._definitions)
+
     async def refresh(self) -> None:
         """Read the catalog in a thread if the copy is due, so the event loop never waits on Redis."""
         if self._due():
             await asyncio.to_thread(self._refresh_quietly)
 
     def _refresh_quietly(self) -> None:
-        try:
+        with contextlib.suppress(OrchestratorError):  # raised again when the invocation asks for its tools
             self.current()
-        except OrchestratorError:
-            pass  # raised again when the invocation asks for its tools
 
     def _read(self) -> None:
         self._tried_at = time.monotonic()
+        source = self._source()
         try:
-            definitions = self._source.catalog_definitions()
+            if source is None:
+                raise ReferenceError("its executor no longer exists")
+            definitions = source.catalog_definitions()
         except Exception as exc:  # an unreachable Redis, an unreadable entry: no catalog right now
             self._error = (
                 f"The live worker catalog could not be read ({type(exc).__name__}: {exc}): check that "
@@ -105,3 +123,19 @@ def live_catalog_of(executor: object) -> LiveCatalogTools | None:
         if tools is None:
             tools = _shared[executor] = LiveCatalogTools(executor)
         return tools
+
+
+class LiveCatalogToolProvider:
+    """The live catalog as a service's static tool provider, asked once per invocation: it gives the
+    copy the invocation refreshed (off the event loop) before it started, so it does no I/O itself."""
+
+    is_dynamic = False
+
+    def __init__(self, catalog: LiveCatalogTools) -> None:
+        self.catalog = catalog
+
+    def provide_tools(self, request: ToolProviderRequest) -> ToolProviderResult:
+        return ToolProviderResult(tools=self.catalog.copy())
+
+    def __repr__(self) -> str:
+        return "LiveCatalogToolProvider()"

@@ -56,7 +56,7 @@ class InvocationState:
         )
         self.memory = service._memory_for(memory_id)
         self.transcript: list[ChatMessage] = []  # used when no memory is configured
-        self.tools: dict[str, Tool] = service._invocation_tools()
+        self.tools: dict[str, Tool] = dict(service._tools)
         self.found: list[str] = []
         self.executions: list[ToolExecution] = []
         self.token_usage: TokenUsage | None = None

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from orchestrator._catalog_tools import LiveCatalogTools, live_catalog_of
+from orchestrator._catalog_tools import LiveCatalogToolProvider, LiveCatalogTools, live_catalog_of
 from orchestrator._loop import Mode, run_invocation
 from orchestrator.errors import OrchestratorError
 from orchestrator.executors.base import ToolExecutor, fanout_limit
@@ -53,10 +53,11 @@ class AiService:
 
     Tools are objects, classes, modules or functions with `@tool` methods, `ToolDefinition`s (for
     example from a worker catalog) and `AiServiceTool`s; the `executor` decides where tool calls
-    run (`LocalExecutor()` in-process by default, `CeleryExecutor()` on worker pools). Without
-    `tools=`, a service whose executor reads a worker catalog (`CeleryExecutor`) offers the model the
-    tools live workers serve, read again for each invocation (a copy at most a second old): a new
-    pool's tools appear, and those of a pool whose workers all left disappear. Keyword
+    run (`LocalExecutor()` in-process by default, `CeleryExecutor()` on worker pools). Given no tools
+    (neither `tools=` nor `tool_providers=`), a service whose executor reads a worker catalog
+    (`CeleryExecutor`) offers the model the tools live workers serve, read again for each invocation
+    (a copy at most a second old): a new pool's tools appear, and those of a pool whose workers all
+    left disappear. Keyword
     configuration follows the LangChain4j AI service: memory, error handlers, the hallucinated tool
     name strategy, tool providers, tool search, round-trip limit and concurrency.
 
@@ -133,7 +134,12 @@ class AiService:
         self._memories_lock = threading.Lock()
         self._tools: dict[str, ToolDefinition | AiServiceTool] = {}
         # No tools given: those live workers serve, when the executor knows them (CeleryExecutor).
-        self._catalog: LiveCatalogTools | None = live_catalog_of(self.executor) if tools is None else None
+        # Tool providers choose the tools themselves (they may be there to narrow them down).
+        self._catalog: LiveCatalogTools | None = (
+            live_catalog_of(self.executor) if tools is None and not self.tool_providers else None
+        )
+        if self._catalog is not None:
+            self.tool_providers.append(LiveCatalogToolProvider(self._catalog))
         tools = list(tools or ())
         if compensate_on_tool_errors:
             for source in tools:
@@ -275,16 +281,12 @@ class AiService:
             self.tool_execution_error_handler or execution,
         )
 
-    def _invocation_tools(self) -> dict[str, ToolDefinition | AiServiceTool]:
-        """The tools an invocation starts with: those given, or those of the live catalog now."""
-        if self._catalog is None:
-            return dict(self._tools)
-        return {definition.name: definition for definition in self._catalog.current()}
-
     def tool_specifications(self) -> list[ToolSpecification]:
-        """The specifications of the service's own tools (providers' and search aside); without
-        `tools=` on a `CeleryExecutor`, those live workers serve now."""
-        return [tool.specification for tool in self._invocation_tools().values()]
+        """The specifications of the service's own tools (providers' and search aside); given no
+        tools, on a `CeleryExecutor`, those live workers serve now."""
+        if self._catalog is not None:
+            return [definition.specification for definition in self._catalog.current()]
+        return [tool.specification for tool in self._tools.values()]
 
     def as_tool(
         self, name: str, description: str, *, parameter: str = "request", template: str | None = None

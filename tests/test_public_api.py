@@ -1,5 +1,6 @@
 """The public face of `workers`: its exact `__all__`, the DESIGN.md contract, and its import isolation."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +141,7 @@ ORCHESTRATOR_ALL = [
     "AiService",
     "AiServiceTool",
     "AnthropicChatModel",
+    "CallEvent",
     "CeleryExecutor",
     "ChatEvent",
     "ChatMemory",
@@ -155,6 +157,7 @@ ORCHESTRATOR_ALL = [
     "HallucinatedToolNameError",
     "HashingEmbeddingModel",
     "InMemoryChatMemoryStore",
+    "Journal",
     "LocalExecutor",
     "MessageWindowChatMemory",
     "ModelAuthenticationError",
@@ -171,6 +174,7 @@ ORCHESTRATOR_ALL = [
     "PartialToolCall",
     "RemoteToolError",
     "Result",
+    "RetryPolicy",
     "RoundTripLimitError",
     "ScriptExhaustedError",
     "ScriptedChatModel",
@@ -235,3 +239,35 @@ def test_tool_call_identity_is_one_class_on_both_sides() -> None:
     import workers
 
     assert orchestrator.ToolCallIdentity is workers.ToolCallIdentity
+
+
+def test_what_constructors_take_or_give_is_importable_from_orchestrator() -> None:
+    # `AiService(journal=Journal(url))`, `OpenAiChatModel(retry=RetryPolicy(...))` and the events of
+    # `CeleryExecutor(on_call=...)`: the very classes, not copies
+    from orchestrator import CallEvent, Journal, RetryPolicy
+    from orchestrator.executors._call_events import CallEvent as call_event
+    from orchestrator.journal import Journal as journal
+    from orchestrator.models._http import RetryPolicy as retry_policy
+
+    assert (Journal, RetryPolicy, CallEvent) == (journal, retry_policy, call_event)
+
+
+def _readme_imports() -> list[str]:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", readme, re.MULTILINE | re.DOTALL)
+    return [
+        line.strip()
+        for block in blocks
+        for line in block.splitlines()
+        if re.match(r"\s*from (orchestrator|workers)\S* import ", line)
+    ]
+
+
+def test_the_readme_shows_imports() -> None:
+    assert len(_readme_imports()) >= 5
+
+
+@pytest.mark.parametrize("statement", _readme_imports())
+def test_every_import_the_readme_shows_works(statement: str) -> None:
+    # when / then: no ImportError
+    exec(statement, {})

@@ -9,8 +9,10 @@ the same with real worker processes.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
+import weakref
 
 import pytest
 
@@ -23,6 +25,8 @@ from orchestrator import (
     ScriptedChatModel,
     ToolExecutionRequest,
     ToolExecutionResultMessage,
+    ToolProviderRequest,
+    ToolProviderResult,
 )
 from orchestrator._catalog_tools import CATALOG_MAX_AGE_S, LiveCatalogTools, live_catalog_of
 from workers import ToolDefinition, tool
@@ -215,3 +219,42 @@ def test_a_service_whose_catalog_is_unreadable_fails_the_invocation_clearly() ->
     # when / then
     with pytest.raises(OrchestratorError, match="live worker catalog could not be read"):
         service.chat("hello")
+
+
+def test_the_shared_copy_does_not_keep_its_executor_alive() -> None:
+    # given: an executor whose catalog copy is shared through live_catalog_of
+    executor = CatalogExecutor([hello])
+    AiService(chat_model=ScriptedChatModel(["ok"]), executor=executor).chat("hi")
+    gone = weakref.ref(executor)
+
+    # when
+    del executor
+    gc.collect()
+
+    # then
+    assert gone() is None
+
+
+class StaticProvider:
+    """A static provider giving `goodbye` only."""
+
+    is_dynamic = False
+
+    def provide_tools(self, request: ToolProviderRequest) -> ToolProviderResult:
+        return ToolProviderResult(tools=[goodbye])
+
+
+def test_a_service_with_tool_providers_chooses_its_tools_itself() -> None:
+    # given: the catalog serves `hello` and `goodbye`; the service's provider gives only `goodbye`
+    # (a provider may be there to narrow the tools down, per user or tenant)
+    executor = CatalogExecutor([hello, goodbye])
+    model = ScriptedChatModel(_calls_what_the_user_names)
+    service = AiService(chat_model=model, executor=executor, tool_providers=[StaticProvider()])
+
+    # when
+    result = service.chat("hello")
+
+    # then: the catalog was not added, nor read
+    assert result.content == "no tool hello"
+    assert _shown(model, 0) == {"goodbye"}
+    assert executor.reads == 0
