@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,12 +55,12 @@ def test_a_setting_out_of_range_is_refused_from_the_environment_and_from_code(
     variable = ENVIRONMENT[field]
     expected = f"{variable} must be {allowed}, got "
     # from the environment
-    with pytest.raises(SettingsError, match=f"^{expected}") as from_env:
+    with pytest.raises(SettingsError, match=f"^{re.escape(expected)}") as from_env:
         Settings.from_env({variable: raw})
     # built in code, directly or by replacing a field of valid settings
-    with pytest.raises(SettingsError, match=f"^{expected}"):
+    with pytest.raises(SettingsError, match=f"^{re.escape(expected)}"):
         Settings(**{field: _typed(field, raw)})  # type: ignore[arg-type]
-    with pytest.raises(SettingsError, match=f"^{expected}"):
+    with pytest.raises(SettingsError, match=f"^{re.escape(expected)}"):
         dataclasses.replace(Settings(), **{field: _typed(field, raw)})
     # one toolfleet error, and a ValueError as before
     assert isinstance(from_env.value, ToolfleetError) and isinstance(from_env.value, ValueError)
@@ -99,7 +100,7 @@ def test_values_at_the_edges_of_their_ranges_are_accepted() -> None:
     ],
 )
 def test_a_redis_url_that_is_not_one_is_refused_with_its_password_masked(url: str, reason: str) -> None:
-    with pytest.raises(SettingsError, match="^TOOLFLEET_REDIS_URL=") as refused:
+    with pytest.raises(SettingsError, match=r"^TOOLFLEET_REDIS_URL=") as refused:
         Settings.from_env({"TOOLFLEET_REDIS_URL": url})
     assert reason in str(refused.value)
     assert "hunter2" not in str(refused.value) and ":***@cache" in str(refused.value)

@@ -235,7 +235,7 @@ CONTENT_LOG_CHARS = 200  # how much of a call's content a DEBUG line shows
 
 
 def log_call(
-    tool: str, call_id: str, outcome: ToolOutcome, elapsed_ms: float, *, task_id: str | None = None
+    tool: str, call_id: str | None, outcome: ToolOutcome, elapsed_ms: float, *, task_id: str | None = None
 ) -> None:
     """The one INFO line of a call: tool, ids, outcome and duration, never its arguments or content.
 

@@ -106,7 +106,7 @@ def _check_redis_url(url: str) -> None:
     reason = f"it must start with {', '.join(REDIS_SCHEMES)}"
     if url.startswith(REDIS_SCHEMES):
         try:
-            parse_url(url)
+            parse_url(url)  # type: ignore[no-untyped-call]
             return
         except ValueError as exc:
             reason = str(exc)
