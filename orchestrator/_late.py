@@ -15,6 +15,7 @@ import redis
 
 from orchestrator.executors._collector import META_PREFIX
 from orchestrator.journal import CallRecord
+from workers._redis_errors import mapped_redis_errors
 from workers.tasks import call_state_key, compensation_task_id
 
 __all__ = ["LateCompensation", "late_compensation"]
@@ -30,7 +31,15 @@ class LateCompensation:
 
 
 def late_compensation(client: redis.Redis, call: CallRecord) -> LateCompensation:
-    """The state of the compensation a worker owes an abandoned call, or why there is none."""
+    """The state of the compensation a worker owes an abandoned call, or why there is none.
+
+    Raises `RedisUnavailableError` (naming `TOOLFLEET_REDIS_URL`) when Redis cannot be read.
+    """
+    with mapped_redis_errors(client):
+        return _late_compensation(client, call)
+
+
+def _late_compensation(client: redis.Redis, call: CallRecord) -> LateCompensation:
     task_id = compensation_task_id(call.idempotency_key)
     raw = client.get(META_PREFIX + task_id)
     if raw:

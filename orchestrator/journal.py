@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from orchestrator._database_url import database_url
 from orchestrator._journal_crypto import KEYS_VARIABLE, JournalCipher
 from orchestrator._journal_records import (
     CallRecord,
@@ -53,6 +54,7 @@ class Journal:
         """`keys`: Fernet keys sealing the invocation parameters (default `TOOLFLEET_JOURNAL_KEYS`)."""
         self._cipher = JournalCipher(os.environ.get(KEYS_VARIABLE, "") if keys is None else keys)
         if isinstance(url_or_engine, str):
+            url_or_engine = database_url(url_or_engine)
             connect_args = {"timeout": 30} if url_or_engine.startswith("sqlite") else {}
             self.engine = sa.create_engine(url_or_engine, connect_args=connect_args)
         else:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -112,11 +113,26 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
         },
         result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
     )
+    _keep_results_out_of_logs()
     if registry is not None:
         from workers.tasks import register_tasks
 
         register_tasks(app, registry, settings)
     return app
+
+
+CELERY_TRACE_LOGGER = "celery.app.trace"
+
+
+def _keep_results_out_of_logs() -> None:
+    """Keep Celery's per-task lines, which carry the task's return value, out of a worker's log.
+
+    Celery logs "Task ... succeeded in ...: <result>" at INFO (up to 1024 characters of it), and a
+    result holds whatever the tool read. Its trace logger keeps warnings and errors only; each call's
+    line is toolfleet's own (`workers.runner.log_call`): tool, ids, outcome, duration, and the
+    content at DEBUG only, cut short.
+    """
+    logging.getLogger(CELERY_TRACE_LOGGER).setLevel(logging.WARNING)
 
 
 def make_publisher(settings: Settings) -> Celery:

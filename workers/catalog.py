@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 
+from workers._redis_errors import mapped_redis_errors
 from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 from workers.tools import Compensation, ToolDefinition, ToolOptions
 
@@ -194,28 +195,30 @@ class CatalogHeartbeat:
 
 
 class Catalog:
-    """Reads the live catalog."""
+    """Reads the live catalog; an unusable Redis raises `RedisUnavailableError` (TOOLFLEET_REDIS_URL)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self._client = client
 
     def workers(self) -> list[WorkerEntry]:
-        keys = list(self._client.scan_iter(match=WORKER_KEY.format("*"), count=500))
-        if not keys:
-            return []
+        with mapped_redis_errors(self._client):
+            keys = list(self._client.scan_iter(match=WORKER_KEY.format("*"), count=500))
+            raws = self._client.mget(keys) if keys else []
         entries = []
-        for raw in self._client.mget(keys):
+        for raw in raws:
             if raw:
                 entries.append(WorkerEntry.from_json(json.loads(raw)))
         return sorted(entries, key=lambda e: e.hostname)
 
     def live_workers(self, pool: str) -> list[str]:
         """Hostnames whose heartbeat for `pool` has not expired."""
-        names = self._client.zrangebyscore(POOL_KEY.format(pool), time.time(), "+inf")
+        with mapped_redis_errors(self._client):
+            names = self._client.zrangebyscore(POOL_KEY.format(pool), time.time(), "+inf")
         return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
 
     def worker_alive(self, hostname: str) -> bool:
-        return bool(self._client.exists(WORKER_KEY.format(hostname)))
+        with mapped_redis_errors(self._client):
+            return bool(self._client.exists(WORKER_KEY.format(hostname)))
 
     def tools(self, pools: Iterable[str] | None = None) -> list[CatalogTool]:
         """Each tool served by a live worker, once (the first worker's description wins)."""

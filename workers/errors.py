@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import redis.exceptions
+
 __all__ = [
+    "RedisUnavailableError",
+    "SettingsError",
     "ToolArgumentsError",
     "ToolDefinitionError",
     "ToolErrorVisibleToLlm",
@@ -14,6 +18,22 @@ __all__ = [
 
 class ToolfleetError(Exception):
     """Root of the errors raised by toolfleet."""
+
+
+class SettingsError(ToolfleetError, ValueError):
+    """A setting is malformed or out of its allowed range; the message names the variable and the range."""
+
+
+class RedisUnavailableError(ToolfleetError, redis.exceptions.ConnectionError):
+    """Redis could not be used; `url` (password masked) and `setting` say which, the cause is redis-py's.
+
+    It is also a `redis.ConnectionError`, so code that handles Redis outages handles it unchanged.
+    """
+
+    def __init__(self, message: str, *, url: str, setting: str) -> None:
+        super().__init__(message)
+        self.url = url
+        self.setting = setting
 
 
 class ToolDefinitionError(ToolfleetError):

@@ -26,7 +26,9 @@ __all__ = [
     "bind_compensation",
     "bound_outcome",
     "call_identity",
+    "content_preview",
     "error_outcome",
+    "log_call",
     "qualified_name",
     "run_compensation",
     "run_tool",
@@ -48,22 +50,27 @@ def run_tool(
     request: ToolExecutionRequest,
     invocation: Invocation | None = None,
     identity: ToolCallIdentity | None = None,
+    *,
+    log_outcome: bool = True,
 ) -> ToolOutcome:
     """Run the call synchronously (an `async` tool runs in a fresh event loop).
 
     `identity` is what a `ToolCallIdentity` parameter receives (the first attempt when not given).
+    The call's line is logged (`log_call`) unless `log_outcome` is false: a worker logs its own, with
+    the outcome it reports.
     """
     started = time.perf_counter()
     bound = _bind(definition, request, invocation or Invocation(), identity)
     if isinstance(bound, ToolOutcome):
-        return _logged(definition, request, started, bound)
+        return _logged(definition, request, started, bound, log_outcome)
     try:
         value = definition.function(*bound.args, **bound.kwargs)
         if inspect.isawaitable(value):
             value = asyncio.run(_await(value))
     except Exception as exc:
-        return _logged(definition, request, started, error_outcome(exc, OutcomeKind.EXECUTION_ERROR, bound))
-    return _logged(definition, request, started, _success(definition, value, bound))
+        outcome = error_outcome(exc, OutcomeKind.EXECUTION_ERROR, bound)
+        return _logged(definition, request, started, outcome, log_outcome)
+    return _logged(definition, request, started, _success(definition, value, bound), log_outcome)
 
 
 async def arun_tool(
@@ -224,21 +231,40 @@ def bound_outcome(outcome: ToolOutcome, tool_name: str, max_result_bytes: int) -
     )
 
 
+CONTENT_LOG_CHARS = 200  # how much of a call's content a DEBUG line shows
+
+
+def log_call(
+    tool: str, call_id: str | None, outcome: ToolOutcome, elapsed_ms: float, *, task_id: str | None = None
+) -> None:
+    """The one INFO line of a call: tool, ids, outcome and duration, never its arguments or content.
+
+    The content (an error's message, a result's text) is logged at DEBUG only, its first
+    `CONTENT_LOG_CHARS` characters: results can hold whatever the tool read.
+    """
+    error = f" ({outcome.error_type})" if outcome.is_error and outcome.error_type else ""
+    task = f" task {task_id}" if task_id else ""
+    log.info("tool %s call %s%s: %s%s in %.1f ms", tool, call_id, task, outcome.kind.value, error, elapsed_ms)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("tool %s call %s content: %s", tool, call_id, content_preview(outcome.text))
+
+
+def content_preview(text: str) -> str:
+    """The first `CONTENT_LOG_CHARS` characters of `text`, saying how many more there are."""
+    if len(text) <= CONTENT_LOG_CHARS:
+        return repr(text)
+    return f"{text[:CONTENT_LOG_CHARS]!r}… ({len(text) - CONTENT_LOG_CHARS} more characters)"
+
+
 def _logged(
-    definition: ToolDefinition, request: ToolExecutionRequest, started: float, outcome: ToolOutcome
+    definition: ToolDefinition,
+    request: ToolExecutionRequest,
+    started: float,
+    outcome: ToolOutcome,
+    log_outcome: bool = True,
 ) -> ToolOutcome:
-    elapsed_ms = (time.perf_counter() - started) * 1000
-    if outcome.is_error:
-        log.info(
-            "tool %s call %s: %s (%s) in %.1f ms",
-            definition.name,
-            request.id,
-            outcome.kind.value,
-            outcome.error_type,
-            elapsed_ms,
-        )
-    else:
-        log.debug("tool %s call %s: success in %.1f ms", definition.name, request.id, elapsed_ms)
+    if log_outcome:
+        log_call(definition.name, request.id, outcome, (time.perf_counter() - started) * 1000)
     return outcome
 
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from redis.connection import parse_url
+
+from workers.errors import SettingsError
 
 __all__ = ["ENVIRONMENT", "Settings", "redact_url"]
 
@@ -36,6 +41,19 @@ class Settings:
     tools: str = ""
     journal_keys: str = ""  # Fernet keys, comma-separated: the first encrypts, all decrypt
 
+    def __post_init__(self) -> None:
+        """Refuse values out of range here, so every process edge (and code) refuses them alike."""
+        for name, (minimum, inclusive) in _LOWER_BOUNDS.items():
+            _check_bound(name, getattr(self, name), minimum, inclusive)
+        if self.liveness_check_interval_s >= self.heartbeat_ttl_s:
+            raise SettingsError(
+                f"{ENVIRONMENT['liveness_check_interval_s']} must be less than "
+                f"{ENVIRONMENT['heartbeat_ttl_s']} ({self.heartbeat_ttl_s:g} s), "
+                f"got {self.liveness_check_interval_s:g}: workers' heartbeats must be checked more often "
+                "than they expire"
+            )
+        _check_redis_url(self.redis_url)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read the settings; `TOOLFLEET_REDIS_URL` is the default for broker and result backend."""
@@ -64,6 +82,53 @@ class Settings:
 
 ENVIRONMENT: dict[str, str] = {item.name: f"TOOLFLEET_{item.name.upper()}" for item in fields(Settings)}
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+# The smallest value of each numeric setting, and whether it is allowed itself; none has a maximum,
+# and none may be infinite or NaN. `visibility_timeout_s` may also be unset (derived).
+_LOWER_BOUNDS: dict[str, tuple[float, bool]] = {
+    "default_tool_timeout_s": (0, False),
+    "visibility_timeout_s": (0, False),
+    "result_expires_s": (1, True),
+    "heartbeat_ttl_s": (0.1, True),
+    "liveness_check_interval_s": (0, False),
+    "max_fanout": (1, True),
+    "max_argument_bytes": (1, True),
+    "max_result_bytes": (1, True),
+    "compensation_retries": (0, True),
+    "retry_backoff_s": (0, True),
+    "retry_backoff_max_s": (0, True),
+}
+_INTEGERS = frozenset(item.name for item in fields(Settings) if "int" in str(item.type))
+
+
+def _check_redis_url(url: str) -> None:
+    reason = f"it must start with {', '.join(REDIS_SCHEMES)}"
+    if url.startswith(REDIS_SCHEMES):
+        try:
+            parse_url(url)  # type: ignore[no-untyped-call]
+            return
+        except ValueError as exc:
+            reason = str(exc)
+    raise SettingsError(f"{ENVIRONMENT['redis_url']}={redact_url(url)!r} is not a Redis URL: {reason}")
+
+
+def _check_bound(name: str, value: object, minimum: float, inclusive: bool) -> None:
+    if value is None and name == "visibility_timeout_s":
+        return
+    integer = name in _INTEGERS
+    kind = "an integer" if integer else "a number"
+    rule = f"{kind} {'>=' if inclusive else '>'} {minimum:g}"
+    numeric = isinstance(value, int) if integer else isinstance(value, int | float)
+    if (
+        not numeric
+        or isinstance(value, bool)
+        or not math.isfinite(value)  # type: ignore[arg-type]
+        or value < minimum  # type: ignore[operator]
+        or (value == minimum and not inclusive)
+    ):
+        raise SettingsError(f"{ENVIRONMENT[name]} must be {rule}, got {value!r}")
+
 
 def _parse(name: str, raw: str, kind: Any) -> Any:
     text = str(kind)
@@ -78,7 +143,7 @@ def _parse(name: str, raw: str, kind: Any) -> Any:
         if "int" in text:
             return int(raw)
     except ValueError:
-        raise ValueError(
+        raise SettingsError(
             f"{ENVIRONMENT[name]}={raw!r} is not a valid {text.replace(' | None', '')}"
         ) from None
     return raw

@@ -33,7 +33,7 @@ from workers.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
 from workers.registry import ToolRegistry
 from workers.retry import backoff_s, is_transient
-from workers.runner import bound_outcome, call_identity, run_tool
+from workers.runner import bound_outcome, call_identity, log_call, run_tool
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
@@ -59,8 +59,20 @@ TASK_PREFIX = "tool."
 def _run_call(
     task: Task, definition: ToolDefinition, settings: Settings, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
+    started = time.perf_counter()
     request = ToolExecutionRequest.from_json(kwargs["request"])
     invocation = Invocation.from_json(kwargs["invocation"])
+
+    def logged(outcome: ToolOutcome) -> ToolOutcome:
+        log_call(
+            definition.name,
+            request.id,
+            outcome,
+            (time.perf_counter() - started) * 1000,
+            task_id=task.request.id,
+        )
+        return outcome
+
     deadline = float(kwargs.get("deadline") or 0) or None
     if deadline is not None and time.time() >= deadline:
         outcome = ToolOutcome(
@@ -68,14 +80,14 @@ def _run_call(
             text=f"Tool '{definition.name}' did not start before its deadline",
             error_type="DeadlineExceeded",
         )
-        raise failure_for(outcome)
+        raise failure_for(logged(outcome))
     identity = call_identity(
         invocation,
         request,
         attempt=int(kwargs.get("attempt") or 1) + int(task.request.retries or 0),
         key=(task.request.headers or {}).get("idempotency_key"),
     )
-    outcome = run_tool(definition, request, invocation, identity)
+    outcome = run_tool(definition, request, invocation, identity, log_outcome=False)
     if outcome.error_type == "SoftTimeLimitExceeded":  # the pool's time limit: the deadline passed
         outcome = ToolOutcome(
             kind=OutcomeKind.TIMED_OUT,
@@ -89,10 +101,14 @@ def _run_call(
             countdown = backoff_s(attempt, settings.retry_backoff_s, settings.retry_backoff_max_s)
             if deadline is None or time.time() + countdown < deadline:
                 log.info(
-                    "tool %s attempt %d failed (%s); retrying in %.2f s",
+                    "tool %s call %s task %s: attempt %d %s (%s) in %.1f ms; retrying in %.2f s",
                     definition.name,
+                    request.id,
+                    task.request.id,
                     attempt + 1,
+                    outcome.kind.value,
                     outcome.error_type,
+                    (time.perf_counter() - started) * 1000,
                     countdown,
                 )
                 raise task.retry(
@@ -101,10 +117,10 @@ def _run_call(
                     exc=failure_for(outcome),
                     **flower_reprs(kwargs),
                 )
-        raise failure_for(outcome, task.request.hostname)
+        raise failure_for(logged(outcome), task.request.hostname)
     if kwargs.get("compensate_if_late") and definition.compensation is not None:
         _finish_or_compensate_late(task, definition, settings, request, invocation, outcome, deadline)
-    return {**outcome.to_json(), "worker": task.request.hostname}
+    return {**logged(outcome).to_json(), "worker": task.request.hostname}
 
 
 def register_tasks(app: Celery, registry: ToolRegistry, settings: Settings) -> None:

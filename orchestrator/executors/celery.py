@@ -29,6 +29,7 @@ from workers import (
     ToolOutcome,
     ToolRegistry,
 )
+from workers._redis_errors import mapped_redis_errors
 from workers.app import make_publisher
 from workers.catalog import Catalog, WorkerEntry
 from workers.invocation import Invocation
@@ -136,7 +137,10 @@ class CeleryExecutor:
         return await execute_batch(self, calls, invocation, max_fanout=self.settings.max_fanout)
 
     def catalog_definitions(self) -> list[ToolDefinition]:
-        """Every tool live workers serve, as definitions this executor can dispatch."""
+        """Every tool live workers serve, as definitions this executor can dispatch.
+
+        Raises `RedisUnavailableError` (naming `TOOLFLEET_REDIS_URL`) when the catalog cannot be read.
+        """
         return [item.definition() for item in self.catalog.tools()]
 
     async def execute(
@@ -256,7 +260,8 @@ class CeleryExecutor:
         retries = definition.options.retries if definition and definition.options.idempotent else 0
         ids = [call_task_id(key, attempt) for attempt in range(1 + retries)]
         ttl = int(max(self.settings.result_expires_s, 60))
-        return await settle(self._redis, ids, lambda i: self._abandon(i, terminate=False), mark_ttl_s=ttl)
+        with mapped_redis_errors(self.settings.redis_url):
+            return await settle(self._redis, ids, lambda i: self._abandon(i, terminate=False), mark_ttl_s=ttl)
 
     async def _dispatch(
         self,

@@ -1,0 +1,119 @@
+"""Settings out of their allowed range are refused where they are read, naming the variable and range.
+
+`Settings` checks itself, so the environment (`Settings.from_env`), code (`Settings(...)`,
+`dataclasses.replace`) and every command that starts from the environment refuse the same values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workers.errors import SettingsError, ToolfleetError
+from workers.settings import ENVIRONMENT, Settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+# (field, value as the environment writes it, the range the refusal states)
+OUT_OF_RANGE = [
+    ("heartbeat_ttl_s", "-1", "a number >= 0.1"),
+    ("heartbeat_ttl_s", "0", "a number >= 0.1"),
+    ("max_fanout", "0", "an integer >= 1"),
+    ("max_fanout", "-3", "an integer >= 1"),
+    ("default_tool_timeout_s", "0", "a number > 0"),
+    ("default_tool_timeout_s", "-5", "a number > 0"),
+    ("default_tool_timeout_s", "nan", "a number > 0"),
+    ("default_tool_timeout_s", "inf", "a number > 0"),
+    ("visibility_timeout_s", "0", "a number > 0"),
+    ("result_expires_s", "0", "an integer >= 1"),
+    ("liveness_check_interval_s", "0", "a number > 0"),
+    ("max_argument_bytes", "0", "an integer >= 1"),
+    ("max_result_bytes", "-1", "an integer >= 1"),
+    ("compensation_retries", "-1", "an integer >= 0"),
+    ("retry_backoff_s", "-0.1", "a number >= 0"),
+    ("retry_backoff_max_s", "-1", "a number >= 0"),
+]
+
+
+def _typed(field: str, raw: str) -> object:
+    kind = str(next(f.type for f in dataclasses.fields(Settings) if f.name == field))
+    return int(raw) if "int" in kind else float(raw)
+
+
+@pytest.mark.parametrize(
+    ("field", "raw", "allowed"), OUT_OF_RANGE, ids=[f"{f}={r}" for f, r, _ in OUT_OF_RANGE]
+)
+def test_a_setting_out_of_range_is_refused_from_the_environment_and_from_code(
+    field: str, raw: str, allowed: str
+) -> None:
+    variable = ENVIRONMENT[field]
+    expected = f"{variable} must be {allowed}, got "
+    # from the environment
+    with pytest.raises(SettingsError, match=f"^{re.escape(expected)}") as from_env:
+        Settings.from_env({variable: raw})
+    # built in code, directly or by replacing a field of valid settings
+    with pytest.raises(SettingsError, match=f"^{re.escape(expected)}"):
+        Settings(**{field: _typed(field, raw)})  # type: ignore[arg-type]
+    with pytest.raises(SettingsError, match=f"^{re.escape(expected)}"):
+        dataclasses.replace(Settings(), **{field: _typed(field, raw)})
+    # one toolfleet error, and a ValueError as before
+    assert isinstance(from_env.value, ToolfleetError) and isinstance(from_env.value, ValueError)
+
+
+@pytest.mark.parametrize(("interval", "ttl"), [("6", "6"), ("7", "6"), ("2", "1")])
+def test_a_liveness_interval_not_below_the_heartbeat_ttl_is_refused(interval: str, ttl: str) -> None:
+    environ = {"TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": interval, "TOOLFLEET_HEARTBEAT_TTL_S": ttl}
+    refused = f"TOOLFLEET_LIVENESS_CHECK_INTERVAL_S must be less than TOOLFLEET_HEARTBEAT_TTL_S \\({ttl} s\\)"
+    with pytest.raises(SettingsError, match=refused):
+        Settings.from_env(environ)
+    with pytest.raises(SettingsError, match=refused):
+        Settings(liveness_check_interval_s=float(interval), heartbeat_ttl_s=float(ttl))
+
+
+def test_values_at_the_edges_of_their_ranges_are_accepted() -> None:
+    settings = Settings.from_env(
+        {
+            "TOOLFLEET_HEARTBEAT_TTL_S": "0.1",
+            "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.05",
+            "TOOLFLEET_MAX_FANOUT": "1",
+            "TOOLFLEET_COMPENSATION_RETRIES": "0",
+            "TOOLFLEET_RETRY_BACKOFF_S": "0",
+            "TOOLFLEET_RESULT_EXPIRES_S": "1",
+            "TOOLFLEET_MAX_ARGUMENT_BYTES": "1",
+        }
+    )
+    assert (settings.heartbeat_ttl_s, settings.max_fanout, settings.compensation_retries) == (0.1, 1, 0)
+    assert Settings(visibility_timeout_s=None).visibility_timeout_s is None
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://user:hunter2@cache:6379/0", "it must start with redis://, rediss://, unix://"),
+        ("redis://:hunter2@cache:port/0", "Port could not be cast to integer value"),
+    ],
+)
+def test_a_redis_url_that_is_not_one_is_refused_with_its_password_masked(url: str, reason: str) -> None:
+    with pytest.raises(SettingsError, match=r"^TOOLFLEET_REDIS_URL=") as refused:
+        Settings.from_env({"TOOLFLEET_REDIS_URL": url})
+    assert reason in str(refused.value)
+    assert "hunter2" not in str(refused.value) and ":***@cache" in str(refused.value)
+
+
+def test_a_command_started_with_a_setting_out_of_range_exits_naming_it() -> None:
+    environment = {**os.environ, "PYTHONPATH": str(REPO), "TOOLFLEET_MAX_FANOUT": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "tools"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    assert done.stderr.strip() == "toolfleet: TOOLFLEET_MAX_FANOUT must be an integer >= 1, got 0"
