@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ PROVIDERS = {
     "anthropic": ("claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
 }
 
-ARGUMENTS_WIDTH = 40
+ARGUMENTS_WIDTH = 48
 
 
 class ModelSpecError(ValueError):
@@ -97,6 +98,8 @@ class _Row:
 
 
 _RUNNING = ("queued", "started")
+# Columns: task 24, pool 6, worker 12, state 16 (the longest outcome kind, `execution_error`, and a
+# space), elapsed, then the call's arguments.
 
 
 class LiveTable:
@@ -193,8 +196,11 @@ class LiveTable:
             self.out.write("\n")
             self._at_line_start = True
         now = time.monotonic()
-        lines = [f"    {'task':24} {'pool':6} {'worker':12} {'state':14} {'elapsed':>8}  call"]
+        lines = [f"    {'task':24} {'pool':6} {'worker':12} {'state':16} {'elapsed':>8}  call"]
         lines += [self._row(row, row.at if row.state not in _RUNNING else now) for row in self.rows.values()]
+        # A line wider than the terminal would wrap, and moving back up would miss the table's top.
+        width = max(shutil.get_terminal_size().columns - 1, 20)
+        lines = [line if len(line) <= width else line[: width - 1] + "…" for line in lines]
         self.out.write("\x1b[J" + "\n".join(lines) + "\n" + f"\x1b[{len(lines)}F")
         self.out.flush()
         self._drawn = len(lines)
@@ -203,6 +209,6 @@ class LiveTable:
     def _row(row: _Row, until: float) -> str:
         elapsed = until - row.first
         return (
-            f"    {row.task:24} {row.pool:6} {row.worker or '-':12} {row.state:14} {elapsed:6.2f} s"
+            f"    {row.task:24} {row.pool:6} {row.worker or '-':12} {row.state:16} {elapsed:6.2f} s"
             f"  {row.arguments}"
         ).rstrip()

@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from orchestrator.console import LiveTable, short_arguments
 from orchestrator.demo import CITIES, STORIES, Script
 from orchestrator.executors.celery import CallEvent
@@ -112,7 +114,10 @@ class _Terminal(io.StringIO):
         return True
 
 
-def test_on_a_terminal_the_table_is_redrawn_in_place_and_text_goes_below_it() -> None:
+def test_on_a_terminal_the_table_is_redrawn_in_place_and_text_goes_below_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
     out = _Terminal()
     table = LiveTable(out)
     table.redraw = True
@@ -132,6 +137,20 @@ def test_on_a_terminal_the_table_is_redrawn_in_place_and_text_goes_below_it() ->
     assert last.endswith("\x1b[6F\x1b[6EForecasts: ...")
 
 
+def test_on_a_narrow_terminal_rows_are_cut_so_they_never_wrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # given: a terminal 60 columns wide
+    monkeypatch.setenv("COLUMNS", "60")
+    out = _Terminal()
+    table = LiveTable(out)
+    table.redraw = True
+    # when
+    for event in _weather_events():
+        table(event)
+    # then: every line of the last frame fits, so moving up six lines finds the table's top
+    rows = out.getvalue().split("\x1b[J")[-1].split("\x1b[6F")[0].splitlines()
+    assert len(rows) == 6 and all(len(row) <= 59 for row in rows) and rows[1].endswith("…")
+
+
 def test_arguments_are_shortened_to_fit_a_row() -> None:
     assert short_arguments('{"city": "London", "delay_s": 0.5}') == "city=London, delay_s=0.5"
     assert (
@@ -141,4 +160,4 @@ def test_arguments_are_shortened_to_fit_a_row() -> None:
     assert short_arguments("") == ""
     assert short_arguments("not json at all") == "not json at all"
     long = short_arguments(json.dumps({"text": "x" * 100}))
-    assert len(long) == 40 and long.endswith("…")
+    assert len(long) == 48 and long.endswith("…")
