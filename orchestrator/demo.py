@@ -27,6 +27,7 @@ import redis
 
 from orchestrator.console import LiveTable, chat_model
 from orchestrator.executors.celery import CeleryExecutor
+from orchestrator.handlers import fail_invocation_unless_visible_to_llm, send_exception_message_to_llm
 from orchestrator.journal import Journal
 from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
 from orchestrator.models.base import ChatModel, ChatRequest
@@ -226,6 +227,9 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
                         chat_model=_model(model, script),
                         tools=tools,
                         executor=executor,
+                        # achat()'s defaults, set so that no notice about them interrupts the stories
+                        tool_arguments_error_handler=send_exception_message_to_llm(),
+                        tool_execution_error_handler=fail_invocation_unless_visible_to_llm(),
                         compensate_on_tool_errors=True,
                         journal=journal,
                         name="demo",
