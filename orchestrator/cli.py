@@ -18,7 +18,7 @@ from workers.settings import Settings, redact_url
 __all__ = ["COMMANDS", "main"]
 
 # Each name is a module of orchestrator.commands with `add_parser(commands)` and `run(args, settings)`.
-COMMANDS = ("demo", "worker", "recover", "sagas", "runs", "show", "tools", "flower", "db")
+COMMANDS = ("demo", "chat", "worker", "recover", "sagas", "runs", "show", "tools", "flower", "db")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
+import re
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +25,9 @@ from typing import TextIO
 
 import redis
 
-from orchestrator.executors.celery import CallEvent, CeleryExecutor
+from orchestrator.console import LiveTable, chat_model
+from orchestrator.executors.celery import CeleryExecutor
+from orchestrator.handlers import fail_invocation_unless_visible_to_llm, send_exception_message_to_llm
 from orchestrator.journal import Journal
 from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
 from orchestrator.models.base import ChatModel, ChatRequest
@@ -81,13 +82,25 @@ def _weather(request: ChatRequest) -> AiMessage | str:
     return "Forecasts: " + "; ".join(parts) + "."
 
 
+def _transfer_asked(request: ChatRequest) -> tuple[float, str, str]:
+    """Amount, payer and payee, read from the user's "Transfer <amount> from <payer> to <payee>", as a
+    model would: the calls the script makes are the ones the user asked for."""
+    question = next((m.text or "" for m in request.messages if isinstance(m, UserMessage)), "")
+    found = re.search(r"Transfer (\d[\d,]*(?:\.\d+)?) from (\w+) to (\w+)", question)
+    if found is None:
+        raise ValueError(f"the transfer story cannot read a transfer from {question!r}")
+    amount = float(found[1].replace(",", ""))
+    return (int(amount) if amount.is_integer() else amount), found[2], found[3]
+
+
 def _transfer(request: ChatRequest) -> AiMessage | str:
+    amount, payer, payee = _transfer_asked(request)
     if _asks(request):
-        return AiMessage(tool_execution_requests=[_call("call_credit", "credit", name="Dmytro", amount=100)])
+        return AiMessage(tool_execution_requests=[_call("call_credit", "credit", name=payee, amount=amount)])
     results = _last_results(request)
     if results and results[-1].tool_name == "credit":
         return AiMessage(
-            tool_execution_requests=[_call("call_withdraw", "withdraw", name="Mario", amount=5000)]
+            tool_execution_requests=[_call("call_withdraw", "withdraw", name=payer, amount=amount)]
         )
     rolled = [
         m.text
@@ -112,70 +125,14 @@ def _trip(request: ChatRequest) -> AiMessage | str:
 STORIES: list[tuple[str, str, Script]] = [
     ("Square root", "What is the square root of 475695037565?", _square_root),
     ("Weather, fanned out", f"What is the weather in {', '.join(CITIES)}?", _weather),
-    ("Bank transfer, compensated", "Transfer 100 from Mario to Dmytro.", _transfer),
+    # More than Mario's 1000 (workers/examples/bank.py): the withdrawal fails for want of funds.
+    ("Bank transfer, compensated", "Transfer 2000 from Mario to Dmytro.", _transfer),
     ("Trip booking, a timeout undone", "Book me a flight, a hotel and a car in Lisbon for Christmas.", _trip),
 ]
 
 
-class LiveTable:
-    """Every call in flight: tool, pool, worker, state, elapsed — redrawn on a terminal, a line per
-    change otherwise."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.redraw = out.isatty()
-        self.rows: dict[str, CallEvent] = {}
-        self.first: dict[str, float] = {}
-        self.lock = threading.Lock()
-        self.start = time.monotonic()
-
-    def __call__(self, event: CallEvent) -> None:
-        with self.lock:
-            self.first.setdefault(event.task_id, event.at)
-            previous = self.rows.get(event.task_id)
-            worker = event.worker or (previous.worker if previous else None)
-            self.rows[event.task_id] = dataclasses.replace(event, worker=worker)
-            if self.redraw:
-                self._draw()
-            else:
-                elapsed = event.at - self.first[event.task_id]
-                self.out.write(self._row(event.task_name, event.pool, worker, event.state, elapsed) + "\n")
-                self.out.flush()
-
-    def _draw(self) -> None:
-        now = time.monotonic()
-        lines = [f"    {'task':24} {'pool':6} {'worker':12} {'state':14} elapsed"]
-        for task_id, event in self.rows.items():
-            done = event.state not in ("queued", "started")
-            elapsed = (event.at if done else now) - self.first[task_id]
-            lines.append(self._row(event.task_name, event.pool, event.worker, event.state, elapsed))
-        self.out.write("\x1b[J" + "\n".join(lines) + f"\x1b[{len(lines)}F")
-        self.out.flush()
-
-    @staticmethod
-    def _row(task: str, pool: str, worker: str | None, state: str, elapsed: float) -> str:
-        return f"    {task:24} {pool:6} {worker or '-':12} {state:14} {elapsed:6.2f} s"
-
-    def close(self) -> None:
-        if self.redraw and self.rows:
-            self.out.write(f"\x1b[{len(self.rows) + 1}E\n")
-        self.rows.clear()
-        self.first.clear()
-
-
 def _model(spec: str | None, script: Script) -> ChatModel:
-    if spec is None:
-        return ScriptedChatModel(script)
-    provider, _, name = spec.partition(":")
-    if provider == "openai":
-        from orchestrator.models.openai import OpenAiChatModel
-
-        return OpenAiChatModel(name or "gpt-4o-mini")
-    if provider == "anthropic":
-        from orchestrator.models.anthropic import AnthropicChatModel
-
-        return AnthropicChatModel(name or "claude-sonnet-4-5")
-    raise ValueError(f"--model must be openai:<model> or anthropic:<model>, got {spec!r}")
+    return ScriptedChatModel(script) if spec is None else chat_model(spec)
 
 
 def _summary(out: TextIO, title: str, result: Result, journal: Journal) -> None:
@@ -270,6 +227,9 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
                         chat_model=_model(model, script),
                         tools=tools,
                         executor=executor,
+                        # achat()'s defaults, set so that no notice about them interrupts the stories
+                        tool_arguments_error_handler=send_exception_message_to_llm(),
+                        tool_execution_error_handler=fail_invocation_unless_visible_to_llm(),
                         compensate_on_tool_errors=True,
                         journal=journal,
                         name="demo",

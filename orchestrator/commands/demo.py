@@ -31,6 +31,20 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from orchestrator.console import ModelSpecError, chat_model, provider_key_variable
     from orchestrator.demo import run_demo
+    from orchestrator.errors import ModelAuthenticationError
 
+    if args.model is not None:
+        try:
+            chat_model(args.model)  # before any pool starts: a bad --model or a missing key fails at once
+        except ModelSpecError as exc:
+            print(f"toolfleet demo: {exc}", file=sys.stderr)
+            return 2
+        except ModelAuthenticationError:
+            print(
+                f"toolfleet demo: no API key for {args.model}: set {provider_key_variable(args.model)}",
+                file=sys.stderr,
+            )
+            return 2
     return run_demo(sys.stdout, settings=settings, model=args.model)

@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class CallEvent:
     """A step of one dispatched task, for observers (`CeleryExecutor(on_call=...)`): `queued`,
-    `started` (with the worker), then the outcome kind (`success`, `timed_out`, ...)."""
+    `started` (with the worker), then the outcome kind (`success`, `timed_out`, ...). `arguments` is
+    the call's JSON arguments, so an observer can tell calls of one tool apart."""
 
     task_id: str
     task_name: str
@@ -24,17 +25,18 @@ class CallEvent:
     state: str
     worker: str | None
     at: float
+    arguments: str = ""
 
 
 def _notifier(
-    on_call: Callable[[CallEvent], None] | None, task_id: str, task_name: str, pool: str
+    on_call: Callable[[CallEvent], None] | None, task_id: str, task_name: str, pool: str, arguments: str = ""
 ) -> Callable[[str, str | None], None] | None:
     if on_call is None:
         return None
 
     def notify(state: str, worker: str | None) -> None:
         try:
-            on_call(CallEvent(task_id, task_name, pool, state, worker, time.monotonic()))
+            on_call(CallEvent(task_id, task_name, pool, state, worker, time.monotonic(), arguments))
         except Exception:
             log.exception("on_call observer failed")
 

@@ -189,6 +189,7 @@ class CeleryExecutor:
                 timeout_s,
                 key=key,
                 abandon_atomically=compensate_if_late and definition.compensation is not None,
+                arguments=request.arguments,
             )
             if outcome.kind is not OutcomeKind.WORKER_LOST or time.monotonic() >= deadline:
                 break
@@ -225,6 +226,7 @@ class CeleryExecutor:
                 deadline,
                 timeout_s,
                 key=key,
+                arguments=execution.request.arguments,
             )
             if outcome.kind is OutcomeKind.WORKER_LOST and lost < self.settings.compensation_retries:
                 lost += 1
@@ -274,12 +276,13 @@ class CeleryExecutor:
         *,
         key: str,
         abandon_atomically: bool = False,
+        arguments: str = "",
     ) -> ToolOutcome:
         pool = definition.pool
         if not self._pool_has_workers(pool):
             return _no_worker(definition)
         collector = self._collector
-        notify = _notifier(self.on_call, task_id, task_name, pool)
+        notify = _notifier(self.on_call, task_id, task_name, pool, arguments)
         redispatch = None
         if definition.options.idempotent and task_name.startswith(TASK_PREFIX):
             # A worker lost mid-call: the same message again, for another worker of the pool.

@@ -1,0 +1,214 @@
+"""What `toolfleet demo` and `toolfleet chat` show on a terminal: the live table of tool calls, and the
+model named on the command line (`--model PROVIDER:MODEL`).
+
+`LiveTable` shows every call in flight — tool, pool, worker, state, elapsed and a short form of its
+arguments — redrawn in place on a terminal, a line per change otherwise; text streamed between the
+rows (a model's answer) is kept on lines of its own. `chat_model` builds a real model from
+`openai:<model>` or `anthropic:<model>`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+from orchestrator.executors.celery import CallEvent
+from orchestrator.models.base import ChatModel
+
+__all__ = ["PROVIDERS", "LiveTable", "ModelSpecError", "chat_model", "short_arguments"]
+
+# Provider name -> the model used when the spec names none, and the environment variable of its key.
+PROVIDERS = {
+    "openai": ("gpt-4o-mini", "OPENAI_API_KEY"),
+    "anthropic": ("claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
+}
+
+ARGUMENTS_WIDTH = 48
+
+
+class ModelSpecError(ValueError):
+    """A `--model` that names no known provider."""
+
+
+def chat_model(spec: str, *, base_url: str | None = None, api_key: str | None = None) -> ChatModel:
+    """The model of `PROVIDER:MODEL` (`openai:gpt-4o-mini`, `anthropic:claude-sonnet-4-5`; the model
+    name may be left out). `base_url` reaches an OpenAI-compatible server (or another Anthropic
+    endpoint); without `api_key` the provider's own environment variable is read. A missing key the
+    provider needs raises `ModelAuthenticationError`."""
+    provider, _, name = spec.partition(":")
+    provider = provider.strip().lower()
+    if provider not in PROVIDERS:
+        raise ModelSpecError(
+            f"--model must be openai:<model> or anthropic:<model>, got {spec!r} "
+            f"(unknown provider {provider!r})"
+        )
+    model = name.strip() or PROVIDERS[provider][0]
+    if provider == "openai":
+        from orchestrator.models.openai import OpenAiChatModel
+
+        if base_url is None:
+            return OpenAiChatModel(model, api_key=api_key)
+        return OpenAiChatModel(model, api_key=api_key, base_url=base_url)
+    from orchestrator.models.anthropic import AnthropicChatModel
+
+    if base_url is None:
+        return AnthropicChatModel(model, api_key=api_key)
+    return AnthropicChatModel(model, api_key=api_key, base_url=base_url)
+
+
+def provider_key_variable(spec: str) -> str:
+    """The environment variable the provider of `spec` reads its key from."""
+    provider = spec.partition(":")[0].strip().lower()
+    return PROVIDERS[provider][1] if provider in PROVIDERS else "the provider's API key variable"
+
+
+def short_arguments(arguments: str, width: int = ARGUMENTS_WIDTH) -> str:
+    """A call's JSON arguments as `city=London, days=3`, cut to `width` characters."""
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        text = ", ".join(f"{key}={_value(value)}" for key, value in parsed.items())
+    else:
+        text = " ".join(arguments.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _value(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass
+class _Row:
+    task: str
+    pool: str
+    worker: str | None
+    state: str
+    first: float
+    at: float
+    arguments: str
+
+
+_RUNNING = ("queued", "started")
+# Columns: task 24, pool 6, worker 12, state 16 (the longest outcome kind, `execution_error`, and a
+# space), elapsed, then the call's arguments.
+
+
+class LiveTable:
+    """Every call in flight: tool, pool, worker, state, elapsed and its arguments — redrawn on a
+    terminal, a line per change otherwise.
+
+    Feed it `CallEvent`s (it is a `CeleryExecutor(on_call=...)` observer) or, for calls that run
+    elsewhere, `update()`. `write_text()` prints streamed text between the rows; `close()` ends the
+    current block of rows (the next call starts a new one).
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.redraw = out.isatty() and os.environ.get("TERM") != "dumb"
+        self.rows: dict[str, _Row] = {}
+        self.lock = threading.RLock()
+        self._at_line_start = True
+        self._drawn = 0
+
+    def __call__(self, event: CallEvent) -> None:
+        self.update(
+            event.task_id,
+            task=event.task_name,
+            pool=event.pool,
+            state=event.state,
+            worker=event.worker,
+            at=event.at,
+            arguments=event.arguments,
+        )
+
+    def update(
+        self,
+        key: str,
+        *,
+        task: str,
+        pool: str,
+        state: str,
+        worker: str | None = None,
+        at: float | None = None,
+        arguments: str = "",
+    ) -> None:
+        """A call `key` is now in `state` (a row is added for a key not seen yet)."""
+        at = time.monotonic() if at is None else at
+        with self.lock:
+            row = self.rows.get(key)
+            if row is None:
+                row = self.rows[key] = _Row(task, pool, worker, state, at, at, short_arguments(arguments))
+            else:
+                row.worker = worker or row.worker
+                row.state, row.at = state, at
+                row.arguments = row.arguments or short_arguments(arguments)
+            if self.redraw:
+                self._draw()
+            else:
+                self._line(self._row(row, row.at))
+
+    def write_text(self, text: str) -> None:
+        """Streamed text (a model's answer), below the rows drawn so far."""
+        if not text:
+            return
+        with self.lock:
+            if self.rows:
+                self.close()
+            self.out.write(text)
+            self.out.flush()
+            self._at_line_start = text.endswith("\n")
+
+    def end_line(self) -> None:
+        """Finish a line of streamed text, if one is open."""
+        with self.lock:
+            if not self._at_line_start:
+                self.out.write("\n")
+                self.out.flush()
+                self._at_line_start = True
+
+    def close(self) -> None:
+        """End the current block of rows: the next call starts a new one."""
+        with self.lock:
+            if self.redraw and self._drawn:
+                self.out.write(f"\x1b[{self._drawn}E")
+                self.out.flush()
+            self.rows.clear()
+            self._drawn = 0
+
+    def _line(self, text: str) -> None:
+        if not self._at_line_start:
+            self.out.write("\n")
+        self.out.write(text + "\n")
+        self.out.flush()
+        self._at_line_start = True
+
+    def _draw(self) -> None:
+        if not self._at_line_start:
+            self.out.write("\n")
+            self._at_line_start = True
+        now = time.monotonic()
+        lines = [f"    {'task':24} {'pool':6} {'worker':12} {'state':16} {'elapsed':>8}  call"]
+        lines += [self._row(row, row.at if row.state not in _RUNNING else now) for row in self.rows.values()]
+        # A line wider than the terminal would wrap, and moving back up would miss the table's top.
+        width = max(shutil.get_terminal_size().columns - 1, 20)
+        lines = [line if len(line) <= width else line[: width - 1] + "…" for line in lines]
+        self.out.write("\x1b[J" + "\n".join(lines) + "\n" + f"\x1b[{len(lines)}F")
+        self.out.flush()
+        self._drawn = len(lines)
+
+    @staticmethod
+    def _row(row: _Row, until: float) -> str:
+        elapsed = until - row.first
+        return (
+            f"    {row.task:24} {row.pool:6} {row.worker or '-':12} {row.state:16} {elapsed:6.2f} s"
+            f"  {row.arguments}"
+        ).rstrip()

@@ -1,0 +1,129 @@
+"""`toolfleet chat` with its tool calls on a real worker pool, and conversations continued from the SQL
+store; the model is a local server speaking OpenAI's streamed wire format (tests/_fake_openai.py)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests._fake_openai import FakeOpenAi
+from tests.integration.private_redis import PrivateRedis
+from tests.test_chat import chat_env, run_chat
+from workers.process import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+HOST = "chat-io@integration"
+
+
+@pytest.fixture(scope="module")
+def weather_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
+    """A worker serving pool `io` with the example weather tool."""
+    worker = WorkerProcess(
+        pools=["io"],
+        modules=["workers.examples.weather"],
+        redis_url=redis_url,
+        hostname=HOST,
+        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2"},
+        log_path=worker_logs / "chat-io.log",
+    )
+    try:
+        worker.wait_ready(timeout_s=60)
+        yield worker
+    finally:
+        worker.stop()
+
+
+def _env(tmp_path: Path, redis_url: str) -> dict[str, str]:
+    return chat_env(
+        tmp_path,
+        TOOLFLEET_REDIS_URL=redis_url,
+        TOOLFLEET_BROKER_URL=redis_url,
+        TOOLFLEET_RESULT_BACKEND=redis_url,
+    )
+
+
+def _row(out: str, state: str, city: str) -> bool:
+    pattern = rf"tool\.get_weather +io +({re.escape(HOST)}|-) +{state} +\d+\.\d\d s  city={city}"
+    return re.search(pattern, out) is not None
+
+
+def test_calls_run_on_the_pool_and_a_memory_id_continues_the_conversation(
+    weather_worker: WorkerProcess, redis_url: str, tmp_path: Path
+) -> None:
+    env = _env(tmp_path, redis_url)
+    with FakeOpenAi() as server:
+        # when: a question, its tool found in the live catalog
+        first = run_chat(
+            env, "--base-url", server.base_url, "--memory-id", "trip-7", "What is the weather in Lisbon?"
+        )
+        # then: the call is shown live on its way through the pool, and the answer follows
+        assert first.returncode == 0, first.stderr
+        for state in ("queued", "started", "success"):
+            assert _row(first.stdout, state, "Lisbon"), first.stdout
+        assert re.search(rf"tool\.get_weather +io +{re.escape(HOST)} +success", first.stdout), first.stdout
+        assert re.search(r"^Forecast for Lisbon: -?\d+\.\d°C, \w+\.$", first.stdout, re.MULTILINE)
+        assert len(server.requests) == 2
+
+        # when: the same conversation goes on in another process
+        second = run_chat(
+            env, "--base-url", server.base_url, "--memory-id", "trip-7", "What is the weather in Kyiv?"
+        )
+        # then: the model is sent the earlier turns from the store, and the new question after them
+        assert second.returncode == 0, second.stderr
+        assert "Forecast for Kyiv: " in second.stdout and "Lisbon" not in second.stdout
+        sent = server.requests[2]["messages"]
+        assert [m["role"] for m in sent] == ["user", "assistant", "tool", "assistant", "user"]
+        assert sent[0]["content"] == "What is the weather in Lisbon?"
+        assert sent[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Lisbon"}'
+        assert '"city":"Lisbon"' in sent[2]["content"]
+        assert sent[3]["content"] == first.stdout.strip().splitlines()[-1]
+        assert sent[4]["content"] == "What is the weather in Kyiv?"
+
+        # and another memory id starts afresh
+        third = run_chat(
+            env, "--base-url", server.base_url, "--memory-id", "other", "What is the weather in Lima?"
+        )
+        assert third.returncode == 0, third.stderr
+        assert [m["role"] for m in server.requests[4]["messages"]] == ["user"]
+
+
+def test_tools_of_modules_run_on_the_pool_with_executor_celery(
+    weather_worker: WorkerProcess, redis_url: str, tmp_path: Path
+) -> None:
+    with FakeOpenAi() as server:
+        result = run_chat(
+            _env(tmp_path, redis_url),
+            "--base-url",
+            server.base_url,
+            "--tools",
+            "workers.examples.weather",
+            "--executor",
+            "celery",
+            "What is the weather in Nairobi?",
+        )
+    assert result.returncode == 0, result.stderr
+    assert re.search(rf"tool\.get_weather +io +{re.escape(HOST)} +success .* city=Nairobi", result.stdout)
+    assert "Forecast for Nairobi: " in result.stdout
+    assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["get_weather"]
+
+
+def test_an_empty_catalog_is_a_setup_error(tmp_path: Path) -> None:
+    # given: a Redis of our own that no worker ever joined
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+        with FakeOpenAi() as server:
+            # when
+            result = run_chat(_env(tmp_path, redis.url), "--base-url", server.base_url, "hi")
+    finally:
+        redis.stop()
+    # then
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "toolfleet chat: no tools found: no live worker serves any tool at redis://"
+    )
+    assert result.stderr.count("\n") == 1
