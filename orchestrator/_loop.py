@@ -86,7 +86,9 @@ class _Invocation(ToolCalls):
     async def _compensate_batch(self, batch: Sequence[_Call]) -> None:
         """After a failed batch: undo every recorded success and rewrite their result messages."""
         failed = next(call for call in batch if call.failed)
-        undone = await self.saga.compensate_all(self._invocation(), rollback_reason(failed.request.name, failed.request.id))
+        undone = await self.saga.compensate_all(
+            self._invocation(), rollback_reason(failed.request.name, failed.request.id)
+        )
         rolled = {id(step.execution): step for step in undone}
         if not rolled:
             return

@@ -28,10 +28,7 @@ def describe_source(url: str) -> str:
     if url == DEFAULT_DATABASE_URL:
         path = Path(url.removeprefix(_SQLITE))
         new = "" if path.exists() else "; it does not exist yet, so nothing was journaled here"
-        return (
-            f"reading the default journal ./{path} in {Path.cwd()} "
-            f"(set {variable} to read another{new})"
-        )
+        return f"reading the default journal ./{path} in {Path.cwd()} (set {variable} to read another{new})"
     return f"reading the journal at {redact_url(url)} ({variable})"
 
 

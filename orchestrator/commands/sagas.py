@@ -43,7 +43,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print("No failed compensations." if args.failed else "No compensations.")
         return 0
     calls: dict[str, dict[int, CallRecord]] = {}
-    print(f"{'invocation':36}  {'call':16}  {'tool(arguments)':48}  {'state':9}  {'tries':5}  {'updated':19}  error")
+    print(
+        f"{'invocation':36}  {'call':16}  {'tool(arguments)':{_CALL_WIDTH}}  {'state':9}  {'tries':5}  "
+        f"{'updated':19}  error"
+    )
     for row in rows:
         if row.invocation_id not in calls:
             calls[row.invocation_id] = {c.id: c for c in journal.calls(row.invocation_id)}
@@ -52,8 +55,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         stuck = args.failed and row.state != "failed"  # owed by an invocation that stopped
         error = (row.error or (_NOT_FINISHED if stuck else "")).replace("\n", " ")[:80]
         print(
-            f"{row.invocation_id:36}  {_call_id(call):16}  {_call_text(row.tool, call):48}  {row.state:9}  "
-            f"{row.attempts:5}  {updated:19}  {error}"
+            f"{row.invocation_id:36}  {_call_id(call):16}  {_call_text(row.tool, call):{_CALL_WIDTH}}  "
+            f"{row.state:9}  {row.attempts:5}  {updated:19}  {error}"
         )
     for line in late:
         print(line)
@@ -112,7 +115,7 @@ def _late_rows(settings: Settings, calls: list[Any], *, failed_only: bool) -> li
                 continue
             text = f"late, by its worker: {late.text}".replace("\n", " ")[:80]
             lines.append(
-                f"{call.invocation_id:36}  {_call_id(call):16}  {_call_text(call.tool, call):48}  "
+                f"{call.invocation_id:36}  {_call_id(call):16}  {_call_text(call.tool, call):{_CALL_WIDTH}}  "
                 f"{late.state:9}  {'-':5}  {'-':19}  {text}"
             )
     finally:

@@ -42,7 +42,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     _print_story(record, calls, compensations)
     reasons = {c.reason for c in compensations.values() if c.reason}
     causes = {
-        c.id for c in calls if c.outcome not in (None, "success") and rollback_reason(c.tool, c.call_id) in reasons
+        c.id
+        for c in calls
+        if c.outcome not in (None, "success") and rollback_reason(c.tool, c.call_id) in reasons
     }
     turn: object = _NO_TURN_YET
     for call in calls:
@@ -70,7 +72,7 @@ def _resolve(journal: Journal, given: str, settings: Settings) -> str | None:
         print(f"toolfleet show: no invocation {given} (nor one starting so) in {where}", file=sys.stderr)
         return None
     listed = "\n".join(f"  {i}" for i in ids[:_CANDIDATES])
-    more = f"\n  ... and more" if len(ids) > _CANDIDATES else ""
+    more = "\n  ... and more" if len(ids) > _CANDIDATES else ""
     print(
         f"toolfleet show: {given} is the beginning of several invocations; give more of the id:\n"
         f"{listed}{more}",
@@ -130,7 +132,10 @@ def _print_call(
         print("      this failure rolled back the successful calls before it")
     if compensation is not None:
         detail = f": {compensation.error}" if compensation.error else ""
-        print(f"      compensation {compensation.state} after {compensation.attempts} attempt(s){detail}")
+        why = f" ({compensation.reason})" if compensation.reason else ""
+        print(
+            f"      compensation {compensation.state} after {compensation.attempts} attempt(s){why}{detail}"
+        )
     if not call.compensable:
         return
     if call.state == "abandoned":
