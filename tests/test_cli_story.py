@@ -38,7 +38,7 @@ def test_show_tells_the_question_the_turns_the_rollback_cause_and_the_answer(tmp
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     invocation_id = _rolled_back_invocation(url)
     # when
-    result = toolfleet("show", invocation_id[:8], cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    result = toolfleet("show", invocation_id, cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
     # then
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()

@@ -44,9 +44,9 @@ def test_a_prefork_worker_serves_a_tool_module_of_the_current_directory(
             "TOOLFLEET_REDIS_URL": redis_url,
             "TOOLFLEET_BROKER_URL": redis_url,
             "TOOLFLEET_RESULT_BACKEND": redis_url,
-            "PYTHONPATH": None,
         }
     )
+    assert str(tmp_path) not in env.get("PYTHONPATH", "").split(os.pathsep)
     command = [TOOLFLEET, "worker", "--pool", "cwdpool", "--tools", "herehere_tools", "--kind", "prefork"]
     command += ["--concurrency", "1", "--hostname", hostname, "--loglevel", "WARNING"]
     log = tmp_path / "worker.log"
@@ -67,12 +67,13 @@ def test_a_prefork_worker_serves_a_tool_module_of_the_current_directory(
         assert _parent_of(int(pid)) == worker.pid
     finally:
         executor.close()
-        os.killpg(worker.pid, signal.SIGTERM)
-        try:
-            worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(timeout=10)
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(timeout=10)
 
 
 def _wait_until_serving(worker: subprocess.Popen[bytes], hostname: str, redis_url: str, log: Path) -> None:
