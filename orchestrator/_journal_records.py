@@ -35,6 +35,7 @@ class InvocationRecord:
     finished_at: datetime | None
     error: str | None
     invocation_json: dict[str, Any]
+    final_answer: str | None = None  # None: no answer (failed, returned a tool result, or older row)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class CallRecord:
     id: int
     invocation_id: str
     sequence: int
+    turn: int | None  # the model turn that asked for it; None in rows older than the column
     call_id: str | None
     tool: str
     arguments: str
@@ -104,6 +106,7 @@ def _invocation(row: Any, cipher: JournalCipher) -> InvocationRecord:
         finished_at=_aware(row["finished_at"]),
         error=row["error"],
         invocation_json=json.loads(cipher.open(row["invocation_json"] or "{}", invocation_id=row["id"])),
+        final_answer=row["final_answer"],
     )
 
 
@@ -112,6 +115,7 @@ def _call(row: Any) -> CallRecord:
         id=row["id"],
         invocation_id=row["invocation_id"],
         sequence=row["sequence"],
+        turn=row["turn"],
         call_id=row["call_id"],
         tool=row["tool"],
         arguments=row["arguments"],

@@ -22,6 +22,7 @@ invocations = sa.Table(
     sa.Column("finished_at", sa.DateTime(timezone=True)),
     sa.Column("error", sa.Text),
     sa.Column("invocation_json", sa.Text),  # context and parameters, to compensate on recovery
+    sa.Column("final_answer", sa.Text),  # the model's last answer, when the invocation ended with one
 )
 
 tool_calls = sa.Table(
@@ -32,6 +33,7 @@ tool_calls = sa.Table(
         "invocation_id", sa.String(36), sa.ForeignKey("toolfleet_invocations.id"), nullable=False, index=True
     ),
     sa.Column("sequence", sa.Integer, nullable=False),
+    sa.Column("turn", sa.Integer),  # the model turn (round trip, from 1) that asked for the call
     sa.Column("call_id", sa.String(255)),
     sa.Column("tool", sa.String(255), nullable=False),
     sa.Column("arguments", sa.Text, nullable=False),

@@ -23,7 +23,7 @@ from orchestrator.models.base import (
     TokenUsage,
 )
 from orchestrator.result import Result
-from orchestrator.saga import rolled_back_text
+from orchestrator.saga import rollback_reason, rolled_back_text
 from workers.invocation import InvocationParameters
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class _Invocation(ToolCalls):
         finally:
             if beating is not None:
                 beating.cancel()
-        self.saga.end("succeeded")
+        self.saga.end("succeeded", answer=result.content)
         return result
 
     async def _end_abnormally(self, error: BaseException) -> None:
@@ -86,7 +86,9 @@ class _Invocation(ToolCalls):
     async def _compensate_batch(self, batch: Sequence[_Call]) -> None:
         """After a failed batch: undo every recorded success and rewrite their result messages."""
         failed = next(call for call in batch if call.failed)
-        undone = await self.saga.compensate_all(self._invocation(), f"tool '{failed.request.name}' failed")
+        undone = await self.saga.compensate_all(
+            self._invocation(), rollback_reason(failed.request.name, failed.request.id)
+        )
         rolled = {id(step.execution): step for step in undone}
         if not rolled:
             return
@@ -122,6 +124,7 @@ class _Invocation(ToolCalls):
         self._add(self.user_message)
         round_trips = 0
         while True:
+            self.saga.turn = round_trips + 1  # the turn of the calls this response asks for
             self._ask_providers(dynamic=True)
             request = ChatRequest(
                 messages=self._messages(),

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -17,6 +20,9 @@ from workers.settings import Settings, redact_url
 
 __all__ = ["COMMANDS", "main"]
 
+DISTRIBUTION = "toolfleet"
+BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE  # what a shell reports for a process ended by SIGPIPE
+
 # Each name is a module of orchestrator.commands with `add_parser(commands)` and `run(args, settings)`.
 COMMANDS = ("demo", "chat", "worker", "recover", "sagas", "runs", "show", "tools", "flower", "db")
 
@@ -28,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
         "Configuration comes from TOOLFLEET_* environment variables (see the README).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     for name in COMMANDS:
@@ -36,7 +43,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown: the toolfleet distribution is not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status: 0 done, 1 done with failures, 2 usage or environment error."""
+    try:
+        try:
+            code = _main(argv)
+        finally:
+            sys.stdout.flush()  # a reader that went away is noticed here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader of the output stopped reading (`toolfleet runs | head`): that ends the
+        # command quietly, with the status of a process ended by SIGPIPE, as `cat` would.
+        # Later writes, interpreter exit's flush among them, go nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_STATUS
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"

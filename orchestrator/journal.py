@@ -36,6 +36,8 @@ from workers.protocol import ToolExecutionRequest, ToolOutcome, call_task_id
 
 __all__ = ["CallRecord", "CompensationRecord", "InvocationRecord", "Journal", "owner_id"]
 
+MAX_ANSWER_CHARS = 100_000  # a final answer is journaled up to this length
+
 
 def owner_id() -> str:
     """Who runs an invocation: host and process."""
@@ -87,12 +89,17 @@ class Journal:
                 )
             )
 
-    def set_invocation_state(self, invocation_id: str, state: str, error: str | None = None) -> None:
+    def set_invocation_state(
+        self, invocation_id: str, state: str, error: str | None = None, *, final_answer: str | None = None
+    ) -> None:
+        """Write the invocation's state; at its end, its error or the model's final answer."""
         values: dict[str, Any] = {"state": state, "heartbeat_at": _now()}
         if state in ("succeeded", "failed"):
             values["finished_at"] = _now()
         if error is not None:
             values["error"] = error[:4000]
+        if final_answer is not None:
+            values["final_answer"] = final_answer[:MAX_ANSWER_CHARS]
         with self._tx() as tx:
             tx.execute(sa.update(invocations).where(invocations.c.id == invocation_id).values(**values))
 
@@ -127,8 +134,9 @@ class Journal:
         pool: str | None,
         compensable: bool,
         idempotency_key: str,
+        turn: int | None = None,
     ) -> int:
-        """Write the call before it is dispatched; returns the row id.
+        """Write the call before it is dispatched; returns the row id. `turn`: the model turn (from 1).
 
         The row carries the task id of the call's first dispatch, derived from its idempotency key,
         so the call's state is found even if its orchestrator dies before the outcome is written.
@@ -138,6 +146,7 @@ class Journal:
                 sa.insert(tool_calls).values(
                     invocation_id=invocation_id,
                     sequence=sequence,
+                    turn=turn,
                     call_id=request.id,
                     tool=request.name,
                     arguments=request.arguments,
@@ -267,6 +276,17 @@ class Journal:
                 .first()
             )
         return _invocation(row, self._cipher) if row is not None else None
+
+    def invocation_ids(self, prefix: str, *, limit: int = 10) -> list[str]:
+        """The ids that start with `prefix`, at most `limit` of them, in order."""
+        query = (
+            sa.select(invocations.c.id)
+            .where(invocations.c.id.startswith(prefix, autoescape=True))
+            .order_by(invocations.c.id)
+            .limit(limit)
+        )
+        with self.engine.connect() as connection:
+            return list(connection.execute(query).scalars())
 
     def invocations(self, *, limit: int = 50, state: str | None = None) -> list[InvocationRecord]:
         query = sa.select(invocations).order_by(invocations.c.started_at.desc()).limit(limit)

@@ -22,7 +22,7 @@ from workers.invocation import Invocation
 from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.tools import ToolDefinition
 
-__all__ = ["KEPT", "OWING", "ROLLED_BACK", "Saga", "SagaStep", "rolled_back_text"]
+__all__ = ["KEPT", "OWING", "ROLLED_BACK", "Saga", "SagaStep", "rollback_reason", "rolled_back_text"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,11 @@ ROLLED_BACK = "Tool '{tool}' was executed successfully but was rolled back due t
 
 def rolled_back_text(tool: str, failed: str) -> str:
     return ROLLED_BACK.format(tool=tool, failed=failed)
+
+
+def rollback_reason(tool: str, call_id: str | None) -> str:
+    """The journaled reason of the compensations a failed call set off: it names that call."""
+    return f"tool '{tool}' call {call_id or '-'} failed"
 
 
 @dataclass
@@ -56,6 +61,7 @@ class Saga:
         self.invocation_id = invocation_id
         self.steps: list[SagaStep] = []
         self._sequence = 0
+        self.turn: int | None = None  # the model turn whose calls are being journaled, from 1
         self._planned = False  # compensations were planned in the journal: read them at the end
 
     def intent(
@@ -72,6 +78,7 @@ class Saga:
             pool=definition.pool,
             compensable=definition.compensation is not None,
             idempotency_key=idempotency_key(invocation, request),
+            turn=self.turn,
         )
 
     def outcome(self, call_row: int | None, outcome: ToolOutcome, text: str) -> None:
@@ -119,8 +126,9 @@ class Saga:
                 undone.append(step)
         return undone
 
-    def end(self, state: str, error: str | None = None) -> None:
-        """Write the invocation's final state (`succeeded` or `failed`), unless it owes compensations.
+    def end(self, state: str, error: str | None = None, *, answer: str | None = None) -> None:
+        """Write the invocation's final state (`succeeded` or `failed`) and the model's final `answer`,
+        unless it owes compensations.
 
         Owed are those the journal does not show succeeded. The invocation is then left
         `compensating` with what is owed in its error, and the successful calls still recorded —
@@ -134,7 +142,7 @@ class Saga:
             else []
         )
         if not owed:
-            self.journal.set_invocation_state(self.invocation_id, state, error)
+            self.journal.set_invocation_state(self.invocation_id, state, error, final_answer=answer)
             return
         calls = {c.id: c for c in self.journal.calls(self.invocation_id)}
         for step in self.steps:
@@ -147,4 +155,6 @@ class Saga:
         )
         text = f"{len(owed)} compensation(s) owed, `toolfleet recover` retries them: {listed}"
         log.error("invocation %s ended with %s", self.invocation_id, text)
-        self.journal.set_invocation_state(self.invocation_id, OWING, f"{error}; {text}" if error else text)
+        self.journal.set_invocation_state(
+            self.invocation_id, OWING, f"{error}; {text}" if error else text, final_answer=answer
+        )

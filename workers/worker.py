@@ -2,20 +2,67 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
+import sys
 from collections.abc import Sequence
 
 from workers.app import make_app, registry_from_modules
 from workers.errors import ToolDefinitionError
+from workers.registry import ToolRegistry
 from workers.settings import Settings
 
-__all__ = ["POOL_KINDS", "run_worker"]
+__all__ = ["POOL_KINDS", "ToolModuleError", "load_tools", "run_worker"]
 
 log = logging.getLogger(__name__)
 
 POOL_KINDS = ("threads", "prefork", "solo")
+
+
+class ToolModuleError(ToolDefinitionError):
+    """A module named in `--tools` cannot be imported, or lacks the attribute named after its colon."""
+
+
+def load_tools(modules: Sequence[str]) -> ToolRegistry:
+    """The tools of `modules` (`package.module` or `package.module:attribute`), found as `celery -A`
+    finds an app: the current directory comes first on the import path, for this process and the
+    pool's children. A module that cannot be loaded raises `ToolModuleError` naming it."""
+    _current_directory_on_path()
+    for spec in (s.strip() for s in modules):
+        if spec:
+            _check_importable(spec)
+    return registry_from_modules(modules)
+
+
+def _current_directory_on_path() -> None:
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    # Children started afresh rather than forked (spawn, a restarted pool) read the path from here.
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if cwd not in inherited:
+        os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *inherited])
+
+
+def _check_importable(spec: str) -> None:
+    module_name, colon, attribute = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise ToolModuleError(
+                f"--tools {spec}: no module named {exc.name!r} (looked in {os.getcwd()} and on the "
+                "Python path)"
+            ) from None
+        raise ToolModuleError(f"--tools {spec}: importing {module_name} failed: {exc}") from exc
+    except Exception as exc:  # the module's own code failed: say where, in one line
+        raise ToolModuleError(
+            f"--tools {spec}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if colon and not hasattr(module, attribute):
+        raise ToolModuleError(f"--tools {spec}: module {module_name} has no attribute {attribute!r}")
 
 
 def run_worker(
@@ -34,7 +81,7 @@ def run_worker(
     pools = [p.strip() for p in pools if p.strip()]
     if not pools:
         raise ValueError("--pool needs at least one pool name")
-    registry = registry_from_modules(modules)
+    registry = load_tools(modules)
     served = [d.name for d in registry if d.pool in pools]
     if not served:
         known = sorted({d.pool for d in registry})

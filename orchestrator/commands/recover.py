@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from typing import Any
 
 from workers.settings import Settings
@@ -35,10 +36,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from orchestrator.executors.celery import CeleryExecutor
     from orchestrator.journal import Journal
     from orchestrator.recovery import recover
-    from workers.app import registry_from_modules
+    from workers.errors import ToolfleetError
+    from workers.worker import load_tools
 
+    try:
+        tools = load_tools(args.tools.split(","))
+    except ToolfleetError as exc:
+        print(f"toolfleet recover: {exc}", file=sys.stderr)
+        return 2
     journal = Journal(settings.database_url)
-    executor = CeleryExecutor(settings=settings, tools=registry_from_modules(args.tools.split(",")))
+    executor = CeleryExecutor(settings=settings, tools=tools)
     try:
         reports = asyncio.run(
             recover(journal, executor, stale_after_s=args.stale_after, invocation_id=args.invocation)

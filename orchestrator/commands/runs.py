@@ -18,9 +18,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from orchestrator.journal import Journal
+    from orchestrator.commands._journal_source import open_journal
 
-    journal = Journal(settings.database_url)
+    journal = open_journal(settings, "runs")
     records = journal.invocations(limit=args.limit, state=args.state)
     if not records:
         print("No invocations recorded.")

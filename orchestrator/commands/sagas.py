@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from workers.settings import Settings
 
 if TYPE_CHECKING:
-    from orchestrator.journal import CompensationRecord, Journal
+    from orchestrator.journal import CallRecord, CompensationRecord, Journal
 
 STALE_AFTER_S = 60.0  # as `toolfleet recover`'s default
 
@@ -31,9 +31,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from orchestrator.journal import Journal
+    from orchestrator.commands._journal_source import open_journal
 
-    journal = Journal(settings.database_url)
+    journal = open_journal(settings, "sagas")
     rows = journal.compensations(args.invocation, state="failed" if args.failed else None)
     if args.failed:
         stale_after_s = float(getattr(args, "stale_after", STALE_AFTER_S))
@@ -42,14 +42,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if not rows and not late:
         print("No failed compensations." if args.failed else "No compensations.")
         return 0
-    print(f"{'invocation':36}  {'tool':20}  {'state':9}  {'tries':5}  {'updated':19}  error")
+    calls: dict[str, dict[int, CallRecord]] = {}
+    print(
+        f"{'invocation':36}  {'call':16}  {'tool(arguments)':{_CALL_WIDTH}}  {'state':9}  {'tries':5}  "
+        f"{'updated':19}  error"
+    )
     for row in rows:
+        if row.invocation_id not in calls:
+            calls[row.invocation_id] = {c.id: c for c in journal.calls(row.invocation_id)}
+        call = calls[row.invocation_id].get(row.tool_call_id)
         updated = row.updated_at.strftime("%Y-%m-%d %H:%M:%S")
         stuck = args.failed and row.state != "failed"  # owed by an invocation that stopped
         error = (row.error or (_NOT_FINISHED if stuck else "")).replace("\n", " ")[:80]
         print(
-            f"{row.invocation_id:36}  {row.tool[:20]:20}  {row.state:9}  {row.attempts:5}  "
-            f"{updated:19}  {error}"
+            f"{row.invocation_id:36}  {_call_id(call):16}  {_call_text(row.tool, call):{_CALL_WIDTH}}  "
+            f"{row.state:9}  {row.attempts:5}  {updated:19}  {error}"
         )
     for line in late:
         print(line)
@@ -57,6 +64,22 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 _NOT_FINISHED = "not finished; its invocation stopped (`toolfleet recover`)"
+
+_CALL_WIDTH = 48  # `tool(arguments)`, cut with an ellipsis past this
+
+
+def _call_id(call: CallRecord | None) -> str:
+    return _bounded(call.call_id or "-", 16) if call is not None else "?"
+
+
+def _call_text(tool: str, call: CallRecord | None) -> str:
+    """The call a compensation undoes, as `tool(arguments)` on one bounded line."""
+    arguments = " ".join(call.arguments.split()) if call is not None else "?"
+    return _bounded(f"{tool}({arguments})", _CALL_WIDTH)
+
+
+def _bounded(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _unfinished(
@@ -92,7 +115,8 @@ def _late_rows(settings: Settings, calls: list[Any], *, failed_only: bool) -> li
                 continue
             text = f"late, by its worker: {late.text}".replace("\n", " ")[:80]
             lines.append(
-                f"{call.invocation_id:36}  {call.tool[:20]:20}  {late.state:9}  {'-':5}  {'-':19}  {text}"
+                f"{call.invocation_id:36}  {_call_id(call):16}  {_call_text(call.tool, call):{_CALL_WIDTH}}  "
+                f"{late.state:9}  {'-':5}  {'-':19}  {text}"
             )
     finally:
         client.close()

@@ -4,70 +4,152 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.settings import Settings
+
+if TYPE_CHECKING:
+    from orchestrator.journal import CallRecord, CompensationRecord, InvocationRecord, Journal
 
 HELP = "show one invocation: its calls, outcomes, compensations and timings"
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser("show", help=HELP, description=HELP)
-    parser.add_argument("invocation", help="the invocation id (see `toolfleet runs`)")
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "show",
+        help=HELP,
+        description=HELP.capitalize() + ": what the user asked, the calls of each model turn, which failed "
+        "call set off a rollback, and the final answer.",
+    )
+    parser.add_argument(
+        "invocation", help="the invocation id, or a unique beginning of it (see `toolfleet runs`)"
+    )
     return parser
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from orchestrator.journal import Journal
+    from orchestrator.commands._journal_source import open_journal
+    from orchestrator.saga import rollback_reason
 
-    journal = Journal(settings.database_url)
-    record = journal.invocation(args.invocation)
-    if record is None:
-        print(
-            f"toolfleet show: no invocation {args.invocation} in {settings.redacted()['database_url']}",
-            file=sys.stderr,
-        )
+    journal = open_journal(settings, "show")
+    invocation_id = _resolve(journal, args.invocation, settings)
+    if invocation_id is None:
         return 2
+    record = journal.invocation(invocation_id)
+    assert record is not None  # just found
+    calls = journal.calls(record.id)
+    compensations = {c.tool_call_id: c for c in journal.compensations(record.id)}
+    _print_story(record, calls, compensations)
+    reasons = {c.reason for c in compensations.values() if c.reason}
+    causes = {
+        c.id
+        for c in calls
+        if c.outcome not in (None, "success") and rollback_reason(c.tool, c.call_id) in reasons
+    }
+    turn: object = _NO_TURN_YET
+    for call in calls:
+        if call.turn != turn:
+            turn = call.turn
+            print(f"turn {call.turn}:" if call.turn is not None else "calls (model turn not journaled):")
+        _print_call(settings, call, compensations.get(call.id), caused_rollback=call.id in causes)
+    return 0
+
+
+_NO_TURN_YET = object()
+_CANDIDATES = 10  # an ambiguous beginning lists at most this many ids
+_TEXT_CHARS = 4000  # the user's message and the final answer are shown up to this length
+
+
+def _resolve(journal: Journal, given: str, settings: Settings) -> str | None:
+    """The id `given` names, exactly or as its unique beginning; None after saying why not."""
+    if journal.invocation(given) is not None:
+        return given
+    ids = journal.invocation_ids(given, limit=_CANDIDATES + 1)
+    if len(ids) == 1:
+        return ids[0]
+    where = settings.redacted()["database_url"]
+    if not ids:
+        print(f"toolfleet show: no invocation {given} (nor one starting so) in {where}", file=sys.stderr)
+        return None
+    listed = "\n".join(f"  {i}" for i in ids[:_CANDIDATES])
+    more = "\n  ... and more" if len(ids) > _CANDIDATES else ""
+    print(
+        f"toolfleet show: {given} is the beginning of several invocations; give more of the id:\n"
+        f"{listed}{more}",
+        file=sys.stderr,
+    )
+    return None
+
+
+def _print_story(
+    record: InvocationRecord, calls: list[CallRecord], compensations: dict[int, CompensationRecord]
+) -> None:
+    finished = f"  finished {record.finished_at:%Y-%m-%d %H:%M:%S}" if record.finished_at else ""
     print(f"invocation {record.id}  [{record.state}]  owner {record.owner}")
     print(
         f"  service {record.service_name or '-'}  memory {record.memory_id}  "
-        f"started {record.started_at:%Y-%m-%d %H:%M:%S}"
+        f"started {record.started_at:%Y-%m-%d %H:%M:%S}{finished}"
     )
-    if record.user_message:
-        print(f"  user: {record.user_message[:200]}")
+    print(f"  user: {_text(record.user_message) if record.user_message is not None else '(not journaled)'}")
+    print(f"  answer: {_answer(record)}")
     if record.error:
         print(f"  error: {record.error}")
-    compensations = {c.tool_call_id: c for c in journal.compensations(record.id)}
-    for call in journal.calls(record.id):
-        took = (
-            f"{(call.finished_at - call.started_at).total_seconds() * 1000:.0f} ms"
-            if call.finished_at
-            else "-"
-        )
-        print(f"  #{call.sequence} {call.tool}({call.arguments[:80]})")
+    by_row = {c.id: c for c in calls}
+    for reason in dict.fromkeys(c.reason for c in compensations.values() if c.reason):
+        undone = [by_row[c.tool_call_id] for c in compensations.values() if c.reason == reason]
+        names = ", ".join(f"#{c.sequence} {c.tool}" for c in undone if c is not None)
+        print(f"  rolled back ({names}) because {reason}")
+
+
+def _answer(record: InvocationRecord) -> str:
+    if record.final_answer is not None:
+        return _text(record.final_answer)
+    if record.state in ("running", "compensating") and record.finished_at is None:
+        return "(none yet: the invocation has not ended)"
+    if record.state == "succeeded":
+        return "(none journaled: it ended with a tool's result, or before answers were journaled)"
+    return "(none: the invocation failed)"
+
+
+def _print_call(
+    settings: Settings,
+    call: CallRecord,
+    compensation: CompensationRecord | None,
+    *,
+    caused_rollback: bool,
+) -> None:
+    took = (
+        f"{(call.finished_at - call.started_at).total_seconds() * 1000:.0f} ms" if call.finished_at else "-"
+    )
+    print(f"  #{call.sequence} call {call.call_id or '-'}  {call.tool}({call.arguments[:160]})")
+    print(
+        f"      {call.state} / {call.outcome or '-'}  pool {call.pool or '-'}  "
+        f"worker {call.worker or '-'}  {took}"
+    )
+    if call.result:
+        print(f"      -> {call.result[:160]}")
+    if caused_rollback:
+        print("      this failure rolled back the successful calls before it")
+    if compensation is not None:
+        detail = f": {compensation.error}" if compensation.error else ""
+        why = f" ({compensation.reason})" if compensation.reason else ""
         print(
-            f"      {call.state} / {call.outcome or '-'}  pool {call.pool or '-'}  "
-            f"worker {call.worker or '-'}  {took}"
+            f"      compensation {compensation.state} after {compensation.attempts} attempt(s){why}{detail}"
         )
-        if call.result:
-            print(f"      -> {call.result[:160]}")
-        compensation = compensations.get(call.id)
-        if compensation is not None:
-            detail = f": {compensation.error}" if compensation.error else ""
-            why = f" ({compensation.reason})" if compensation.reason else ""
-            print(
-                f"      compensation {compensation.state} after {compensation.attempts} attempt(s)"
-                f"{why}{detail}"
-            )
-        if not call.compensable:
-            continue
-        if call.state == "abandoned":
-            print(f"      late compensation: {_late_text(settings, call)}")
-        elif call.state == "failed":
-            print("      nothing to undo: the call failed")
-        elif call.state == "dispatched":
-            print("      no outcome journaled: in flight, or its orchestrator stopped (`toolfleet recover`)")
-    return 0
+    if not call.compensable:
+        return
+    if call.state == "abandoned":
+        print(f"      late compensation: {_late_text(settings, call)}")
+    elif call.state == "failed":
+        print("      nothing to undo: the call failed")
+    elif call.state == "dispatched":
+        print("      no outcome journaled: in flight, or its orchestrator stopped (`toolfleet recover`)")
+
+
+def _text(text: str) -> str:
+    if len(text) <= _TEXT_CHARS:
+        return text
+    return f"{text[:_TEXT_CHARS]}… ({len(text) - _TEXT_CHARS} more characters)"
 
 
 def _late_text(settings: Settings, call: Any) -> str:

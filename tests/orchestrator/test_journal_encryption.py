@@ -196,10 +196,11 @@ def test_recover_and_runs_with_a_wrong_key_exit_2_naming_the_variable(
     monkeypatch.setenv("TOOLFLEET_JOURNAL_KEYS", _key())
     # when
     code = main(["runs"])
-    # then: a one-line error, no traceback
+    # then: which journal it reads, then a one-line error, no traceback
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith(
+    assert err.splitlines()[0].startswith("toolfleet runs: reading the journal at ")
+    assert err.splitlines()[1].startswith(
         f"toolfleet runs: invocation {invocation_id}: none of the 1 keys in TOOLFLEET_JOURNAL_KEYS"
     )
     assert "Traceback" not in err

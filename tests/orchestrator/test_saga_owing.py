@@ -201,5 +201,5 @@ def test_sagas_failed_lists_compensations_an_invocation_left_unfinished(
     lines = capsys.readouterr().out.splitlines()
     rows = [line for line in lines if line.startswith((silent, live))]
     assert len(rows) == 1 and rows[0].startswith(silent), lines
-    assert rows[0].split()[1:3] == ["deposit", "running"]
+    assert rows[0].split()[1:5] == ["d1", 'deposit({"amount":', "40})", "running"]
     assert "`toolfleet recover`" in rows[0]

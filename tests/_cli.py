@@ -1,0 +1,36 @@
+"""Running the installed `toolfleet` command as a user does, and journals for it to read."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+TOOLFLEET = str(Path(sys.executable).parent / "toolfleet")
+
+
+def toolfleet(
+    *args: str, cwd: Path, env: Mapping[str, str | None] | None = None, timeout_s: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """`toolfleet ARGS` in `cwd`; `env` entries set (or, when None, remove) variables."""
+    return subprocess.run(
+        [TOOLFLEET, *args],
+        cwd=cwd,
+        env=environment(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def environment(changes: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    result = dict(os.environ)
+    for name, value in (changes or {}).items():
+        if value is None:
+            result.pop(name, None)
+        else:
+            result[name] = value
+    return result

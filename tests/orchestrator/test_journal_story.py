@@ -1,0 +1,120 @@
+"""The journal keeps the whole story of an invocation: the model turn of each call, the failed call
+that set off a rollback, and the final answer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, ToolExecutionRequest
+from orchestrator.journal import Journal
+from orchestrator.models.scripted import ScriptExhaustedError
+from workers import ToolErrorVisibleToLlm, compensate_for, tool
+
+
+class Bank:
+    """Deposits and credits that can be undone, and a payment that is always declined."""
+
+    def __init__(self) -> None:
+        self.undone: list[str] = []
+
+    @tool("Deposits money")
+    def deposit(self, amount: int, memo: str = "") -> str:
+        return f"Deposited {amount}"
+
+    @compensate_for("deposit")
+    def undeposit(self, amount: int, memo: str = "") -> None:
+        self.undone.append(f"deposit {amount}")
+
+    @tool("Credits money")
+    def credit(self, amount: int) -> str:
+        return f"Credited {amount}"
+
+    @compensate_for("credit")
+    def uncredit(self, amount: int) -> None:
+        self.undone.append(f"credit {amount}")
+
+    @tool("A payment that is always declined")
+    def pay(self) -> str:
+        raise ToolErrorVisibleToLlm.from_message("declined")
+
+
+def call(call_id: str, name: str, **arguments: object) -> ToolExecutionRequest:
+    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    journal = Journal(f"sqlite:///{tmp_path / 'journal.db'}")
+    yield journal
+    journal.engine.dispose()
+
+
+def _run(journal: Journal, script: list[AiMessage | str], message: str) -> str:
+    executor = LocalExecutor(compensation_retries=0)
+    service = AiService(
+        chat_model=ScriptedChatModel(script),
+        tools=[Bank()],
+        executor=executor,
+        compensate_on_tool_errors=True,
+        journal=journal,
+    )
+    try:
+        result = service.chat(message)
+    finally:
+        executor.close()
+    assert result.invocation_id is not None
+    return result.invocation_id
+
+
+def test_the_final_answer_and_the_turn_of_each_call_are_journaled(journal: Journal) -> None:
+    # given: two calls in the first turn, one in the second, then the answer
+    script: list[AiMessage | str] = [
+        AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40), call("c1", "credit", amount=5)]),
+        AiMessage(tool_execution_requests=[call("c2", "credit", amount=7)]),
+        "Deposited 40 and credited 12.",
+    ]
+    # when
+    invocation_id = _run(journal, script, "deposit 40, credit 5 then 7")
+    # then
+    record = journal.invocation(invocation_id)
+    assert record is not None and record.state == "succeeded"
+    assert record.user_message == "deposit 40, credit 5 then 7"
+    assert record.final_answer == "Deposited 40 and credited 12."
+    assert [(c.call_id, c.turn, c.sequence) for c in journal.calls(invocation_id)] == [
+        ("d1", 1, 1),
+        ("c1", 1, 2),
+        ("c2", 2, 3),
+    ]
+
+
+def test_the_compensations_name_the_failed_call_that_set_them_off(journal: Journal) -> None:
+    # given: a deposit and a credit stand, then a payment fails, then the model answers
+    script: list[AiMessage | str] = [
+        AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40)]),
+        AiMessage(tool_execution_requests=[call("c1", "credit", amount=5), call("p1", "pay")]),
+        "The payment was declined; nothing was kept.",
+    ]
+    # when
+    invocation_id = _run(journal, script, "deposit, credit and pay")
+    # then
+    reasons = {c.tool: c.reason for c in journal.compensations(invocation_id)}
+    assert reasons == {"deposit": "tool 'pay' call p1 failed", "credit": "tool 'pay' call p1 failed"}
+    record = journal.invocation(invocation_id)
+    assert record is not None and record.final_answer == "The payment was declined; nothing was kept."
+    assert {c.call_id: c.turn for c in journal.calls(invocation_id)} == {"d1": 1, "c1": 2, "p1": 2}
+
+
+def test_an_invocation_that_fails_journals_no_answer(journal: Journal) -> None:
+    # given: the model's script ends before an answer
+    script: list[AiMessage | str] = [AiMessage(tool_execution_requests=[call("d1", "deposit", amount=1)])]
+    # when
+    with pytest.raises(ScriptExhaustedError):
+        _run(journal, script, "deposit 1")
+    # then
+    [record] = journal.invocations()
+    assert record.state == "failed" and record.final_answer is None
+    assert record.error is not None and record.error.startswith("ScriptExhaustedError")

@@ -1,0 +1,106 @@
+"""`toolfleet show` tells an invocation's whole story and `toolfleet sagas` names the calls it undid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel
+from orchestrator.journal import Journal
+from tests._cli import toolfleet
+from tests.orchestrator.test_journal_story import Bank, call
+
+
+def _rolled_back_invocation(url: str) -> str:
+    """Turn 1 deposits, turn 2 credits and pays (declined): both are undone; then the answer."""
+    journal = Journal(url)
+    executor = LocalExecutor(compensation_retries=0)
+    model = ScriptedChatModel(
+        [
+            AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40)]),
+            AiMessage(tool_execution_requests=[call("c1", "credit", amount=5), call("p1", "pay")]),
+            "The payment was declined; nothing was kept.",
+        ]
+    )
+    service = AiService(
+        chat_model=model, tools=[Bank()], executor=executor, compensate_on_tool_errors=True, journal=journal
+    )
+    try:
+        result = service.chat("deposit 40, credit 5, then pay")
+    finally:
+        executor.close()
+        journal.engine.dispose()
+    assert result.invocation_id is not None
+    return result.invocation_id
+
+
+def test_show_tells_the_question_the_turns_the_rollback_cause_and_the_answer(tmp_path: Path) -> None:
+    # given
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    invocation_id = _rolled_back_invocation(url)
+    # when
+    result = toolfleet("show", invocation_id, cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    # then
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"invocation {invocation_id}  [succeeded]  owner {lines[0].rsplit(' ', 1)[1]}"
+    story = [line for line in lines if not line.startswith("      ") and not line.startswith("  service")]
+    assert story[1:] == [
+        "  user: deposit 40, credit 5, then pay",
+        "  answer: The payment was declined; nothing was kept.",
+        "  rolled back (#2 credit, #1 deposit) because tool 'pay' call p1 failed",
+        "turn 1:",
+        '  #1 call d1  deposit({"amount": 40})',
+        "turn 2:",
+        '  #2 call c1  credit({"amount": 5})',
+        "  #3 call p1  pay({})",
+    ]
+    after_pay = lines[lines.index("  #3 call p1  pay({})") + 1 :]
+    assert "      this failure rolled back the successful calls before it" in after_pay
+    assert sum("this failure rolled back" in line for line in lines) == 1
+    assert "      compensation succeeded after 1 attempt(s) (tool 'pay' call p1 failed)" in lines
+
+
+def test_sagas_rows_name_the_call_and_its_arguments(tmp_path: Path) -> None:
+    # given
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    invocation_id = _rolled_back_invocation(url)
+    # when
+    result = toolfleet("sagas", cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    # then: one row per compensation, each naming its call id and the call
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split()[:4] == ["invocation", "call", "tool(arguments)", "state"]
+    assert [row.split()[:4] for row in rows] == [
+        [invocation_id, "c1", 'credit({"amount":', "5})"],
+        [invocation_id, "d1", 'deposit({"amount":', "40})"],
+    ]
+
+
+def test_sagas_bounds_long_arguments(tmp_path: Path) -> None:
+    # given: a compensated call with long arguments
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    journal = Journal(url)
+    executor = LocalExecutor(compensation_retries=0)
+    model = ScriptedChatModel(
+        [
+            AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40, memo="m" * 500)]),
+            AiMessage(tool_execution_requests=[call("p1", "pay")]),
+            "declined",
+        ]
+    )
+    service = AiService(
+        chat_model=model, tools=[Bank()], executor=executor, compensate_on_tool_errors=True, journal=journal
+    )
+    try:
+        service.chat("deposit a lot, then pay")
+    finally:
+        executor.close()
+        journal.engine.dispose()
+    # when
+    result = toolfleet("sagas", cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    # then: the call is cut to its column, with an ellipsis
+    header, row = result.stdout.splitlines()
+    column = header.index("tool(arguments)")
+    shown = row[column : column + 48]
+    assert shown.startswith('deposit({"amount": 40, "memo": "mmm') and shown.endswith("…")
+    assert len(shown) == 48
