@@ -117,7 +117,7 @@ def _values(module: types.ModuleType) -> list[Any]:
 
 
 def _is_tool_object(value: object) -> bool:
-    return not isinstance(value, type) and not callable(value) and bool(class_members(type(value)))
+    return not isinstance(value, type) and not inspect.isroutine(value) and bool(class_members(type(value)))
 
 
 def _linked_compensations(module: types.ModuleType) -> dict[str, Compensation]:

@@ -81,7 +81,7 @@ def test_a_worker_serving_other_tools_than_its_pools_live_workers_refuses_to_sta
     # When: a worker serving mix_echo only joins the pool
     partial = _worker(redis_url, worker_logs, PARTIAL, PARTIAL_HOST)
     try:
-        code = partial.process.wait(timeout=60)
+        code = partial.process.wait(timeout=40)
     finally:
         partial.stop()
 

@@ -150,7 +150,7 @@ def test_a_module_with_only_classes_that_need_arguments_is_refused_saying_how_to
 
     # When
     try:
-        code = worker.process.wait(timeout=60)
+        code = worker.process.wait(timeout=40)
     finally:
         worker.stop()
 

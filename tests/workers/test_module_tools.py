@@ -288,6 +288,22 @@ def test_a_tool_class_with_an_object_in_the_module_is_served_once_through_that_o
     assert module.ledger.entries == ["entry"]
 
 
+def test_a_callable_tool_object_of_a_module_is_served_through_that_object() -> None:
+    class CallableLedger(Ledger):
+        def __call__(self) -> str:
+            return "called"
+
+    module = types.ModuleType("callable_tools")
+    module.CallableLedger = CallableLedger  # type: ignore[attr-defined]
+    module.ledger = CallableLedger()  # type: ignore[attr-defined]
+
+    definitions = discover_tools(module)
+
+    assert [d.name for d in definitions] == ["add_entry"]
+    definitions[0].function("entry")
+    assert module.ledger.entries == ["entry"]
+
+
 def test_a_base_tool_class_is_served_through_its_subclass_only() -> None:
     module = types.ModuleType("seat_tools")
     module.SeatBase = SeatBase  # type: ignore[attr-defined]
