@@ -144,6 +144,7 @@ def test_tools_of_one_pool(redis_url: str, worker: WorkerProcess) -> None:
         "pools": ["payments"],
         "workers": [],
         "tools": [],
+        "mixed_pools": [],
     }
 
 

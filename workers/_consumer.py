@@ -40,6 +40,12 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]
         conn.ensure_connection = ensure_promptly  # this connection object only: Celery's own checks apply
         return super().ensure_connected(conn)
 
+    def on_unknown_task(self, body: Any, message: Any, exc: BaseException) -> None:
+        """Refuse a task this worker does not serve, naming the worker and its tools in the failure."""
+        from workers._unregistered import refuse_unknown_task
+
+        refuse_unknown_task(self, body, message, exc)
+
     def on_ready(self) -> None:
         """Called each time the consumer's loop starts: once at start-up, then after every reconnection."""
         first = self.init_callback is not None  # Celery clears it after the first start (worker_ready)

@@ -89,14 +89,22 @@ def _hints(function: Callable[..., Any], tool_name: str) -> dict[str, Any]:
 
 
 def _parameters(
-    function: Callable[..., Any], tool_name: str, doc_args: dict[str, str]
+    function: Callable[..., Any], tool_name: str, doc_args: dict[str, str], *, compensation: bool = False
 ) -> tuple[ToolParameter, ...]:
+    """The parameters of a tool (or, with `compensation`, of a compensation: its parameters are
+    checked against its tool's instead, when compensation is on)."""
     hints = _hints(function, tool_name)
     parameters: list[ToolParameter] = []
     for param in inspect.signature(function).parameters.values():
         where = f'Parameter "{param.name}" of tool "{tool_name}"'
         if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             raise ToolDefinitionError(f"{where}: *args and **kwargs cannot be tool parameters")
+        if param.name not in hints and not compensation:
+            # Without a type there is nothing to tell the model nor to check its argument against.
+            raise ToolDefinitionError(
+                f"{where} has no type annotation: annotate it (for example `{param.name}: str`, "
+                f"or `{param.name}: Any` to accept any JSON value)"
+            )
         annotation = hints.get(param.name, Any)
         base, metadata = split_annotated(annotation)
         meta = param_of(metadata) or Param()

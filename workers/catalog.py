@@ -4,6 +4,10 @@ Each worker writes `toolfleet:worker:<hostname>` (JSON, expiring) and its hostna
 time into `toolfleet:pool:<pool>` (a sorted set). A worker that stops refreshing them — it died, or
 lost Redis — drops out of the catalog when its heartbeat expires. An orchestrator reads the catalog
 to find tools without importing their code, and to fail fast when no live worker serves a pool.
+
+A call lands on any worker of its pool, so every worker of a pool must serve the same tools: a
+worker joining a pool whose live workers serve others is refused (`pool_conflicts`), and
+`toolfleet tools` flags pools whose workers differ (`mixed_pools`).
 """
 
 from __future__ import annotations
@@ -12,17 +16,29 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
 from workers._redis_errors import mapped_redis_errors
+from workers.errors import ToolfleetError
 from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 from workers.tools import Compensation, ToolDefinition, ToolOptions
 
-__all__ = ["Catalog", "CatalogHeartbeat", "CatalogTool", "WorkerEntry"]
+__all__ = [
+    "Catalog",
+    "CatalogHeartbeat",
+    "CatalogTool",
+    "MixedPool",
+    "MixedPoolError",
+    "WorkerEntry",
+    "mixed_pools",
+    "pool_conflicts",
+    "pool_tools",
+    "served_text",
+]
 
 log = logging.getLogger(__name__)
 
@@ -230,3 +246,57 @@ class Catalog:
                     continue
                 found.setdefault(item.specification.name, item)
         return list(found.values())
+
+
+class MixedPoolError(ToolfleetError):
+    """A worker would join a pool whose live workers serve other tools."""
+
+
+@dataclass(frozen=True)
+class MixedPool:
+    """A pool whose workers serve different tools: each worker's hostname and the tools it serves there."""
+
+    pool: str
+    served: dict[str, tuple[str, ...]]
+
+
+def pool_tools(tools: Iterable[CatalogTool], pool: str) -> tuple[str, ...]:
+    """The tools of `pool` among `tools`, sorted; a compensable one marked (its undo is a task too)."""
+    return tuple(
+        sorted(
+            t.specification.name + (" (compensable)" if t.compensable else "")
+            for t in tools
+            if t.options.pool == pool
+        )
+    )
+
+
+def served_text(tools: Sequence[str]) -> str:
+    return ", ".join(tools) if tools else "no tool"
+
+
+def mixed_pools(workers: Iterable[WorkerEntry]) -> list[MixedPool]:
+    """The pools whose live workers do not all serve the same tools."""
+    by_pool: dict[str, dict[str, tuple[str, ...]]] = {}
+    for worker in workers:
+        for pool in worker.pools:
+            by_pool.setdefault(pool, {})[worker.hostname] = pool_tools(worker.tools, pool)
+    return [
+        MixedPool(pool, served) for pool, served in sorted(by_pool.items()) if len(set(served.values())) > 1
+    ]
+
+
+def pool_conflicts(
+    workers: Iterable[WorkerEntry], hostname: str, pools: Iterable[str], tools: Sequence[CatalogTool]
+) -> list[MixedPool]:
+    """The pools of `pools` whose live workers (other than `hostname`) serve other tools than `tools`
+    would there; each with the joining worker's tools first."""
+    others = [w for w in workers if w.hostname != hostname]
+    conflicts: list[MixedPool] = []
+    for pool in pools:
+        own = pool_tools(tools, pool)
+        differing = {w.hostname: pool_tools(w.tools, pool) for w in others if pool in w.pools}
+        differing = {name: served for name, served in differing.items() if served != own}
+        if differing:
+            conflicts.append(MixedPool(pool, {hostname: own, **differing}))
+    return conflicts

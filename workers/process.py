@@ -33,6 +33,7 @@ class WorkerProcess:
         env: Mapping[str, str] | None = None,
         log_path: Path | None = None,
         loglevel: str = "WARNING",
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.pools = list(pools)
         self.hostname = hostname or f"{'-'.join(self.pools)}-{os.getpid()}-{time.monotonic_ns() % 10**8}@test"
@@ -55,6 +56,7 @@ class WorkerProcess:
         ]
         if concurrency is not None:
             command += ["--concurrency", str(concurrency)]
+        command += list(extra_args)  # further `toolfleet worker` options, such as --allow-mixed-pool
         environment = {**os.environ, **(env or {}), "TOOLFLEET_REDIS_URL": redis_url}
         environment.setdefault("TOOLFLEET_BROKER_URL", redis_url)
         environment.setdefault("TOOLFLEET_RESULT_BACKEND", redis_url)

@@ -7,18 +7,11 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from workers._decorators import (
-    _COMPENSATES_ATTR,
-    ToolOptions,
-    _marker,
-    _marker_of,
-    _unwrap_method,
-    compensate_for,
-    tool,
-)
+from workers._classes import class_members, member, object_tools
+from workers._decorators import ToolOptions, _marker, _marker_of, compensate_for, tool
 from workers._definitions import Compensation, ToolDefinition, ToolParameter
-from workers._docstrings import _doc_args
-from workers._inspection import INJECTED_TYPES, _definition, _hints, _parameters, _SkipSelf
+from workers._inspection import INJECTED_TYPES, _definition, _hints
+from workers._modules import module_compensations, module_function_tools, module_tool_classes, module_tools
 from workers._types import optional_inner, split_annotated
 from workers.errors import ToolDefinitionError
 from workers.schema import type_label
@@ -45,17 +38,13 @@ def tool_specifications_from(source: object) -> list[ToolSpecification]:
 def discover_tools(source: object) -> list[ToolDefinition]:
     """Every tool of `source`, checked; raises `ToolDefinitionError` on any declaration problem."""
     if isinstance(source, types.ModuleType):
-        definitions = _module_tools(source)
-        if not definitions:
-            raise ToolDefinitionError(
-                f"Module '{source.__name__}' does not have any functions annotated with @tool"
-            )
+        definitions = module_tools(source)
     elif isinstance(source, type):
-        definitions = _object_tools(source, instance=None)
+        definitions = object_tools(source, instance=None)
     elif callable(source) and _marker(source) is not None:
         definitions = [_definition(source, _marker_of(source), compensation=None)]
     else:
-        definitions = _object_tools(type(source), instance=source)
+        definitions = object_tools(type(source), instance=source)
     if not definitions:
         raise ToolDefinitionError(f"Object '{source!r}' does not have any methods annotated with @tool")
     _check_unique(definitions)
@@ -63,21 +52,18 @@ def discover_tools(source: object) -> list[ToolDefinition]:
 
 
 def check_compensations(source: object) -> None:
-    """Check every `@compensate_for` of `source`: its tool exists on the same object, and it takes the
-    tool's parameters (same names and types, in order) or one `ToolExecution` parameter."""
+    """Check every `@compensate_for` of `source`: its tool exists on the same object (or, for a
+    module-level compensation, among the module's `@tool` functions), and it takes the tool's
+    parameters (same names and types, in order) or one `ToolExecution` parameter."""
     if isinstance(source, types.ModuleType):
-        for value in list(vars(source).values()):
-            if (
-                not isinstance(value, type | types.ModuleType)
-                and not callable(value)
-                and _class_members(type(value))
-            ):
-                check_compensations(value)
+        _check_module_compensations(source)
+        for cls in module_tool_classes(source):
+            check_compensations(cls)
         return
     if callable(source) and not isinstance(source, type) and _marker(source) is not None:
         return
     cls = source if isinstance(source, type) else type(source)
-    members = _class_members(cls)
+    members = class_members(cls)
     tools = {(options.name or attr): attr for attr, options, _ in members if options is not None}
     for attr, _, compensates in members:
         if compensates is None:
@@ -88,14 +74,42 @@ def check_compensations(source: object) -> None:
                 f"{where}: {cls.__qualname__} has no tool named '{compensates}'. A compensation names a tool "
                 "of its own object and takes the same parameters as that tool, or one ToolExecution parameter"
             )
-        tool_shape = _shape(_member(cls, tools[compensates], None), compensates)
-        own_shape = _shape(_member(cls, attr, None), compensates)
-        if own_shape == tool_shape or _takes_execution(own_shape):
-            continue
-        raise ToolDefinitionError(
-            f"{where} must take the same parameters as tool '{compensates}' ({_render(tool_shape)}) "
-            f"or one ToolExecution parameter; it takes ({_render(own_shape)})"
-        )
+        _check_shape(where, compensates, member(cls, tools[compensates], None), member(cls, attr, None))
+
+
+def _check_module_compensations(module: types.ModuleType) -> None:
+    tools = module_function_tools(module)
+    for compensates, (attr, function) in module_compensations(module).items():
+        where = f"@compensate_for(\"{compensates}\") on {attr} of module '{module.__name__}'"
+        if compensates not in tools:
+            owner = next(
+                (
+                    cls.__qualname__
+                    for cls in module_tool_classes(module)
+                    if any((o.name or a) == compensates for a, o, _ in class_members(cls) if o is not None)
+                ),
+                None,
+            )
+            hint = f" ('{compensates}' is a tool of {owner}: put its compensation in that class)"
+            raise ToolDefinitionError(
+                f"{where}: module '{module.__name__}' has no tool named '{compensates}'"
+                f"{hint if owner else ''}. A module-level compensation names a @tool function of its own "
+                "module and takes the same parameters as that tool, or one ToolExecution parameter"
+            )
+        _check_shape(where, compensates, tools[compensates], function)
+
+
+def _check_shape(
+    where: str, tool_name: str, tool_function: Callable[..., Any], compensation: Callable[..., Any]
+) -> None:
+    tool_shape = _shape(tool_function, tool_name)
+    own_shape = _shape(compensation, tool_name)
+    if own_shape == tool_shape or _takes_execution(own_shape):
+        return
+    raise ToolDefinitionError(
+        f"{where} must take the same parameters as tool '{tool_name}' ({_render(tool_shape)}) "
+        f"or one ToolExecution parameter; it takes ({_render(own_shape)})"
+    )
 
 
 def _shape(function: Callable[..., Any], tool_name: str) -> list[tuple[str, Any]]:
@@ -125,81 +139,3 @@ def _check_unique(definitions: Iterable[ToolDefinition]) -> None:
                 f"Tool names must be unique. The tool '{definition.name}' appears several times"
             )
         seen.add(definition.name)
-
-
-def _module_tools(module: types.ModuleType) -> list[ToolDefinition]:
-    definitions: list[ToolDefinition] = []
-    seen: set[int] = set()
-    for value in list(vars(module).values()):
-        if id(value) in seen or isinstance(value, type | types.ModuleType):
-            continue
-        seen.add(id(value))
-        if inspect.isfunction(value) and _marker(value) is not None:
-            definitions.append(_definition(value, _marker_of(value), compensation=None))
-        elif isinstance(value, ToolDefinition):
-            definitions.append(value)
-        elif isinstance(value, list | tuple) and value and all(isinstance(v, ToolDefinition) for v in value):
-            definitions.extend(value)
-        elif not callable(value) and _class_members(type(value)):
-            definitions.extend(_object_tools(type(value), instance=value))
-    return definitions
-
-
-def _class_members(cls: type) -> list[tuple[str, ToolOptions | None, str | None]]:
-    """(attribute, tool options, compensated tool) for each marked attribute, inheritance applied."""
-    if cls.__module__ == "builtins":
-        return []
-    names: list[str] = []
-    for klass in reversed(cls.__mro__):
-        for attr in vars(klass):
-            if attr not in names:
-                names.append(attr)
-    members: list[tuple[str, ToolOptions | None, str | None]] = []
-    for attr in names:
-        options: ToolOptions | None = None
-        compensates: str | None = None
-        for klass in cls.__mro__:
-            if attr not in vars(klass):
-                continue
-            member = _unwrap_method(vars(klass)[attr])
-            if options is None and compensates is None:
-                options = _marker(member)
-                compensates = getattr(member, _COMPENSATES_ATTR, None)
-            if options is not None or compensates is not None:
-                break
-        if options is not None or compensates is not None:
-            members.append((attr, options, compensates))
-    return members
-
-
-def _object_tools(cls: type, instance: object | None) -> list[ToolDefinition]:
-    members = _class_members(cls)
-    compensations: dict[str, Compensation] = {}
-    for attr, _, compensates in members:
-        if compensates is not None:
-            function = _member(cls, attr, instance)
-            compensations[compensates] = Compensation(
-                tool_name=compensates,
-                function=function,
-                parameters=_parameters(function, f'@compensate_for("{compensates}")', _doc_args(function)),
-                is_async=inspect.iscoroutinefunction(_unwrap_method(function)),
-            )
-    definitions: list[ToolDefinition] = []
-    for attr, options, _ in members:
-        if options is None:
-            continue
-        function = _member(cls, attr, instance)
-        name = options.name or attr
-        definitions.append(_definition(function, options, compensations.get(name)))
-    return definitions
-
-
-def _member(cls: type, attr: str, instance: object | None) -> Callable[..., Any]:
-    if instance is not None:
-        bound: Callable[..., Any] = getattr(instance, attr)
-        return bound
-    static = inspect.getattr_static(cls, attr)
-    if isinstance(static, staticmethod | classmethod):
-        resolved: Callable[..., Any] = getattr(cls, attr)
-        return resolved
-    return _SkipSelf(static)

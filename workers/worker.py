@@ -9,10 +9,14 @@ import socket
 import sys
 from collections.abc import Sequence
 
+import redis
+
 from workers.app import make_app, registry_from_modules
+from workers.catalog import Catalog, CatalogTool, MixedPool, MixedPoolError, pool_conflicts, served_text
 from workers.errors import ToolDefinitionError
 from workers.registry import ToolRegistry
 from workers.settings import Settings
+from workers.tools import check_compensations
 
 __all__ = ["POOL_KINDS", "ToolModuleError", "load_tools", "run_worker"]
 
@@ -74,8 +78,14 @@ def run_worker(
     kind: str = "threads",
     hostname: str | None = None,
     loglevel: str = "INFO",
+    allow_mixed_pool: bool = False,
 ) -> None:
-    """Run a Celery worker consuming the queues of `pools` until it is stopped."""
+    """Run a Celery worker consuming the queues of `pools` until it is stopped.
+
+    Every compensation of the modules is checked first. A pool whose live workers serve other tools
+    is refused with `MixedPoolError` (a call lands on any worker of its pool), unless
+    `allow_mixed_pool`, which starts the worker with a warning.
+    """
     if kind not in POOL_KINDS:
         raise ValueError(f"--kind must be one of {', '.join(POOL_KINDS)}, got {kind!r}")
     pools = [p.strip() for p in pools if p.strip()]
@@ -89,6 +99,10 @@ def run_worker(
             f"No tool of {', '.join(modules)} belongs to pool(s) {', '.join(pools)}; "
             f"their pools are: {', '.join(known)}"
         )
+    for spec in filter(str.strip, modules):
+        check_compensations(_source(spec))  # a worker never serves a tool while ignoring its compensation
+    hostname = hostname or f"{'-'.join(pools)}-{os.getpid()}@{socket.gethostname()}"
+    _check_pools(settings, registry, hostname, pools, allow_mixed_pool)
     app = make_app(settings, registry)
     default_concurrency = 16 if kind == "threads" else (os.cpu_count() or 2)
     argv = [
@@ -103,9 +117,65 @@ def run_worker(
         "--without-gossip",
         "--without-mingle",
         "--hostname",
-        hostname or f"{'-'.join(pools)}-{os.getpid()}@{socket.gethostname()}",
+        hostname,
         "--loglevel",
         loglevel,
     ]
     log.info("serving %s on pools %s", ", ".join(served), ", ".join(pools))
     app.worker_main(argv)
+
+
+def _source(spec: str) -> object:
+    """What `module` or `module:attribute` names (already imported by the registry)."""
+    module_name, _, attribute = spec.strip().partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attribute) if attribute else module
+
+
+def _check_pools(
+    settings: Settings, registry: ToolRegistry, hostname: str, pools: Sequence[str], allow_mixed_pool: bool
+) -> None:
+    tools = [CatalogTool.of(d) for d in registry if d.pool in pools]
+    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=5)
+    try:
+        workers = Catalog(client).workers()
+    except redis.RedisError as exc:
+        log.warning(
+            "could not read the live catalog at %s to compare the tools of pool(s) %s with their live "
+            "workers' (%s): starting without that check",
+            settings.redacted()["redis_url"],
+            ", ".join(pools),
+            exc,
+        )
+        return
+    finally:
+        client.close()
+    conflicts = pool_conflicts(workers, hostname, pools, tools)
+    if not conflicts:
+        return
+    text = _conflicts_text(hostname, conflicts)
+    if not allow_mixed_pool:
+        raise MixedPoolError(
+            f"{text} Serve the same --tools on every worker of a pool, or give these tools another pool; "
+            "--allow-mixed-pool starts this worker anyway."
+        )
+    log.warning("%s Starting anyway (--allow-mixed-pool).", text)
+
+
+def _conflicts_text(hostname: str, conflicts: Sequence[MixedPool]) -> str:
+    parts = []
+    for conflict in conflicts:
+        own = conflict.served[hostname]
+        others = "; ".join(
+            f"'{name}' serves {served_text(served)}"
+            for name, served in conflict.served.items()
+            if name != hostname
+        )
+        parts.append(
+            f"Worker '{hostname}' would serve pool '{conflict.pool}' with {served_text(own)}, while its live "
+            f"workers serve other tools: {others}."
+        )
+    return (
+        " ".join(parts) + " A call lands on any worker of its pool: a call of a tool that worker lacks "
+        "fails there (NotRegistered)."
+    )

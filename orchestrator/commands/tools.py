@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from workers.catalog import Catalog, CatalogTool, WorkerEntry
+from workers.catalog import Catalog, CatalogTool, MixedPool, WorkerEntry, mixed_pools, served_text
 from workers.settings import ENVIRONMENT, Settings
 
 HELP = "list the live workers and the tools they serve"
@@ -25,6 +25,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help=HELP,
         description="Show the live catalog in Redis (TOOLFLEET_REDIS_URL): every worker whose heartbeat "
         "has not expired, with its pools, pool kind and concurrency, and every tool those workers serve. "
+        "Pools whose workers serve different tools are flagged: a call lands on any worker of its pool. "
         "Exits 2 when Redis cannot be reached.",
     )
     parser.add_argument(
@@ -50,11 +51,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if pools is not None:
         workers = [w for w in workers if pools.intersection(w.pools)]
     tools = _tools(workers, pools)
+    mixed = [m for m in mixed_pools(workers) if pools is None or m.pool in pools]
     if args.json:
-        json.dump(_as_json(url, pools, workers, tools), sys.stdout, indent=2, ensure_ascii=False)
+        json.dump(_as_json(url, pools, workers, tools, mixed), sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
-        _print_text(sys.stdout, url, pools, workers, tools)
+        _print_text(sys.stdout, url, pools, workers, tools, mixed)
     return 0
 
 
@@ -102,7 +104,11 @@ def _tools(workers: Sequence[WorkerEntry], pools: set[str] | None) -> list[_Serv
 
 
 def _as_json(
-    url: str, pools: set[str] | None, workers: Sequence[WorkerEntry], tools: Sequence[_Served]
+    url: str,
+    pools: set[str] | None,
+    workers: Sequence[WorkerEntry],
+    tools: Sequence[_Served],
+    mixed: Sequence[MixedPool],
 ) -> dict[str, Any]:
     return {
         "redis_url": url,
@@ -134,11 +140,20 @@ def _as_json(
             }
             for s in tools
         ],
+        "mixed_pools": [
+            {"pool": m.pool, "workers": {name: list(served) for name, served in m.served.items()}}
+            for m in mixed
+        ],
     }
 
 
 def _print_text(
-    out: TextIO, url: str, pools: set[str] | None, workers: Sequence[WorkerEntry], tools: Sequence[_Served]
+    out: TextIO,
+    url: str,
+    pools: set[str] | None,
+    workers: Sequence[WorkerEntry],
+    tools: Sequence[_Served],
+    mixed: Sequence[MixedPool] = (),
 ) -> None:
     scope = f" for pool(s) {', '.join(sorted(pools))}" if pools is not None else ""
     if not workers:
@@ -159,7 +174,9 @@ def _print_text(
     out.write(f"\nTools ({len(tools)}):\n")
     if not tools:
         out.write("  (none: these workers serve no tool of the selected pools)\n")
+        _print_mixed(out, mixed)
         return
+    pool_sizes = {m.pool: len(m.served) for m in mixed}
     _table(
         out,
         ("NAME", "POOL", "TIMEOUT", "IDEMPOTENT", "COMPENSABLE", "WORKERS", "DESCRIPTION"),
@@ -170,7 +187,7 @@ def _print_text(
                 _timeout(s.tool.options.timeout),
                 _yes_no(s.tool.options.idempotent),
                 _yes_no(s.tool.compensable),
-                str(len(s.workers)),
+                _workers_cell(len(s.workers), pool_sizes.get(s.tool.options.pool)),
                 _short(s.tool.specification.description),
             )
             for s in tools
@@ -180,6 +197,28 @@ def _print_text(
         out.write(
             f"\ntimeout 'default': the orchestrator's {ENVIRONMENT['default_tool_timeout_s']} applies.\n"
         )
+    _print_mixed(out, mixed)
+
+
+def _workers_cell(serving: int, pool_workers: int | None) -> str:
+    """How many workers serve a tool; `1 of 2` when its pool has workers that do not."""
+    if pool_workers is None or serving == pool_workers:
+        return str(serving)
+    return f"{serving} of {pool_workers}"
+
+
+def _print_mixed(out: TextIO, mixed: Sequence[MixedPool]) -> None:
+    if not mixed:
+        return
+    out.write(
+        f"\nMixed pools ({len(mixed)}): their workers serve different tools, and a call lands on any "
+        "worker of its pool: on one that lacks the tool it fails (NotRegistered).\n"
+    )
+    for pool in mixed:
+        out.write(f"  pool '{pool.pool}':\n")
+        for name, served in pool.served.items():
+            out.write(f"    '{name}' serves {served_text(served)}\n")
+    out.write("  Serve the same --tools on every worker of a pool.\n")
 
 
 def _table(out: TextIO, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

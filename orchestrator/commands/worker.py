@@ -32,6 +32,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--hostname", default=None, help="worker name shown in Flower and the catalog")
     parser.add_argument("--loglevel", default="INFO", help="worker log level (default INFO)")
+    parser.add_argument(
+        "--allow-mixed-pool",
+        action="store_true",
+        help="start even when live workers of the pool serve other tools (warns instead of refusing)",
+    )
     return parser
 
 
@@ -47,6 +52,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             kind=args.kind,
             hostname=args.hostname,
             loglevel=args.loglevel,
+            allow_mixed_pool=args.allow_mixed_pool,
         )
     except (ValueError, ImportError, ToolfleetError) as exc:
         print(f"toolfleet worker: {exc}", file=sys.stderr)

@@ -48,6 +48,8 @@ def _outcome(meta: dict[str, Any], definition: ToolDefinition, timeout_s: float)
     message = result.get("exc_message") if isinstance(result, dict) else result
     if isinstance(message, list | tuple):
         message = " ".join(str(part) for part in message)
+    if exc_type == "NotRegistered":
+        return _not_registered(definition, result)
     if exc_type == "WorkerLostError":
         where = f" {_worker_of(meta)}" if _worker_of(meta) else ""
         return _error(
@@ -86,3 +88,34 @@ def _no_worker(definition: ToolDefinition) -> ToolOutcome:
         f"No live worker serves pool '{definition.pool}' of tool '{definition.name}'",
         "NoWorkerError",
     )
+
+
+def _not_registered(definition: ToolDefinition, result: Any) -> ToolOutcome:
+    """The call reached a worker of the pool that does not serve its task: the pool's workers serve
+    different tools. The worker names itself and its tools in the failure (workers/_unregistered.py);
+    a worker that does not (plain Celery) is described as the one that received the call."""
+    message = result.get("exc_message") if isinstance(result, dict) else None
+    parts = list(message) if isinstance(message, list | tuple) else [message]
+    task = str(parts[0]) if parts and parts[0] else ""
+    detail = parts[1] if len(parts) > 1 and isinstance(parts[1], dict) else {}
+    what = f"Tool '{definition.name}'"
+    if task.startswith("compensate."):
+        what = f"The compensation of tool '{definition.name}'"
+    pool = detail.get("pool") or definition.pool
+    worker = detail.get("worker")
+    tools = detail.get("tools")
+    if isinstance(worker, str) and worker and isinstance(tools, list):
+        served = ", ".join(str(t) for t in tools) if tools else "no tool"
+        text = (
+            f"{what} is not served by worker '{worker}' of pool '{pool}' "
+            f"(its workers serve different tools: '{worker}' serves {served})"
+        )
+    else:
+        text = (
+            f"{what} is not served by the worker of pool '{pool}' that received the call "
+            "(its workers serve different tools)"
+        )
+    # A tool call is told to the model like a pool without workers; an undo that cannot run here is
+    # recorded as failed at once (dispatching it again under its one task id would meet this failure).
+    kind = OutcomeKind.EXECUTION_ERROR if task.startswith("compensate.") else OutcomeKind.NO_WORKER
+    return _error(kind, text, "NotRegistered")

@@ -505,17 +505,19 @@ def test_a_forged_task_name_never_runs(
         publisher.close()
 
     # then: it never runs: no worker starts it, and within 1 s no SUCCESS (or any other result of a
-    # run) appears. Celery's consumer itself (celery/worker/consumer/consumer.py, on_unknown_task)
-    # rejects the message and stores one FAILURE with `NotRegistered`: the only result there is.
+    # run) appears. The worker's consumer (workers/_unregistered.py, as Celery's on_unknown_task)
+    # rejects the message and stores one FAILURE with `NotRegistered`: the only result there is. It
+    # names the worker, the pool and the tools that worker serves there.
     assert statuses == ["FAILURE"]
     meta = _meta(client, task_id)
     assert meta is not None
     assert meta["status"] == "FAILURE"
-    assert meta["result"] == {
-        "exc_type": "NotRegistered",
-        "exc_message": ["tool.not_registered"],
-        "exc_module": "celery.exceptions",
-    }
+    assert meta["result"]["exc_type"] == "NotRegistered"
+    assert meta["result"]["exc_module"] == "celery.exceptions"
+    name, detail = meta["result"]["exc_message"]
+    assert name == "tool.not_registered"
+    assert (detail["worker"], detail["pool"]) == (pools["alpha"].hostname, "alpha")
+    assert "echo" in detail["tools"] and "whereami_beta" not in detail["tools"]
     # and then: the worker logs that it discarded an unregistered task, at ERROR:
     #   ERROR celery.worker.consumer.consumer: Received unregistered task of type 'tool.not_registered'.
     #   The message has been ignored and discarded.
