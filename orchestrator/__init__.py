@@ -1,6 +1,6 @@
 """toolfleet's agent side: the LLM loop, models, memory, and where tool calls run."""
 
-from orchestrator._loop import RoundTripLimitError
+from orchestrator.loop.run import RoundTripLimitError
 from orchestrator.errors import (
     ModelAuthenticationError,
     ModelConnectionError,

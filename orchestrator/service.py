@@ -10,8 +10,8 @@ import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from orchestrator._catalog_tools import LiveCatalogToolProvider, LiveCatalogTools, live_catalog_of
-from orchestrator._loop import Mode, run_invocation
+from orchestrator.loop.catalog_tools import LiveCatalogToolProvider, LiveCatalogTools, live_catalog_of
+from orchestrator.loop.run import Mode, run_invocation
 from orchestrator.errors import OrchestratorError
 from orchestrator.executors.base import ToolExecutor, fanout_limit
 from orchestrator.executors.local import LocalExecutor

@@ -9,9 +9,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from orchestrator._invocation_state import Emit, Mode
-from orchestrator._tool_calls import ToolCalls, _Call, _returns_immediately
-from orchestrator._toolset import unique_id, with_unique_ids
+from orchestrator.loop.state import Emit, Mode
+from orchestrator.loop.calls import ToolCalls, _Call, _returns_immediately
+from orchestrator.loop.toolset import unique_id, with_unique_ids
 from orchestrator.errors import OrchestratorError
 from orchestrator.messages import SystemMessage, ToolExecutionResultMessage, UserMessage
 from orchestrator.models.base import (

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
-from orchestrator._toolset import add_provided_tools, visible_specifications
+from orchestrator.loop.toolset import add_provided_tools, visible_specifications
 from orchestrator.messages import ChatMessage, UserMessage
 from orchestrator.models.base import ChatEvent, TokenUsage
 from orchestrator.providers import AiServiceTool, ToolProviderRequest

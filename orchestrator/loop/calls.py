@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from orchestrator._invocation_state import InvocationState
+from orchestrator.loop.state import InvocationState
 from orchestrator.handlers import (
     HallucinatedToolNameError,
     ToolErrorContext,
