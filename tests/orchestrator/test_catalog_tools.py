@@ -28,7 +28,7 @@ from orchestrator import (
     ToolProviderRequest,
     ToolProviderResult,
 )
-from orchestrator._catalog_tools import CATALOG_MAX_AGE_S, LiveCatalogTools, live_catalog_of
+from orchestrator.loop.catalog_tools import CATALOG_MAX_AGE_S, LiveCatalogTools, live_catalog_of
 from workers import ToolDefinition, tool
 from workers.tools import discover_tools
 
