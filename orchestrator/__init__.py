@@ -29,7 +29,6 @@ from orchestrator.handlers import (
     send_exception_message_to_llm,
     send_generic_message_to_llm_unless_visible_to_llm,
 )
-from orchestrator.journal import Journal
 from orchestrator.memory import (
     ChatMemory,
     ChatMemoryStore,
@@ -69,6 +68,7 @@ from orchestrator.providers import (
     ToolRunContext,
 )
 from orchestrator.result import Result, ToolExecuted
+from orchestrator.saga.journal import Journal
 from orchestrator.search import (
     EmbeddingModel,
     HashingEmbeddingModel,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from orchestrator._invocation_state import Emit, Mode
 from orchestrator._tool_calls import ToolCalls, _Call, _returns_immediately
 from orchestrator._toolset import unique_id, with_unique_ids
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import OrchestratorError, RoundTripLimitError
 from orchestrator.messages import SystemMessage, ToolExecutionResultMessage, UserMessage
 from orchestrator.models.base import (
     ChatRequest,
@@ -35,10 +35,6 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_INTERVAL_S = 10.0
 ROLLED_BACK_STATUS = "rolled_back"
-
-
-class RoundTripLimitError(OrchestratorError):
-    """The model kept calling tools past `max_tool_calling_round_trips`."""
 
 
 class _Invocation(ToolCalls):

@@ -82,7 +82,7 @@ class SqlChatMemoryStore:
         self.engine = (
             sa.create_engine(database_url(url_or_engine)) if isinstance(url_or_engine, str) else url_or_engine
         )
-        from orchestrator.migrations import ensure_schema  # Alembic loads only for a SQL store
+        from orchestrator.saga.migrations import ensure_schema  # Alembic loads only for a SQL store
 
         ensure_schema(self.engine)
 

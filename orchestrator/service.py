@@ -23,12 +23,12 @@ from orchestrator.handlers import (
     send_exception_message_to_llm,
     warn_and_send_exception_message,
 )
-from orchestrator.journal import Journal
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
 from orchestrator.models.base import ChatEvent, ChatModel, ChatResponse, CompleteResponse, ToolChoice
 from orchestrator.providers import AiServiceTool, ToolProvider, ToolRunContext
 from orchestrator.result import Result, ToolExecuted
+from orchestrator.saga.journal import Journal
 from orchestrator.search import ToolSearchStrategy
 from workers.errors import ToolDefinitionError
 from workers.invocation import InvocationParameters

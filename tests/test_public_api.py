@@ -246,8 +246,8 @@ def test_what_constructors_take_or_give_is_importable_from_orchestrator() -> Non
     # `CeleryExecutor(on_call=...)`: the very classes, not copies
     from orchestrator import CallEvent, Journal, RetryPolicy
     from orchestrator.executors._call_events import CallEvent as call_event
-    from orchestrator.journal import Journal as journal
     from orchestrator.models._http import RetryPolicy as retry_policy
+    from orchestrator.saga.journal import Journal as journal
 
     assert (Journal, RetryPolicy, CallEvent) == (journal, retry_policy, call_event)
 

@@ -15,7 +15,7 @@ import pytest
 import redis
 from celery import Celery, states
 
-from orchestrator._inflight import Settled, settle
+from orchestrator.saga._inflight import Settled, settle
 from workers.protocol import call_task_id
 from workers.tasks import call_state_key
 

@@ -14,12 +14,13 @@ import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
 
-from orchestrator import LocalExecutor, _journal_crypto
-from orchestrator._journal_crypto import JournalKeyError
-from orchestrator._journal_tables import invocations
+from orchestrator import LocalExecutor
 from orchestrator.cli import main
-from orchestrator.journal import Journal
-from orchestrator.recovery import recover
+from orchestrator.saga import _journal_crypto
+from orchestrator.saga._journal_crypto import JournalKeyError
+from orchestrator.saga._journal_tables import invocations
+from orchestrator.saga.journal import Journal
+from orchestrator.saga.recovery import recover
 from workers import InvocationParameters, compensate_for, tool
 from workers.invocation import InvocationContext
 from workers.protocol import ToolExecutionRequest

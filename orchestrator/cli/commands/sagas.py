@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from workers.settings import Settings
 
 if TYPE_CHECKING:
-    from orchestrator.journal import CallRecord, CompensationRecord, Journal
+    from orchestrator.saga.journal import CallRecord, CompensationRecord, Journal
 
 STALE_AFTER_S = 60.0  # as `toolfleet recover`'s default
 
@@ -31,7 +31,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from orchestrator.commands._journal_source import open_journal
+    from orchestrator.cli.commands._journal_source import open_journal
 
     journal = open_journal(settings, "sagas")
     rows = journal.compensations(args.invocation, state="failed" if args.failed else None)
@@ -100,7 +100,7 @@ def _late_rows(settings: Settings, calls: list[Any], *, failed_only: bool) -> li
         return []
     import redis
 
-    from orchestrator._late import late_compensation
+    from orchestrator.saga._late import late_compensation
 
     client = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
     lines = []

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import redis
 
 from orchestrator.executors._collector import META_PREFIX
-from orchestrator.journal import CallRecord
+from orchestrator.saga.journal import CallRecord
 from workers._redis_errors import mapped_redis_errors
 from workers.tasks import call_state_key, compensation_task_id
 

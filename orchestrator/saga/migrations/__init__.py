@@ -26,8 +26,8 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection, Engine
 
-from orchestrator.migrations._lock import SchemaError, locked_connection
-from orchestrator.migrations._schema import TABLES, VERSION_TABLE
+from orchestrator.saga.migrations._lock import SchemaError, locked_connection
+from orchestrator.saga.migrations._schema import TABLES, VERSION_TABLE
 
 __all__ = ["TABLES", "VERSION_TABLE", "SchemaError", "SchemaUpgrade", "ensure_schema", "head", "upgrade"]
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from workers.settings import Settings
 
 if TYPE_CHECKING:
-    from orchestrator.journal import CallRecord, CompensationRecord, InvocationRecord, Journal
+    from orchestrator.saga.journal import CallRecord, CompensationRecord, InvocationRecord, Journal
 
 HELP = "show one invocation: its calls, outcomes, compensations and timings"
 
@@ -28,7 +28,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from orchestrator.commands._journal_source import open_journal
+    from orchestrator.cli.commands._journal_source import open_journal
     from orchestrator.saga import rollback_reason
 
     journal = open_journal(settings, "show")
@@ -156,7 +156,7 @@ def _late_text(settings: Settings, call: Any) -> str:
     """What became of an abandoned call, from Redis (workers journal nothing)."""
     import redis
 
-    from orchestrator._late import late_compensation
+    from orchestrator.saga._late import late_compensation
 
     client = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
     try:

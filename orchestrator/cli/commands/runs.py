@@ -18,7 +18,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from orchestrator.commands._journal_source import open_journal
+    from orchestrator.cli.commands._journal_source import open_journal
 
     journal = open_journal(settings, "runs")
     records = journal.invocations(limit=args.limit, state=args.state)

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from orchestrator.migrations._schema import VERSION_TABLE, target_metadata
+from orchestrator.saga.migrations._schema import VERSION_TABLE, target_metadata
 
 
 def _run(connection: Connection) -> None:
