@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator.saga._journal_crypto import JournalKeyError
-from orchestrator.saga.migrations import SchemaError
+from orchestrator.errors import JournalKeyError, SchemaError
 from workers.settings import Settings, redact_url
 
 __all__ = ["COMMANDS", "build_parser", "main"]

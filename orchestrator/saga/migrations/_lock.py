@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from orchestrator.errors import SchemaError
 
-__all__ = ["LOCK_TIMEOUT_S", "SchemaError", "locked_connection", "sqlite_lock_path"]
+__all__ = ["LOCK_TIMEOUT_S", "locked_connection", "sqlite_lock_path"]
 
 LOCK_TIMEOUT_S = 120.0
 # Arbitrary, fixed: every toolfleet process asks for the same key ("toolflee" in ASCII).
