@@ -8,7 +8,7 @@
 - `_inflight`, `_late`: what became of calls an orchestrator gave up on, read from Redis.
 """
 
-from orchestrator.saga._late import LateCompensation, late_compensation
+from orchestrator.saga._late import LateCompensation, LateState, late_compensation
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.coordinator import (
     KEPT,
@@ -35,6 +35,7 @@ __all__ = [
     "InvocationState",
     "Journal",
     "LateCompensation",
+    "LateState",
     "Recovered",
     "Saga",
     "SagaStep",
