@@ -17,8 +17,8 @@ from alembic.runtime.migration import MigrationContext
 from orchestrator import SqlChatMemoryStore, UserMessage
 from orchestrator.cli import main
 from orchestrator.memory import _metadata as memory_metadata
-from orchestrator.saga._journal_tables import _metadata as journal_metadata
 from orchestrator.saga._journal_tables import invocations, tool_calls
+from orchestrator.saga._journal_tables import metadata as journal_metadata
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.migrations import TABLES, VERSION_TABLE, SchemaError, head, upgrade
 from tests.orchestrator._databases import KINDS, fresh_database

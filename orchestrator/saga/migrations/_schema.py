@@ -22,4 +22,4 @@ def target_metadata() -> list[sa.MetaData]:
     from orchestrator import memory
     from orchestrator.saga import _journal_tables
 
-    return [_journal_tables._metadata, memory._metadata]
+    return [_journal_tables.metadata, memory._metadata]
