@@ -1,6 +1,12 @@
-"""toolfleet's agent side: the LLM loop, models, memory, and where tool calls run."""
+"""toolfleet's agent side: the LLM loop, models, memory, and where tool calls run.
+
+Sub-packages by job: `models/` (chat models), `executors/` (where tool calls run), `saga/` (compensations,
+the journal, recovery), `cli/` (the `toolfleet` command). Every error is in `errors`.
+"""
 
 from orchestrator.errors import (
+    HallucinatedToolNameError,
+    JournalKeyError,
     ModelAuthenticationError,
     ModelConnectionError,
     ModelError,
@@ -10,15 +16,17 @@ from orchestrator.errors import (
     ModelServerError,
     ModelTimeoutError,
     OrchestratorError,
+    RemoteToolError,
+    RoundTripLimitError,
+    SchemaError,
+    ScriptExhaustedError,
+    SystemToolError,
     UnknownToolError,
     UnsupportedContentError,
 )
 from orchestrator.executors import CeleryExecutor, LocalExecutor, ToolExecutor
 from orchestrator.executors.celery import CallEvent
 from orchestrator.handlers import (
-    HallucinatedToolNameError,
-    RemoteToolError,
-    SystemToolError,
     ToolArgumentsErrorHandler,
     ToolErrorContext,
     ToolErrorHandlerResult,
@@ -28,8 +36,6 @@ from orchestrator.handlers import (
     send_exception_message_to_llm,
     send_generic_message_to_llm_unless_visible_to_llm,
 )
-from orchestrator.journal import Journal
-from orchestrator.loop.run import RoundTripLimitError
 from orchestrator.memory import (
     ChatMemory,
     ChatMemoryStore,
@@ -60,7 +66,7 @@ from orchestrator.models import (
 from orchestrator.models._http import RetryPolicy
 from orchestrator.models.anthropic import AnthropicChatModel
 from orchestrator.models.openai import OpenAiChatModel
-from orchestrator.models.scripted import ScriptedChatModel, ScriptExhaustedError
+from orchestrator.models.scripted import ScriptedChatModel
 from orchestrator.providers import (
     AiServiceTool,
     ToolProvider,
@@ -69,6 +75,7 @@ from orchestrator.providers import (
     ToolRunContext,
 )
 from orchestrator.result import Result, ToolExecuted
+from orchestrator.saga import CallState, CompensationState, InvocationState, Journal
 from orchestrator.search import (
     EmbeddingModel,
     HashingEmbeddingModel,
@@ -86,6 +93,7 @@ __all__ = [
     "AiServiceTool",
     "AnthropicChatModel",
     "CallEvent",
+    "CallState",
     "CeleryExecutor",
     "ChatEvent",
     "ChatMemory",
@@ -94,6 +102,7 @@ __all__ = [
     "ChatModel",
     "ChatRequest",
     "ChatResponse",
+    "CompensationState",
     "CompleteResponse",
     "CompleteToolCall",
     "EmbeddingModel",
@@ -101,7 +110,9 @@ __all__ = [
     "HallucinatedToolNameError",
     "HashingEmbeddingModel",
     "InMemoryChatMemoryStore",
+    "InvocationState",
     "Journal",
+    "JournalKeyError",
     "LocalExecutor",
     "MessageWindowChatMemory",
     "ModelAuthenticationError",
@@ -120,6 +131,7 @@ __all__ = [
     "Result",
     "RetryPolicy",
     "RoundTripLimitError",
+    "SchemaError",
     "ScriptExhaustedError",
     "ScriptedChatModel",
     "SimpleToolSearchStrategy",

@@ -1,10 +1,36 @@
-"""Errors of the agent side. `OrchestratorError` is the root; it derives from toolfleet's root."""
+"""Every error the agent side raises, in one place. `OrchestratorError` is the root; it derives from
+toolfleet's root, `workers.ToolfleetError`. Third-party errors are mapped once, where they arise,
+with the original kept as `__cause__`.
+
+    ToolfleetError (workers)
+    └── OrchestratorError
+        ├── UnknownToolError            an executor was asked for a tool it does not know
+        ├── ModelError                  a model provider failed (`provider`, `status`)
+        │   ├── ModelAuthenticationError, ModelRateLimitError, ModelInvalidRequestError,
+        │   ├── ModelServerError, ModelTimeoutError, ModelConnectionError, ModelResponseError
+        │   └── UnsupportedContentError
+        ├── ScriptExhaustedError        `ScriptedChatModel` ran out of responses
+        ├── RoundTripLimitError         the model kept calling tools past the limit
+        ├── HallucinatedToolNameError   the model called a tool that does not exist
+        ├── RemoteToolError             a tool's exception re-created from a worker's outcome
+        │   └── VisibleRemoteToolError  ... one that carries its message for the model
+        ├── SystemToolError             a failure the system describes to the model (timeout, lost worker)
+        ├── JournalKeyError             the journal's keys are malformed or open no row
+        ├── SchemaError                 the database's schema cannot be brought up to date
+        ├── ModelSpecError              a `--model` naming no known provider (also a `ValueError`)
+        └── SetupError                  `toolfleet chat` cannot start
+
+Errors aimed at the model (`SystemToolError`, `VisibleRemoteToolError`) also derive from
+`workers.ToolErrorVisibleToLlm`; the others end an invocation or a command.
+"""
 
 from __future__ import annotations
 
-from workers.errors import ToolfleetError
+from workers.errors import ToolErrorVisibleToLlm, ToolfleetError
 
 __all__ = [
+    "HallucinatedToolNameError",
+    "JournalKeyError",
     "ModelAuthenticationError",
     "ModelConnectionError",
     "ModelError",
@@ -12,10 +38,18 @@ __all__ = [
     "ModelRateLimitError",
     "ModelResponseError",
     "ModelServerError",
+    "ModelSpecError",
     "ModelTimeoutError",
     "OrchestratorError",
+    "RemoteToolError",
+    "RoundTripLimitError",
+    "SchemaError",
+    "ScriptExhaustedError",
+    "SetupError",
+    "SystemToolError",
     "UnknownToolError",
     "UnsupportedContentError",
+    "VisibleRemoteToolError",
 ]
 
 
@@ -66,3 +100,64 @@ class ModelResponseError(ModelError):
 
 class UnsupportedContentError(ModelError):
     """A message holds content the provider cannot carry (for example images in tool results)."""
+
+
+class ScriptExhaustedError(OrchestratorError):
+    """`ScriptedChatModel` was asked for more responses than its script holds."""
+
+
+class RoundTripLimitError(OrchestratorError):
+    """The model kept calling tools past `max_tool_calling_round_trips`."""
+
+
+class HallucinatedToolNameError(OrchestratorError):
+    """The model called a tool that does not exist, and no strategy says what to answer."""
+
+
+class RemoteToolError(OrchestratorError):
+    """A tool's exception re-created from its outcome, when the call ran on a worker.
+
+    `type_name` is the qualified name of the tool exception's type (`ValueError`,
+    `billing.errors.Declined`), `error_type` its bare class name, `message` its message as recorded
+    (the type's name when it had none). A `raise ... from cause` on the worker arrives as
+    `__cause__`, itself a `RemoteToolError`.
+    """
+
+    def __init__(self, message: str, error_type: str | None, type_name: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.error_type = error_type or "Exception"
+        self.type_name = type_name or self.error_type
+
+
+class VisibleRemoteToolError(ToolErrorVisibleToLlm, RemoteToolError):
+    """A remote `ToolErrorVisibleToLlm`: its message for the model travelled with the outcome."""
+
+    def __init__(
+        self, message: str, error_type: str | None, message_for_llm: str, type_name: str | None = None
+    ) -> None:
+        super().__init__(message, error_type, type_name)
+        self._for_llm = message_for_llm
+
+    def message_for_llm(self) -> str:
+        return self._for_llm
+
+
+class SystemToolError(ToolErrorVisibleToLlm, OrchestratorError):
+    """A failure the system itself describes to the model: a timeout, a lost worker, no worker."""
+
+
+class JournalKeyError(OrchestratorError):
+    """The journal's keys are malformed, or do not open the encrypted parameters of a row."""
+
+
+class SchemaError(OrchestratorError):
+    """The database's schema could not be brought to the revision this toolfleet needs."""
+
+
+class ModelSpecError(OrchestratorError, ValueError):
+    """A `--model` that names no known provider."""
+
+
+class SetupError(OrchestratorError):
+    """`toolfleet chat` cannot start: the message says what to change."""

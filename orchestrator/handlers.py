@@ -7,7 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import (
+    HallucinatedToolNameError,
+    RemoteToolError,
+    SystemToolError,
+    VisibleRemoteToolError,
+)
 from workers.errors import ToolArgumentsError, ToolErrorVisibleToLlm
 from workers.invocation import InvocationContext, InvocationParameters
 from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
@@ -73,43 +78,6 @@ class ToolErrorHandlerResult:
 
 ToolArgumentsErrorHandler: TypeAlias = Callable[[BaseException, ToolErrorContext], ToolErrorHandlerResult]
 ToolExecutionErrorHandler: TypeAlias = Callable[[BaseException, ToolErrorContext], ToolErrorHandlerResult]
-
-
-class RemoteToolError(OrchestratorError):
-    """A tool's exception re-created from its outcome, when the call ran on a worker.
-
-    `type_name` is the qualified name of the tool exception's type (`ValueError`,
-    `billing.errors.Declined`), `error_type` its bare class name, `message` its message as recorded
-    (the type's name when it had none). A `raise ... from cause` on the worker arrives as
-    `__cause__`, itself a `RemoteToolError`.
-    """
-
-    def __init__(self, message: str, error_type: str | None, type_name: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.error_type = error_type or "Exception"
-        self.type_name = type_name or self.error_type
-
-
-class VisibleRemoteToolError(ToolErrorVisibleToLlm, RemoteToolError):
-    """A remote `ToolErrorVisibleToLlm`: its message for the model travelled with the outcome."""
-
-    def __init__(
-        self, message: str, error_type: str | None, message_for_llm: str, type_name: str | None = None
-    ) -> None:
-        super().__init__(message, error_type, type_name)
-        self._for_llm = message_for_llm
-
-    def message_for_llm(self) -> str:
-        return self._for_llm
-
-
-class SystemToolError(ToolErrorVisibleToLlm, OrchestratorError):
-    """A failure the system itself describes to the model: a timeout, a lost worker, no worker."""
-
-
-class HallucinatedToolNameError(OrchestratorError):
-    """The model called a tool that does not exist, and no strategy says what to answer."""
 
 
 def error_of(outcome: ToolOutcome) -> BaseException:

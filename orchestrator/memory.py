@@ -75,14 +75,14 @@ class SqlChatMemoryStore:
 
     Stateless orchestrator replicas share conversations through it: point them at one database,
     e.g. `SqlChatMemoryStore("postgresql+psycopg://...")`. Building it brings the database's schema
-    up to date (`orchestrator.migrations.ensure_schema`), safely when many replicas start at once.
+    up to date (`orchestrator.saga.migrations.ensure_schema`), safely when many replicas start at once.
     """
 
     def __init__(self, url_or_engine: str | Engine = "sqlite:///toolfleet.db") -> None:
         self.engine = (
             sa.create_engine(database_url(url_or_engine)) if isinstance(url_or_engine, str) else url_or_engine
         )
-        from orchestrator.migrations import ensure_schema  # Alembic loads only for a SQL store
+        from orchestrator.saga.migrations import ensure_schema  # Alembic loads only for a SQL store
 
         ensure_schema(self.engine)
 

@@ -16,7 +16,6 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.executors.base import ToolExecutor, fanout_limit
 from orchestrator.executors.local import LocalExecutor
 from orchestrator.handlers import ToolArgumentsErrorHandler, ToolExecutionErrorHandler
-from orchestrator.journal import Journal
 from orchestrator.loop.catalog_tools import LiveCatalogToolProvider, live_catalog_of
 from orchestrator.loop.config import (
     HallucinatedToolNameStrategy,
@@ -34,6 +33,7 @@ from orchestrator.messages import AiMessage, UserMessage
 from orchestrator.models.base import ChatModel, ChatResponse, ToolChoice
 from orchestrator.providers import AiServiceTool, ToolProvider, ToolRunContext
 from orchestrator.result import CompleteResponse, Result, StreamEvent
+from orchestrator.saga.journal import Journal
 from orchestrator.search import ToolSearchStrategy
 from workers.errors import ToolDefinitionError
 from workers.invocation import InvocationParameters

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from orchestrator.journal import Journal, invocations
+from orchestrator.saga.journal import Journal, invocations
 from tests._cli import TOOLFLEET, environment, toolfleet
 from workers import InvocationContext
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel
-from orchestrator.journal import Journal
+from orchestrator.saga.journal import Journal
 from tests._cli import toolfleet
 from tests.orchestrator.test_journal_story import Bank, call
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 import redis
 
-from orchestrator.commands import tools
+from orchestrator.cli.commands import tools
 from workers.process import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.cli import COMMANDS, _parser
+from orchestrator.cli import COMMANDS
+from orchestrator.cli import build_parser as _parser
 from workers.settings import ENVIRONMENT
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.console import LiveTable, short_arguments
-from orchestrator.demo import CITIES, STORIES, Script
+from orchestrator.cli.console import LiveTable, short_arguments
+from orchestrator.cli.demo import CITIES, STORIES, Script
 from orchestrator.executors.celery import CallEvent
 from orchestrator.executors.local import LocalExecutor
-from orchestrator.journal import Journal
 from orchestrator.messages import UserMessage
 from orchestrator.models.base import ChatRequest
 from orchestrator.models.scripted import ScriptedChatModel
+from orchestrator.saga.journal import Journal
 from orchestrator.service import AiService
 from workers.examples.bank import BankTools
 

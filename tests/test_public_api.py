@@ -1,13 +1,23 @@
-"""The public face of `workers`: its exact `__all__`, the DESIGN.md contract, and its import isolation."""
+"""The public faces of `workers` and `orchestrator`: their exact `__all__`, the DESIGN.md contract, the
+names the README imports, every package's `__all__` against what it defines, and import isolation."""
 
+import __future__
+
+import ast
+import importlib
+import pkgutil
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+import orchestrator
 import workers
+
+ROOT = Path(__file__).resolve().parent.parent
 
 WORKERS_ALL = [
     "Image",
@@ -142,6 +152,7 @@ ORCHESTRATOR_ALL = [
     "AiServiceTool",
     "AnthropicChatModel",
     "CallEvent",
+    "CallState",
     "CeleryExecutor",
     "ChatEvent",
     "ChatMemory",
@@ -150,6 +161,7 @@ ORCHESTRATOR_ALL = [
     "ChatModel",
     "ChatRequest",
     "ChatResponse",
+    "CompensationState",
     "CompleteResponse",
     "CompleteToolCall",
     "EmbeddingModel",
@@ -157,7 +169,9 @@ ORCHESTRATOR_ALL = [
     "HallucinatedToolNameError",
     "HashingEmbeddingModel",
     "InMemoryChatMemoryStore",
+    "InvocationState",
     "Journal",
+    "JournalKeyError",
     "LocalExecutor",
     "MessageWindowChatMemory",
     "ModelAuthenticationError",
@@ -176,6 +190,7 @@ ORCHESTRATOR_ALL = [
     "Result",
     "RetryPolicy",
     "RoundTripLimitError",
+    "SchemaError",
     "ScriptExhaustedError",
     "ScriptedChatModel",
     "SimpleToolSearchStrategy",
@@ -246,21 +261,24 @@ def test_what_constructors_take_or_give_is_importable_from_orchestrator() -> Non
     # `CeleryExecutor(on_call=...)`: the very classes, not copies
     from orchestrator import CallEvent, Journal, RetryPolicy
     from orchestrator.executors._call_events import CallEvent as call_event
-    from orchestrator.journal import Journal as journal
     from orchestrator.models._http import RetryPolicy as retry_policy
+    from orchestrator.saga.journal import Journal as journal
 
     assert (Journal, RetryPolicy, CallEvent) == (journal, retry_policy, call_event)
 
 
 def _readme_imports() -> list[str]:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"^```python\n(.*?)^```", readme, re.MULTILINE | re.DOTALL)
-    return [
+    in_blocks = [
         line.strip()
         for block in blocks
         for line in block.splitlines()
         if re.match(r"\s*from (orchestrator|workers)\S* import ", line)
     ]
+    # and those the prose shows inline: `from orchestrator import RetryPolicy`
+    inline = re.findall(r"`(from (?:orchestrator|workers)\S* import [^`]+)`", readme)
+    return in_blocks + inline
 
 
 def test_the_readme_shows_imports() -> None:
@@ -271,3 +289,129 @@ def test_the_readme_shows_imports() -> None:
 def test_every_import_the_readme_shows_works(statement: str) -> None:
     # when / then: no ImportError
     exec(statement, {})
+
+
+def _packages() -> list[str]:
+    names = []
+    for top in (workers, orchestrator):
+        names.append(top.__name__)
+        names += [info.name for info in pkgutil.walk_packages(top.__path__, f"{top.__name__}.") if info.ispkg]
+    return names
+
+
+def _public_names(module: ModuleType) -> set[str]:
+    """What a package's namespace offers: names without an underscore that are not submodules."""
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, ModuleType | __future__._Feature)
+    }
+
+
+def test_the_packages_are_found() -> None:
+    assert {"workers", "orchestrator", "orchestrator.saga", "orchestrator.cli"} <= set(_packages())
+
+
+@pytest.mark.parametrize("name", _packages())
+def test_a_package_exports_exactly_the_public_names_it_defines(name: str) -> None:
+    # given: the package, its submodules loaded (they become attributes, and are not names it exports)
+    package = importlib.import_module(name)
+    # when
+    exported = getattr(package, "__all__", [])
+    # then: nothing public left out of `__all__`, nothing in it undefined, nothing twice
+    assert sorted(exported) == sorted(_public_names(package))
+    assert len(set(exported)) == len(exported)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Journal",
+        "RetryPolicy",
+        "CallEvent",
+        "HallucinatedToolNameError",
+        "RemoteToolError",
+        "SystemToolError",
+        "SchemaError",
+        "JournalKeyError",
+        "InvocationState",
+        "CallState",
+        "CompensationState",
+    ],
+)
+def test_what_users_handle_is_importable_from_orchestrator(name: str) -> None:
+    assert name in orchestrator.__all__
+    assert getattr(orchestrator, name).__name__ == name
+
+
+def test_journal_states_are_their_stored_texts() -> None:
+    # given: the states as the journal's rows held them before the states were enums
+    stored = {
+        orchestrator.InvocationState: {"running", "compensating", "succeeded", "failed"},
+        orchestrator.CallState: {
+            "dispatched",
+            "succeeded",
+            "failed",
+            "compensated",
+            "compensation_failed",
+            "kept",
+            "abandoned",
+        },
+        orchestrator.CompensationState: {"pending", "running", "succeeded", "failed"},
+    }
+    for enum, texts in stored.items():
+        # then: one member per text, each equal to (and formatted as) its text
+        assert {member.value for member in enum} == texts
+        assert all(member == member.value and f"{member}" == member.value for member in enum)
+
+
+def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The orchestrator modules a module imports when it is imported (not under `TYPE_CHECKING`, not
+    inside functions)."""
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    child = f"{node.module}.{alias.name}"
+                    found.add(child if child in modules else node.module)
+            elif isinstance(node, ast.If | ast.Try | ast.With | ast.ClassDef):
+                for field in ("body", "orelse", "finalbody"):
+                    visit(getattr(node, field, []))
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+
+    visit(ast.parse(path.read_text()).body)
+    return found & modules
+
+
+def test_orchestrator_modules_import_one_another_without_cycles() -> None:
+    # given: the import graph of the orchestrator's modules
+    paths = {}
+    for path in (ROOT / "orchestrator").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {name: _runtime_imports(path, set(paths)) - {name} for name, path in paths.items()}
+    # when: a depth-first walk looks for an edge back to a module on its current path
+    cycles: list[list[str]] = []
+    done: set[str] = set()
+
+    def walk(name: str, trail: list[str]) -> None:
+        if name in trail:
+            cycles.append([*trail[trail.index(name) :], name])
+            return
+        if name in done:
+            return
+        for imported in sorted(graph[name]):
+            walk(imported, [*trail, name])
+        done.add(name)
+
+    for name in sorted(graph):
+        walk(name, [])
+    # then
+    assert cycles == []

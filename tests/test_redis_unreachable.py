@@ -18,8 +18,8 @@ import pytest
 import redis
 
 from orchestrator import CeleryExecutor
-from orchestrator._journal_records import CallRecord
-from orchestrator._late import late_compensation
+from orchestrator.saga._journal_records import CallRecord
+from orchestrator.saga._late import late_compensation
 from workers import ToolExecutionRequest
 from workers.catalog import Catalog
 from workers.errors import RedisUnavailableError, ToolfleetError

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from workers import ToolDefinition, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.invocation import Invocation
 from workers.invocation import idempotency_key as _call_key
-from workers.settings import Settings
+
+if TYPE_CHECKING:  # the saga package imports this module: only the type is needed here
+    from orchestrator.saga._inflight import Settled
 
 __all__ = ["ToolExecutor", "execute_batch", "fanout_limit", "idempotency_key"]
 
@@ -20,7 +22,17 @@ def idempotency_key(invocation: Invocation, request: ToolExecutionRequest) -> st
 
 
 class ToolExecutor(Protocol):
-    """Runs one tool call and returns its structured outcome; a tool's failure is an outcome, not a raise."""
+    """Runs one tool call and returns its structured outcome; a tool's failure is an outcome, not a raise.
+
+    Besides running calls and their compensations, an executor names its fan-out limit, finds a tool's
+    definition by name, and reads what became of a call dispatched by an orchestrator that died (when
+    it can: `settle` returns None when nothing outlives the process, as with `LocalExecutor`).
+    """
+
+    @property
+    def max_fanout(self) -> int:
+        """How many calls of one response may be in flight at once."""
+        ...
 
     async def execute(
         self,
@@ -35,18 +47,30 @@ class ToolExecutor(Protocol):
         self, definition: ToolDefinition, execution: ToolExecution, invocation: Invocation
     ) -> ToolOutcome: ...
 
+    async def execute_batch(
+        self, calls: Sequence[tuple[ToolExecutionRequest, ToolDefinition | None]], invocation: Invocation
+    ) -> list[ToolOutcome]:
+        """All calls of one response at once, at most `max_fanout` in flight; outcomes in request order."""
+        ...
 
-def fanout_limit(executor: object) -> int:
-    """How many calls of one response may be in flight at once on `executor`.
+    def definition(self, name: str) -> ToolDefinition | None:
+        """The definition of the tool of that name, or None when this executor knows none."""
+        ...
 
-    The one fan-out knob is `max_fanout` (`TOOLFLEET_MAX_FANOUT`): an executor's own `max_fanout`
-    (`LocalExecutor`), else its settings' (`CeleryExecutor`), else the environment's.
-    """
-    for source in (executor, getattr(executor, "settings", None)):
-        limit = getattr(source, "max_fanout", None)
-        if isinstance(limit, int) and not isinstance(limit, bool):
-            return limit
-    return Settings.from_env().max_fanout
+    async def settle(self, key: str, definition: ToolDefinition | None) -> Settled | None:
+        """What became of the call of idempotency key `key` whose outcome was never journaled; None
+        when this executor cannot know."""
+        ...
+
+    def close(self) -> None:
+        """Release what the executor holds (threads, connections)."""
+        ...
+
+
+def fanout_limit(executor: ToolExecutor) -> int:
+    """How many calls of one response may be in flight at once on `executor`: its `max_fanout`, the
+    one fan-out knob (`TOOLFLEET_MAX_FANOUT` unless the executor was given its own)."""
+    return executor.max_fanout
 
 
 async def execute_batch(

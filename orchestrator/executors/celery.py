@@ -15,12 +15,12 @@ import redis
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from orchestrator._inflight import Settled, settle
 from orchestrator.executors._attempts import Attempts
 from orchestrator.executors._call_events import CallEvent, _notifier
 from orchestrator.executors._collector import FINAL_STATES, META_PREFIX, ResultCollector
 from orchestrator.executors._outcomes import _error, _no_worker, _outcome, _seconds, _worker_of
 from orchestrator.executors.base import execute_batch, idempotency_key
+from orchestrator.saga._inflight import Settled, settle
 from workers import (
     OutcomeKind,
     ToolDefinition,
@@ -116,6 +116,11 @@ class CeleryExecutor:
             self._catalog_workers = self.catalog.workers()
             self._catalog_read_at = now
         return self._catalog_workers
+
+    @property
+    def max_fanout(self) -> int:
+        """How many calls of one response may be in flight at once (`Settings.max_fanout`)."""
+        return self.settings.max_fanout
 
     def definition(self, name: str) -> ToolDefinition | None:
         """A local tool of that name, else one a live worker advertises."""
@@ -257,7 +262,7 @@ class CeleryExecutor:
 
     async def settle(self, key: str, definition: ToolDefinition | None) -> Settled:
         """Settle a call whose orchestrator died before journaling its outcome, from the states of
-        every dispatch it can have had (`orchestrator._inflight.settle`). Revoked without terminating:
+        every dispatch it can have had (`orchestrator.saga._inflight.settle`). Revoked without terminating:
         a call killed midway could leave a partial effect that nothing undoes."""
         retries = definition.options.retries if definition and definition.options.idempotent else 0
         ids = [call_task_id(key, attempt) for attempt in range(1 + retries)]

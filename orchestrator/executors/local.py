@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import UnknownToolError
 from orchestrator.executors.base import execute_batch, idempotency_key
@@ -31,6 +32,9 @@ from workers.runner import (
     run_tool,
 )
 from workers.settings import Settings
+
+if TYPE_CHECKING:  # the saga package imports the executors: only the type is needed here
+    from orchestrator.saga._inflight import Settled
 
 __all__ = ["LocalExecutor"]
 
@@ -225,6 +229,14 @@ class LocalExecutor:
     ) -> list[ToolOutcome]:
         """All calls of one response at once, at most `max_fanout` in flight; outcomes in request order."""
         return await execute_batch(self, calls, invocation, max_fanout=self.max_fanout)
+
+    def definition(self, name: str) -> ToolDefinition | None:
+        """The tool of that name among this executor's own tools."""
+        return self.registry.get(name)
+
+    async def settle(self, key: str, definition: ToolDefinition | None) -> Settled | None:
+        """None: a call run in-process leaves no state once its process is gone."""
+        return None
 
     def run(self, request: ToolExecutionRequest, invocation: Invocation | None = None) -> ToolOutcome:
         """`execute` from synchronous code."""

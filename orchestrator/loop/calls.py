@@ -19,7 +19,7 @@ from orchestrator.handlers import (
     unwrap_cause,
 )
 from orchestrator.loop.config import LoopConfig
-from orchestrator.loop.state import InvocationState, visible
+from orchestrator.loop.state import RunState, visible
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.providers import AiServiceTool, ToolRunContext
 from orchestrator.result import ToolExecuted
@@ -66,7 +66,7 @@ class Call:
 
 async def run_batch(
     config: LoopConfig,
-    state: InvocationState,
+    state: RunState,
     requests: Sequence[ToolExecutionRequest],
     started: dict[int, Call],
 ) -> list[Call]:
@@ -87,7 +87,7 @@ async def run_batch(
     return calls
 
 
-def start_call(config: LoopConfig, state: InvocationState, call: Call) -> None:
+def start_call(config: LoopConfig, state: RunState, call: Call) -> None:
     """Dispatch `call` now, as a task that waits for a place among the invocation's `max_fanout`."""
 
     async def gated() -> None:
@@ -108,14 +108,14 @@ def returns_immediately(batch: Sequence[Call]) -> bool:
     )
 
 
-async def _run_call(config: LoopConfig, state: InvocationState, call: Call) -> None:
+async def _run_call(config: LoopConfig, state: RunState, call: Call) -> None:
     try:
         await _execute(config, state, call)
     except Exception as exc:  # a handler or the hallucination rule ended the invocation
         call.state, call.error = CallState.RAISED, exc
 
 
-async def _execute(config: LoopConfig, state: InvocationState, call: Call) -> None:
+async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
     request = call.request
     started_at = datetime.now(UTC)
     late = False
@@ -184,9 +184,7 @@ async def _execute(config: LoopConfig, state: InvocationState, call: Call) -> No
         state.emit(ToolExecuted(call.execution))
 
 
-def _search(
-    config: LoopConfig, state: InvocationState, strategy: ToolSearchStrategy, call: Call
-) -> ToolOutcome:
+def _search(config: LoopConfig, state: RunState, strategy: ToolSearchStrategy, call: Call) -> ToolOutcome:
     """Search among the tools the model cannot see yet: neither always visible nor found before."""
     shown = {spec.name for spec in visible(config, state)}
     candidates = [t.specification for name, t in state.tools.items() if name not in shown]
@@ -212,7 +210,7 @@ def _hallucinated(config: LoopConfig, request: ToolExecutionRequest) -> ToolOutc
 
 
 async def _run_programmatic(
-    state: InvocationState, tool: AiServiceTool, request: ToolExecutionRequest
+    state: RunState, tool: AiServiceTool, request: ToolExecutionRequest
 ) -> ToolOutcome:
     context = ToolRunContext(state.context, state.parameters, state.memory_id)
     try:
@@ -229,9 +227,7 @@ async def _run_programmatic(
     )
 
 
-def _handle(
-    state: InvocationState, outcome: ToolOutcome, request: ToolExecutionRequest
-) -> ToolErrorHandlerResult:
+def _handle(state: RunState, outcome: ToolOutcome, request: ToolExecutionRequest) -> ToolErrorHandlerResult:
     """The edge's handler decides what the model reads of a failed call (or raises to end the
     invocation)."""
     raw = error_of(outcome)

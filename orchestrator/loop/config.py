@@ -1,6 +1,6 @@
 """What every invocation of one `AiService` shares: a frozen configuration, built once by the service.
 
-The loop (`orchestrator.loop.run`) receives a `LoopConfig` and a fresh `InvocationState` per
+The loop (`orchestrator.loop.run`) receives a `LoopConfig` and a fresh `RunState` per
 invocation; it never reaches back into the service. The error handlers of each edge (`chat`,
 `achat`, `stream`) are chosen here, once, by the defaults of SPEC §6 where none were given.
 """
@@ -21,13 +21,13 @@ from orchestrator.handlers import (
     send_exception_message_to_llm,
     warn_and_send_exception_message,
 )
-from orchestrator.journal import Journal
 from orchestrator.loop.catalog_tools import LiveCatalogTools
 from orchestrator.loop.toolset import Tool
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.models.base import ChatModel, ToolChoice
 from orchestrator.providers import ToolProvider
+from orchestrator.saga.journal import Journal
 from orchestrator.search import ToolSearchStrategy
 from workers.protocol import ToolExecutionRequest
 

@@ -1,7 +1,7 @@
 """One invocation, top to bottom: ask the model, run the tools it calls, feed the results back.
 
 `run_invocation(config, state)` is the whole loop: the frozen `LoopConfig` of the service, the
-`InvocationState` of this invocation, and the free functions of `orchestrator.loop.calls` that run
+`RunState` of this invocation, and the free functions of `orchestrator.loop.calls` that run
 each batch of tool calls through the saga.
 """
 
@@ -13,10 +13,10 @@ import logging
 import time
 from collections.abc import Sequence
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import OrchestratorError, RoundTripLimitError
 from orchestrator.loop.calls import Call, CallState, returns_immediately, run_batch, start_call
 from orchestrator.loop.config import LoopConfig
-from orchestrator.loop.state import InvocationState, ask_providers, visible
+from orchestrator.loop.state import RunState, ask_providers, visible
 from orchestrator.loop.toolset import unique_id, with_unique_ids
 from orchestrator.messages import ChatMessage, SystemMessage, ToolExecutionResultMessage
 from orchestrator.models.base import (
@@ -38,11 +38,7 @@ HEARTBEAT_INTERVAL_S = 10.0
 ROLLED_BACK_STATUS = "rolled_back"
 
 
-class RoundTripLimitError(OrchestratorError):
-    """The model kept calling tools past `max_tool_calling_round_trips`."""
-
-
-async def run_invocation(config: LoopConfig, state: InvocationState) -> Result:
+async def run_invocation(config: LoopConfig, state: RunState) -> Result:
     """Run one invocation to its end: the answer, an immediate return, or an exception (after undoing,
     when compensating, what succeeded before it)."""
     journal = config.journal
@@ -61,7 +57,7 @@ async def run_invocation(config: LoopConfig, state: InvocationState) -> Result:
     return result
 
 
-async def _loop(config: LoopConfig, state: InvocationState) -> Result:
+async def _loop(config: LoopConfig, state: RunState) -> Result:
     ask_providers(config, state, dynamic=False)
     system = config.system_message_for(state.memory_id)
     if system is not None:
@@ -110,7 +106,7 @@ async def _loop(config: LoopConfig, state: InvocationState) -> Result:
 
 
 async def _ask_model(
-    config: LoopConfig, state: InvocationState, request: ChatRequest, started: dict[int, Call]
+    config: LoopConfig, state: RunState, request: ChatRequest, started: dict[int, Call]
 ) -> ChatResponse:
     model = config.chat_model
     began = time.perf_counter()
@@ -131,7 +127,7 @@ async def _ask_model(
 
 
 async def _stream_model(
-    config: LoopConfig, state: InvocationState, request: ChatRequest, started: dict[int, Call]
+    config: LoopConfig, state: RunState, request: ChatRequest, started: dict[int, Call]
 ) -> ChatResponse:
     """Pass the model's events on; with concurrency on, dispatch each call as soon as it is complete."""
     assert state.emit is not None
@@ -162,7 +158,7 @@ def _check_round_trips(config: LoopConfig, round_trips: int) -> None:
         )
 
 
-def _result(state: InvocationState, content: str | None, reason: FinishReason | None) -> Result:
+def _result(state: RunState, content: str | None, reason: FinishReason | None) -> Result:
     return Result(
         content=content,
         tool_executions=list(state.executions),
@@ -172,7 +168,7 @@ def _result(state: InvocationState, content: str | None, reason: FinishReason | 
     )
 
 
-async def _compensate_batch(state: InvocationState, batch: Sequence[Call]) -> None:
+async def _compensate_batch(state: RunState, batch: Sequence[Call]) -> None:
     """After a failed batch: undo every recorded success and rewrite their result messages."""
     failed = next(call for call in batch if call.state is CallState.FAILED)
     undone = await state.saga.compensate_all(
@@ -202,7 +198,7 @@ async def _compensate_batch(state: InvocationState, batch: Sequence[Call]) -> No
     state.set_messages(rewritten)
 
 
-async def _end_abnormally(config: LoopConfig, state: InvocationState, error: BaseException) -> None:
+async def _end_abnormally(config: LoopConfig, state: RunState, error: BaseException) -> None:
     """Compensate what succeeded before the error propagates (handler raised, round-trip limit,
     provider failure, caller cancelled), even if the caller cancels again meanwhile."""
     reason = f"the invocation failed: {type(error).__name__}"
@@ -215,7 +211,7 @@ async def _end_abnormally(config: LoopConfig, state: InvocationState, error: Bas
     state.saga.end("failed", f"{type(error).__name__}: {error}")
 
 
-async def _heartbeat(config: LoopConfig, state: InvocationState) -> None:
+async def _heartbeat(config: LoopConfig, state: RunState) -> None:
     """Keep the journal's heartbeat fresh, so `toolfleet recover` never takes over a live saga."""
     assert config.journal is not None
     while True:

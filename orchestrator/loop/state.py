@@ -20,13 +20,13 @@ from workers.invocation import Invocation, InvocationContext, InvocationParamete
 from workers.protocol import ToolExecution
 from workers.specification import ToolSpecification
 
-__all__ = ["Emit", "InvocationState", "ask_providers", "new_state", "visible"]
+__all__ = ["Emit", "RunState", "ask_providers", "new_state", "visible"]
 
 Emit = Callable[[StreamEvent], None]
 
 
 @dataclass
-class InvocationState:
+class RunState:
     """What one invocation knows and has done so far; the loop's functions read and update it."""
 
     mode: Mode
@@ -74,7 +74,7 @@ def new_state(
     parameters: InvocationParameters,
     mode: Mode,
     emit: Emit | None,
-) -> InvocationState:
+) -> RunState:
     """The state an invocation starts with: a new id, the memory of `memory_id`, the service's tools."""
     context = InvocationContext(
         invocation_id=uuid.uuid4(),
@@ -84,7 +84,7 @@ def new_state(
         timestamp=datetime.now(UTC),
     )
     saga = Saga(config.executor, config.journal, str(context.invocation_id), keep=config.compensating)
-    return InvocationState(
+    return RunState(
         mode=mode,
         handlers=config.handlers[mode],
         user_message=user_message,
@@ -99,7 +99,7 @@ def new_state(
     )
 
 
-def ask_providers(config: LoopConfig, state: InvocationState, *, dynamic: bool) -> None:
+def ask_providers(config: LoopConfig, state: RunState, *, dynamic: bool) -> None:
     """Add the tools of the static providers (once, at the start) or the dynamic ones (before every
     model call)."""
     providers = [p for p in config.providers if bool(getattr(p, "is_dynamic", False)) == dynamic]
@@ -115,6 +115,6 @@ def ask_providers(config: LoopConfig, state: InvocationState, *, dynamic: bool) 
     add_provided_tools(providers, request, state.tools, dynamic=dynamic)
 
 
-def visible(config: LoopConfig, state: InvocationState) -> list[ToolSpecification]:
+def visible(config: LoopConfig, state: RunState) -> list[ToolSpecification]:
     """The specifications the model is shown now (all tools, or with tool search those it may see)."""
     return visible_specifications(state.tools, config.tool_search, state.found, state.messages())

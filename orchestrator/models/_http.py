@@ -120,11 +120,12 @@ async def post_json(
     attempt = 0
     while True:
         started = time.perf_counter()
+        cause: httpx.TransportError | None = None  # kept as the mapped error's cause
         try:
             response = await client.post(url, json=body, headers=headers)
         except httpx.TransportError as exc:
             error: ModelError = _transport_error(provider, exc)
-            retry_after = None
+            cause, retry_after = exc, None
         else:
             if response.is_success:
                 log.debug("%s POST %s: %d in %.0f ms", provider, url, response.status_code, _ms(started))
@@ -140,7 +141,7 @@ async def post_json(
             if response.status_code not in RETRYABLE_STATUS:
                 raise error
         if attempt >= policy.max_retries:
-            raise error
+            raise error from cause
         delay = policy.delay_s(attempt, retry_after)
         log.warning("%s: %s; retry %d/%d in %.2f s", provider, error, attempt + 1, policy.max_retries, delay)
         attempt += 1

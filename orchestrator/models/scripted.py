@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TypeAlias
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import ScriptExhaustedError
 from orchestrator.messages import AiMessage, message_to_json
 from orchestrator.models.base import (
     ChatEvent,
@@ -23,10 +23,6 @@ __all__ = ["ScriptExhaustedError", "ScriptedChatModel"]
 
 Scripted: TypeAlias = AiMessage | str | ChatResponse
 Script: TypeAlias = Sequence[Scripted] | Callable[[ChatRequest], Scripted]
-
-
-class ScriptExhaustedError(OrchestratorError):
-    """`ScriptedChatModel` was asked for more responses than its script holds."""
 
 
 class ScriptedChatModel:

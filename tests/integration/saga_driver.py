@@ -15,7 +15,7 @@ import json
 import sys
 
 from orchestrator import AiMessage, AiService, CeleryExecutor, ScriptedChatModel, ToolExecutionRequest
-from orchestrator.journal import Journal
+from orchestrator.saga.journal import Journal
 from tests.integration import fault_tools
 from workers.settings import Settings
 

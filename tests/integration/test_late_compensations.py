@@ -18,9 +18,9 @@ import pytest
 import redis
 from celery import Celery, states
 
-from orchestrator._late import late_compensation
-from orchestrator.commands import sagas, show
-from orchestrator.journal import CallRecord, Journal
+from orchestrator.cli.commands import sagas, show
+from orchestrator.saga._late import late_compensation
+from orchestrator.saga.journal import CallRecord, Journal
 from tests.integration.private_redis import free_port
 from workers.invocation import InvocationContext
 from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome

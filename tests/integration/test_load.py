@@ -30,11 +30,11 @@ import sqlalchemy as sa
 
 from orchestrator import AiMessage, AiService, CeleryExecutor, Result, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.handlers import RemoteToolError
-from orchestrator.journal import Journal
-from orchestrator.journal import compensations as compensations_table
-from orchestrator.journal import invocations as invocations_table
-from orchestrator.journal import tool_calls as tool_calls_table
 from orchestrator.saga import rolled_back_text
+from orchestrator.saga.journal import Journal
+from orchestrator.saga.journal import compensations as compensations_table
+from orchestrator.saga.journal import invocations as invocations_table
+from orchestrator.saga.journal import tool_calls as tool_calls_table
 from tests.integration import load_tools
 from workers.process import WorkerProcess
 from workers.settings import Settings

@@ -18,7 +18,7 @@ import redis
 import tests.integration.registration_tools as reg
 from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.executors.celery import CeleryExecutor
-from orchestrator.journal import Journal
+from orchestrator.saga.journal import Journal
 from workers.process import WorkerProcess
 from workers.settings import Settings
 

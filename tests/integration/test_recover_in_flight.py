@@ -22,7 +22,7 @@ import pytest
 import redis
 from celery import Celery
 
-from orchestrator.journal import CallRecord, Journal
+from orchestrator.saga.journal import CallRecord, Journal
 from tests.integration.recover_tools import POOL, k, release
 from workers.process import WorkerProcess
 from workers.protocol import call_task_id

@@ -31,9 +31,9 @@ from orchestrator import AiMessage, AiService, CeleryExecutor, ScriptedChatModel
 from orchestrator.executors._collector import ResultCollector
 from orchestrator.executors.celery import CallEvent
 from orchestrator.handlers import RemoteToolError
-from orchestrator.journal import Journal
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.saga import rolled_back_text
+from orchestrator.saga.journal import Journal
 from tests.integration import redis_fault_tools as rft
 from tests.integration.private_redis import PrivateRedis, free_port
 from tests.integration.redis_fault_tools import DECLINED, finished_at, tally

@@ -40,7 +40,7 @@ from orchestrator import (
     UserMessage,
     fail_invocation,
 )
-from orchestrator.journal import Journal
+from orchestrator.saga.journal import Journal
 from workers import ToolDefinitionError, ToolExecution, compensate_for, tool
 from workers.process import WorkerProcess
 from workers.settings import Settings

@@ -32,9 +32,9 @@ from orchestrator import (
     ToolExecutionRequest,
     ToolExecutionResultMessage,
 )
-from orchestrator._late import late_compensation
-from orchestrator.journal import Journal
 from orchestrator.saga import rolled_back_text
+from orchestrator.saga._late import late_compensation
+from orchestrator.saga.journal import Journal
 from tests.integration import fault_tools
 from tests.integration.fault_tools import HEAVY_POOL, POOL, k, order_key
 from tests.integration.saga_driver import booking_keys

@@ -28,8 +28,8 @@ import redis
 
 from orchestrator import AiMessage, AiService, CeleryExecutor, Result, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.executors._collector import ResultCollector
-from orchestrator.journal import Journal
 from orchestrator.saga import rolled_back_text
+from orchestrator.saga.journal import Journal
 from tests.integration import saga_blip_tools as blip
 from tests.integration.private_redis import PrivateRedis
 from workers.catalog import Catalog

@@ -1,4 +1,4 @@
-"""How recovery settles one call from the states its dispatches left in Redis (`orchestrator._inflight`).
+"""How recovery settles one call from the states its dispatches left in Redis (`orchestrator.saga._inflight`).
 
 The states are written through a worker app's own result backend, as a worker stores them, and the
 per-call marks as the worker's late-completion path writes them; revokes are recorded, not sent.
@@ -15,7 +15,7 @@ import pytest
 import redis
 from celery import Celery, states
 
-from orchestrator._inflight import Settled, settle
+from orchestrator.saga._inflight import Settled, settle
 from workers.protocol import call_task_id
 from workers.tasks import call_state_key
 

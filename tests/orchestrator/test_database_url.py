@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from orchestrator import SqlChatMemoryStore, UserMessage
 from orchestrator._database_url import database_url
-from orchestrator.journal import Journal
+from orchestrator.saga.journal import Journal
 from tests.orchestrator._databases import fresh_database
 from workers.errors import SettingsError
 

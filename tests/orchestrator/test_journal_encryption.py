@@ -14,12 +14,13 @@ import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
 
-from orchestrator import LocalExecutor, _journal_crypto
-from orchestrator._journal_crypto import JournalKeyError
-from orchestrator._journal_tables import invocations
+from orchestrator import LocalExecutor
 from orchestrator.cli import main
-from orchestrator.journal import Journal
-from orchestrator.recovery import recover
+from orchestrator.saga import _journal_crypto
+from orchestrator.saga._journal_crypto import JournalKeyError
+from orchestrator.saga._journal_tables import invocations
+from orchestrator.saga.journal import Journal
+from orchestrator.saga.recovery import recover
 from workers import InvocationParameters, compensate_for, tool
 from workers.invocation import InvocationContext
 from workers.protocol import ToolExecutionRequest
@@ -226,7 +227,7 @@ def test_without_a_key_parameters_are_stored_in_clear_with_one_warning(
     journal = Journal(url)
     journals.append(journal)
     # when: two invocations are written
-    with caplog.at_level(logging.WARNING, logger="orchestrator._journal_crypto"):
+    with caplog.at_level(logging.WARNING, logger="orchestrator.saga._journal_crypto"):
         first = _write(journal)
         _write(journal)
     # then: one warning naming the variable, the parameters in clear, readable by a keyed journal later

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, ToolExecutionRequest
-from orchestrator.journal import Journal
 from orchestrator.models.scripted import ScriptExhaustedError
+from orchestrator.saga.journal import Journal
 from workers import ToolErrorVisibleToLlm, compensate_for, tool
 
 

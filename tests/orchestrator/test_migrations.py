@@ -15,12 +15,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from orchestrator import SqlChatMemoryStore, UserMessage
-from orchestrator._journal_tables import _metadata as journal_metadata
-from orchestrator._journal_tables import invocations, tool_calls
 from orchestrator.cli import main
-from orchestrator.journal import Journal
 from orchestrator.memory import _metadata as memory_metadata
-from orchestrator.migrations import TABLES, VERSION_TABLE, SchemaError, head, upgrade
+from orchestrator.saga._journal_tables import invocations, tool_calls
+from orchestrator.saga._journal_tables import metadata as journal_metadata
+from orchestrator.saga.journal import Journal
+from orchestrator.saga.migrations import TABLES, VERSION_TABLE, SchemaError, head, upgrade
 from tests.orchestrator._databases import KINDS, fresh_database
 
 

@@ -25,7 +25,7 @@ def _start_replica(url: str, barrier: Barrier, results: Any) -> None:
     """One orchestrator replica's start: journal and store built, one write each."""
     try:
         from orchestrator import SqlChatMemoryStore, UserMessage
-        from orchestrator.journal import Journal
+        from orchestrator.saga.journal import Journal
         from workers.invocation import InvocationContext
 
         barrier.wait(timeout=60)  # every replica is imported and ready: go at once

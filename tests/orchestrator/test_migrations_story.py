@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from orchestrator.journal import Journal
-from orchestrator.migrations import _config as alembic_config
-from orchestrator.migrations import head, upgrade
+from orchestrator.saga.journal import Journal
+from orchestrator.saga.migrations import head, upgrade
+from orchestrator.saga.migrations._upgrade import alembic_config
 from tests._cli import toolfleet
 from tests.orchestrator._databases import KINDS, fresh_database
 

@@ -18,9 +18,9 @@ import pytest
 import sqlalchemy as sa
 
 from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, ToolExecutionRequest
-from orchestrator.commands import sagas
-from orchestrator.journal import Journal, invocations
-from orchestrator.recovery import recover
+from orchestrator.cli.commands import sagas
+from orchestrator.saga.journal import Journal, invocations
+from orchestrator.saga.recovery import recover
 from workers import InvocationContext, OutcomeKind, ToolErrorVisibleToLlm, ToolOutcome, compensate_for, tool
 from workers.settings import Settings
 from workers.tools import discover_tools

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, ToolExecutionRequest
-from orchestrator.journal import Journal
+from orchestrator.saga.journal import Journal
 from workers import (
     ToolDefinitionError,
     ToolErrorVisibleToLlm,

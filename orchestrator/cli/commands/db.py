@@ -34,7 +34,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import sqlalchemy as sa
 
     from orchestrator._database_url import database_url
-    from orchestrator.migrations import upgrade
+    from orchestrator.saga.migrations import upgrade
 
     url: str = args.database_url or settings.database_url
     engine = sa.create_engine(database_url(url))

@@ -1,6 +1,6 @@
 """Alembic's migration environment for toolfleet's tables, configured in code (no alembic.ini).
 
-`orchestrator.migrations.upgrade()` passes an open connection in `config.attributes["connection"]`,
+`orchestrator.saga.migrations.upgrade()` passes an open connection in `config.attributes["connection"]`,
 inside the transaction that holds the migration lock. Run by hand (`alembic` with a config whose
 `sqlalchemy.url` is set), it opens its own connection.
 """
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from orchestrator.migrations._schema import VERSION_TABLE, target_metadata
+from orchestrator.saga.migrations._schema import VERSION_TABLE, target_metadata
 
 
 def _run(connection: Connection) -> None:

@@ -17,7 +17,9 @@ import logging
 from dataclasses import dataclass
 
 from orchestrator.executors.base import ToolExecutor, idempotency_key
-from orchestrator.journal import Journal
+from orchestrator.saga.compensation import run_compensation
+from orchestrator.saga.journal import Journal
+from orchestrator.saga.states import CallState, CompensationState, InvocationState
 from workers.invocation import Invocation
 from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.tools import ToolDefinition
@@ -26,8 +28,8 @@ __all__ = ["KEPT", "OWING", "ROLLED_BACK", "Saga", "SagaStep", "rollback_reason"
 
 log = logging.getLogger(__name__)
 
-OWING = "compensating"  # the state of an invocation that ended owing compensations
-KEPT = "kept"  # a successful call that stands, in an invocation left owing compensations
+OWING = InvocationState.COMPENSATING  # the state of an invocation that ended owing compensations
+KEPT = CallState.KEPT  # a successful call that stands, in an invocation left owing compensations
 ROLLED_BACK = "Tool '{tool}' was executed successfully but was rolled back due to failure of tool '{failed}'"
 
 
@@ -99,20 +101,16 @@ class Saga:
         if self.journal is not None:
             rows = {c.id: c for c in self.journal.calls(self.invocation_id)}
             self._planned = True
-            self.journal.set_invocation_state(self.invocation_id, "compensating")
+            self.journal.set_invocation_state(self.invocation_id, InvocationState.COMPENSATING)
             self.journal.plan_compensations(
                 self.invocation_id, [rows[s.call_row] for s in steps if s.call_row in rows], reason
             )
         undone: list[SagaStep] = []
         for step in steps:
             request = step.execution.request
-            if self.journal is not None and step.call_row is not None:
-                self.journal.compensation_running(step.call_row, None)
-            outcome = await self.executor.compensate(step.definition, step.execution, invocation)
-            if self.journal is not None and step.call_row is not None:
-                self.journal.compensation_finished(
-                    step.call_row, not outcome.is_error, outcome.text if outcome.is_error else None
-                )
+            outcome = await run_compensation(
+                self.executor, self.journal, step.call_row, step.definition, step.execution, invocation
+            )
             if outcome.is_error:
                 log.error(
                     "compensation of %s call %s failed (%s): %s; see `toolfleet sagas --failed`",
@@ -126,7 +124,9 @@ class Saga:
                 undone.append(step)
         return undone
 
-    def end(self, state: str, error: str | None = None, *, answer: str | None = None) -> None:
+    def end(
+        self, state: InvocationState | str, error: str | None = None, *, answer: str | None = None
+    ) -> None:
         """Write the invocation's final state (`succeeded` or `failed`) and the model's final `answer`,
         unless it owes compensations.
 
@@ -137,7 +137,11 @@ class Saga:
         if self.journal is None:
             return
         owed = (
-            [c for c in self.journal.compensations(self.invocation_id) if c.state != "succeeded"]
+            [
+                c
+                for c in self.journal.compensations(self.invocation_id)
+                if c.state != CompensationState.SUCCEEDED
+            ]
             if self._planned
             else []
         )

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["compensations", "invocations", "tool_calls"]
+__all__ = ["compensations", "invocations", "metadata", "tool_calls"]
 
-_metadata = sa.MetaData()
+metadata = sa.MetaData()
 
 invocations = sa.Table(
     "toolfleet_invocations",
-    _metadata,
+    metadata,
     sa.Column("id", sa.String(36), primary_key=True),
     sa.Column("service_name", sa.String(255)),
     sa.Column("memory_id", sa.String(255), nullable=False),
@@ -27,7 +27,7 @@ invocations = sa.Table(
 
 tool_calls = sa.Table(
     "toolfleet_tool_calls",
-    _metadata,
+    metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column(
         "invocation_id", sa.String(36), sa.ForeignKey("toolfleet_invocations.id"), nullable=False, index=True
@@ -53,7 +53,7 @@ tool_calls = sa.Table(
 
 compensations = sa.Table(
     "toolfleet_compensations",
-    _metadata,
+    metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column(
         "invocation_id", sa.String(36), sa.ForeignKey("toolfleet_invocations.id"), nullable=False, index=True

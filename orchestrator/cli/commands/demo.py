@@ -31,8 +31,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from orchestrator.console import ModelSpecError, chat_model, provider_key_variable
-    from orchestrator.demo import run_demo
+    from orchestrator.cli.console import ModelSpecError, chat_model, provider_key_variable
+    from orchestrator.cli.demo import run_demo
     from orchestrator.errors import ModelAuthenticationError
 
     if args.model is not None:

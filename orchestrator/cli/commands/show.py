@@ -6,10 +6,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.saga.states import CallState, InvocationState
 from workers.settings import Settings
 
 if TYPE_CHECKING:
-    from orchestrator.journal import CallRecord, CompensationRecord, InvocationRecord, Journal
+    from orchestrator.saga.journal import CallRecord, CompensationRecord, InvocationRecord, Journal
 
 HELP = "show one invocation: its calls, outcomes, compensations and timings"
 
@@ -28,7 +29,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from orchestrator.commands._journal_source import open_journal
+    from orchestrator.cli.commands._journal_source import open_journal
     from orchestrator.saga import rollback_reason
 
     journal = open_journal(settings, "show")
@@ -104,9 +105,9 @@ def _print_story(
 def _answer(record: InvocationRecord) -> str:
     if record.final_answer is not None:
         return _text(record.final_answer)
-    if record.state in ("running", "compensating") and record.finished_at is None:
+    if not record.state.finished and record.finished_at is None:
         return "(none yet: the invocation has not ended)"
-    if record.state == "succeeded":
+    if record.state == InvocationState.SUCCEEDED:
         return "(none journaled: it ended with a tool's result, or before answers were journaled)"
     return "(none: the invocation failed)"
 
@@ -138,11 +139,11 @@ def _print_call(
         )
     if not call.compensable:
         return
-    if call.state == "abandoned":
+    if call.state == CallState.ABANDONED:
         print(f"      late compensation: {_late_text(settings, call)}")
-    elif call.state == "failed":
+    elif call.state == CallState.FAILED:
         print("      nothing to undo: the call failed")
-    elif call.state == "dispatched":
+    elif call.state == CallState.DISPATCHED:
         print("      no outcome journaled: in flight, or its orchestrator stopped (`toolfleet recover`)")
 
 
@@ -156,7 +157,7 @@ def _late_text(settings: Settings, call: Any) -> str:
     """What became of an abandoned call, from Redis (workers journal nothing)."""
     import redis
 
-    from orchestrator._late import late_compensation
+    from orchestrator.saga import late_compensation
 
     client = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
     try:

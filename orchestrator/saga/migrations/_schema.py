@@ -19,6 +19,7 @@ TABLES = (
 
 def target_metadata() -> list[sa.MetaData]:
     """The models the revisions must produce: the journal's tables and the conversation store's."""
-    from orchestrator import _journal_tables, memory
+    from orchestrator import memory
+    from orchestrator.saga import _journal_tables
 
-    return [_journal_tables._metadata, memory._metadata]
+    return [_journal_tables.metadata, memory._metadata]

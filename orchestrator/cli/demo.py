@@ -25,14 +25,14 @@ from typing import TextIO
 
 import redis
 
-from orchestrator.console import LiveTable, chat_model
+from orchestrator.cli.console import LiveTable, chat_model
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.handlers import fail_invocation_unless_visible_to_llm, send_exception_message_to_llm
-from orchestrator.journal import Journal
 from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
 from orchestrator.models.base import ChatModel, ChatRequest
 from orchestrator.models.scripted import ScriptedChatModel
 from orchestrator.result import Result
+from orchestrator.saga.journal import Journal
 from orchestrator.service import AiService
 from workers.catalog import Catalog
 from workers.process import WorkerProcess

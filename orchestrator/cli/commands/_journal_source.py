@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from workers.settings import ENVIRONMENT, Settings, redact_url
 
 if TYPE_CHECKING:
-    from orchestrator.journal import Journal
+    from orchestrator.saga.journal import Journal
 
 __all__ = ["DEFAULT_DATABASE_URL", "describe_source", "open_journal"]
 
@@ -34,7 +34,7 @@ def describe_source(url: str) -> str:
 
 def open_journal(settings: Settings, command: str) -> Journal:
     """The journal of `settings`, after saying on stderr which one it is."""
-    from orchestrator.journal import Journal
+    from orchestrator.saga.journal import Journal
 
     print(f"toolfleet {command}: {describe_source(settings.database_url)}", file=sys.stderr, flush=True)
     return Journal(settings.database_url)

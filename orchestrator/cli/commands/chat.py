@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
+from orchestrator.errors import SetupError
 from workers.settings import Settings
 
 if TYPE_CHECKING:
-    from orchestrator.console import LiveTable
+    from orchestrator.cli.console import LiveTable
     from orchestrator.executors.celery import CallEvent, CeleryExecutor
     from orchestrator.executors.local import LocalExecutor
     from orchestrator.models.base import ChatModel
@@ -92,10 +93,6 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     return parser
 
 
-class SetupError(Exception):
-    """The chat cannot start: the message says what to change."""
-
-
 def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         session = _Session.build(args, settings, sys.stdout)
@@ -113,7 +110,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _model(args: argparse.Namespace) -> ChatModel:
-    from orchestrator.console import ModelSpecError, chat_model, provider_key_variable
+    from orchestrator.cli.console import ModelSpecError, chat_model, provider_key_variable
     from orchestrator.errors import ModelAuthenticationError
 
     api_key: str | None = None
@@ -205,10 +202,10 @@ class _Session:
 
     @classmethod
     def build(cls, args: argparse.Namespace, settings: Settings, out: TextIO) -> _Session:
-        from orchestrator.console import LiveTable
+        from orchestrator.cli.console import LiveTable
         from orchestrator.handlers import send_exception_message_to_llm
-        from orchestrator.journal import Journal
         from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory, SqlChatMemoryStore
+        from orchestrator.saga.journal import Journal
         from orchestrator.service import AiService
 
         if args.max_messages < 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from orchestrator.saga.states import InvocationState
 from workers.settings import Settings
 
 HELP = "list recent invocations from the SQL log"
@@ -13,12 +14,12 @@ HELP = "list recent invocations from the SQL log"
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser("runs", help=HELP, description=HELP)
     parser.add_argument("--limit", type=int, default=20, help="how many (default 20)")
-    parser.add_argument("--state", choices=("running", "compensating", "succeeded", "failed"), default=None)
+    parser.add_argument("--state", choices=[state.value for state in InvocationState], default=None)
     return parser
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from orchestrator.commands._journal_source import open_journal
+    from orchestrator.cli.commands._journal_source import open_journal
 
     journal = open_journal(settings, "runs")
     records = journal.invocations(limit=args.limit, state=args.state)

@@ -14,20 +14,20 @@ from collections.abc import Sequence
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator._journal_crypto import JournalKeyError
-from orchestrator.migrations import SchemaError
+from orchestrator.errors import JournalKeyError, SchemaError
 from workers.settings import Settings, redact_url
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
 DISTRIBUTION = "toolfleet"
 BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE  # what a shell reports for a process ended by SIGPIPE
 
-# Each name is a module of orchestrator.commands with `add_parser(commands)` and `run(args, settings)`.
+# Each name is a module of orchestrator.cli.commands with `add_parser(commands)` and `run(args, settings)`.
 COMMANDS = ("demo", "chat", "worker", "recover", "sagas", "runs", "show", "tools", "flower", "db")
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the `toolfleet` command and of every subcommand in `COMMANDS`."""
     parser = argparse.ArgumentParser(
         prog="toolfleet",
         description="Distributed executor for LLM tool calls: workers, the LLM loop, sagas, monitoring. "
@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     for name in COMMANDS:
-        module = importlib.import_module(f"orchestrator.commands.{name}")
+        module = importlib.import_module(f"orchestrator.cli.commands.{name}")
         module.add_parser(commands).set_defaults(run=module.run)
     return parser
 
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -97,7 +97,3 @@ def _main(argv: Sequence[str] | None) -> int:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-
-
-if __name__ == "__main__":
-    sys.exit(main())

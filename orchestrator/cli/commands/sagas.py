@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.saga.states import CompensationState
 from workers.settings import Settings
 
 if TYPE_CHECKING:
-    from orchestrator.journal import CallRecord, CompensationRecord, Journal
+    from orchestrator.saga.journal import CallRecord, CompensationRecord, Journal
 
 STALE_AFTER_S = 60.0  # as `toolfleet recover`'s default
 
@@ -31,10 +32,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from orchestrator.commands._journal_source import open_journal
+    from orchestrator.cli.commands._journal_source import open_journal
 
     journal = open_journal(settings, "sagas")
-    rows = journal.compensations(args.invocation, state="failed" if args.failed else None)
+    rows = journal.compensations(args.invocation, state=CompensationState.FAILED if args.failed else None)
     if args.failed:
         stale_after_s = float(getattr(args, "stale_after", STALE_AFTER_S))
         rows = sorted(rows + _unfinished(journal, args.invocation, stale_after_s), key=lambda r: r.id)
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             calls[row.invocation_id] = {c.id: c for c in journal.calls(row.invocation_id)}
         call = calls[row.invocation_id].get(row.tool_call_id)
         updated = row.updated_at.strftime("%Y-%m-%d %H:%M:%S")
-        stuck = args.failed and row.state != "failed"  # owed by an invocation that stopped
+        stuck = args.failed and row.state != CompensationState.FAILED  # owed by an invocation that stopped
         error = (row.error or (_NOT_FINISHED if stuck else "")).replace("\n", " ")[:80]
         print(
             f"{row.invocation_id:36}  {_call_id(call):16}  {_call_text(row.tool, call):{_CALL_WIDTH}}  "
@@ -90,7 +91,11 @@ def _unfinished(
     rows: list[CompensationRecord] = []
     for record in journal.unfinished(stale_after_s):
         if invocation_id is None or record.id == invocation_id:
-            rows += [c for c in journal.compensations(record.id) if c.state in ("pending", "running")]
+            rows += [
+                c
+                for c in journal.compensations(record.id)
+                if c.state in (CompensationState.PENDING, CompensationState.RUNNING)
+            ]
     return rows
 
 
@@ -100,7 +105,7 @@ def _late_rows(settings: Settings, calls: list[Any], *, failed_only: bool) -> li
         return []
     import redis
 
-    from orchestrator._late import late_compensation
+    from orchestrator.saga import LateState, late_compensation
 
     client = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
     lines = []
@@ -111,7 +116,7 @@ def _late_rows(settings: Settings, calls: list[Any], *, failed_only: bool) -> li
             except redis.RedisError as exc:
                 lines.append(f"(the late compensations of {len(calls)} abandoned call(s): Redis: {exc})")
                 break
-            if late.state == "not_finished" or (failed_only and late.state != "failed"):
+            if late.state == LateState.NOT_FINISHED or (failed_only and late.state != LateState.FAILED):
                 continue
             text = f"late, by its worker: {late.text}".replace("\n", " ")[:80]
             lines.append(

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
+from orchestrator.errors import ModelSpecError
 from orchestrator.executors.celery import CallEvent
 from orchestrator.models.base import ChatModel
 
@@ -29,10 +30,6 @@ PROVIDERS = {
 }
 
 ARGUMENTS_WIDTH = 48
-
-
-class ModelSpecError(ValueError):
-    """A `--model` that names no known provider."""
 
 
 def chat_model(spec: str, *, base_url: str | None = None, api_key: str | None = None) -> ChatModel:

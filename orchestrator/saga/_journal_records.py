@@ -7,13 +7,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from orchestrator._journal_crypto import JournalCipher
+from orchestrator.saga._journal_crypto import JournalCipher
+from orchestrator.saga.states import CallState, CompensationState, InvocationState
 from workers.protocol import ToolExecution, ToolExecutionRequest
 
-__all__ = ["CallRecord", "CompensationRecord", "InvocationRecord"]
+__all__ = [
+    "CallRecord",
+    "CompensationRecord",
+    "InvocationRecord",
+    "call_record",
+    "compensation_record",
+    "invocation_record",
+    "utc_now",
+]
 
 
-def _now() -> datetime:
+def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
@@ -28,7 +37,7 @@ class InvocationRecord:
     service_name: str | None
     memory_id: str
     user_message: str | None
-    state: str
+    state: InvocationState
     owner: str
     started_at: datetime
     heartbeat_at: datetime
@@ -50,7 +59,7 @@ class CallRecord:
     pool: str | None
     compensable: bool
     idempotency_key: str
-    state: str
+    state: CallState
     outcome: str | None
     result: str | None
     result_object: Any
@@ -84,7 +93,7 @@ class CompensationRecord:
     invocation_id: str
     tool_call_id: int
     tool: str
-    state: str
+    state: CompensationState
     attempts: int
     error: str | None
     task_id: str | None
@@ -93,16 +102,16 @@ class CompensationRecord:
     updated_at: datetime
 
 
-def _invocation(row: Any, cipher: JournalCipher) -> InvocationRecord:
+def invocation_record(row: Any, cipher: JournalCipher) -> InvocationRecord:
     return InvocationRecord(
         id=row["id"],
         service_name=row["service_name"],
         memory_id=row["memory_id"],
         user_message=row["user_message"],
-        state=row["state"],
+        state=InvocationState(row["state"]),
         owner=row["owner"],
-        started_at=_aware(row["started_at"]) or _now(),
-        heartbeat_at=_aware(row["heartbeat_at"]) or _now(),
+        started_at=_aware(row["started_at"]) or utc_now(),
+        heartbeat_at=_aware(row["heartbeat_at"]) or utc_now(),
         finished_at=_aware(row["finished_at"]),
         error=row["error"],
         invocation_json=json.loads(cipher.open(row["invocation_json"] or "{}", invocation_id=row["id"])),
@@ -110,7 +119,7 @@ def _invocation(row: Any, cipher: JournalCipher) -> InvocationRecord:
     )
 
 
-def _call(row: Any) -> CallRecord:
+def call_record(row: Any) -> CallRecord:
     return CallRecord(
         id=row["id"],
         invocation_id=row["invocation_id"],
@@ -122,28 +131,28 @@ def _call(row: Any) -> CallRecord:
         pool=row["pool"],
         compensable=bool(row["compensable"]),
         idempotency_key=row["idempotency_key"],
-        state=row["state"],
+        state=CallState(row["state"]),
         outcome=row["outcome"],
         result=row["result"],
         result_object=json.loads(row["result_object"]) if row["result_object"] else None,
         task_id=row["task_id"],
         worker=row["worker"],
-        started_at=_aware(row["started_at"]) or _now(),
+        started_at=_aware(row["started_at"]) or utc_now(),
         finished_at=_aware(row["finished_at"]),
     )
 
 
-def _compensation(row: Any) -> CompensationRecord:
+def compensation_record(row: Any) -> CompensationRecord:
     return CompensationRecord(
         id=row["id"],
         invocation_id=row["invocation_id"],
         tool_call_id=row["tool_call_id"],
         tool=row["tool"],
-        state=row["state"],
+        state=CompensationState(row["state"]),
         attempts=row["attempts"],
         error=row["error"],
         task_id=row["task_id"],
         reason=row["reason"],
-        created_at=_aware(row["created_at"]) or _now(),
-        updated_at=_aware(row["updated_at"]) or _now(),
+        created_at=_aware(row["created_at"]) or utc_now(),
+        updated_at=_aware(row["updated_at"]) or utc_now(),
     )

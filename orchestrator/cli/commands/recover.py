@@ -34,8 +34,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from orchestrator.executors.celery import CeleryExecutor
-    from orchestrator.journal import Journal
-    from orchestrator.recovery import recover
+    from orchestrator.saga.journal import Journal
+    from orchestrator.saga.recovery import recover
     from workers.errors import ToolfleetError
     from workers.worker import load_tools
 

@@ -16,14 +16,14 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Protocol, runtime_checkable
 
 import redis
 
-from orchestrator._inflight import Settled
 from orchestrator.executors._outcomes import _outcome, _worker_of
 from orchestrator.executors.base import ToolExecutor
-from orchestrator.journal import CallRecord, Journal
+from orchestrator.saga.compensation import run_compensation
+from orchestrator.saga.journal import CallRecord, Journal
+from orchestrator.saga.states import CallState, InvocationState
 from workers.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolOutcome
 from workers.tools import ToolDefinition
@@ -48,13 +48,6 @@ class Recovered:
     unknown: list[str] = field(default_factory=list)
 
 
-@runtime_checkable
-class _Settles(Protocol):
-    """An executor that can read what became of a dispatched call (`CeleryExecutor`)."""
-
-    async def settle(self, key: str, definition: ToolDefinition | None) -> Settled: ...
-
-
 async def recover(
     journal: Journal,
     executor: ToolExecutor,
@@ -68,7 +61,7 @@ async def recover(
     stale_before = datetime.now(UTC) - timedelta(seconds=stale_after_s)
     if invocation_id is not None:
         record = journal.invocation(invocation_id)
-        targets = [record] if record is not None and record.state in ("running", "compensating") else []
+        targets = [record] if record is not None and not record.state.finished else []
     else:
         targets = journal.unfinished(stale_after_s)
     reports: list[Recovered] = []
@@ -92,25 +85,23 @@ async def _recover_one(
     report = Recovered(invocation_id)
     invocation = Invocation.from_json(invocation_json)
     for call in journal.calls(invocation_id):
-        if call.state == "dispatched":
-            definition = definitions.get(call.tool) or _lookup(executor, call.tool)
+        if call.state == CallState.DISPATCHED:
+            definition = definitions.get(call.tool) or executor.definition(call.tool)
             await _settle(journal, executor, call, definition, report)
     calls = journal.calls(invocation_id)
-    todo = [c for c in calls if c.compensable and c.state in ("succeeded", "compensation_failed")]
+    todo = [
+        c for c in calls if c.compensable and c.state in (CallState.SUCCEEDED, CallState.COMPENSATION_FAILED)
+    ]
     todo.sort(key=lambda c: c.sequence, reverse=True)
     journal.plan_compensations(invocation_id, todo, "recovered: the orchestrator stopped mid-saga")
     for call in todo:
-        definition = definitions.get(call.tool) or _lookup(executor, call.tool)
+        definition = definitions.get(call.tool) or executor.definition(call.tool)
         label = f"{call.tool} ({call.call_id})"
         if definition is None or definition.compensation is None:
             journal.compensation_finished(call.id, False, f"no compensable tool named '{call.tool}' is known")
             report.failed.append(label)
             continue
-        journal.compensation_running(call.id, None)
-        outcome = await executor.compensate(definition, call.execution(), invocation)
-        journal.compensation_finished(
-            call.id, not outcome.is_error, outcome.text if outcome.is_error else None
-        )
+        outcome = await run_compensation(executor, journal, call.id, definition, call.execution(), invocation)
         (report.failed if outcome.is_error else report.compensated).append(label)
     state_error = "recovered after its orchestrator stopped"
     if report.nothing_to_undo:
@@ -124,7 +115,8 @@ async def _recover_one(
         state_error += f"; calls with unknown outcome: {', '.join(report.unknown)}"
     if report.failed:  # still owed: left compensating, so the next `recover` retries them
         state_error += f"; compensations still owed: {', '.join(report.failed)}"
-    journal.set_invocation_state(invocation_id, "compensating" if report.failed else "failed", state_error)
+    state = InvocationState.COMPENSATING if report.failed else InvocationState.FAILED
+    journal.set_invocation_state(invocation_id, state, state_error)
     return report
 
 
@@ -137,7 +129,7 @@ async def _settle(
 ) -> None:
     """Journal what became of a call dispatched but never journaled as finished."""
     label = f"{call.tool} ({call.call_id})"
-    if not call.compensable or not isinstance(executor, _Settles):
+    if not call.compensable:
         report.unknown.append(label)
         return
     try:
@@ -146,15 +138,18 @@ async def _settle(
         log.warning("state of %s unreadable (%s); its outcome stays unknown", label, exc)
         report.unknown.append(label)
         return
-    if settled.state == "abandoned":
-        journal.set_call_state(call.id, "abandoned")
+    if settled is None:  # the executor cannot know (the call ran in a process that is gone)
+        report.unknown.append(label)
+        return
+    if settled.state == CallState.ABANDONED:
+        journal.set_call_state(call.id, CallState.ABANDONED)
         report.abandoned.append(label)
         return
     outcome = (
         _outcome(settled.meta, definition, definition.timeout or 0.0)
         if settled.meta is not None and definition is not None
         else ToolOutcome(
-            OutcomeKind.SUCCESS if settled.state == "succeeded" else OutcomeKind.EXECUTION_ERROR,
+            OutcomeKind.SUCCESS if settled.state == CallState.SUCCEEDED else OutcomeKind.EXECUTION_ERROR,
             f"Tool '{call.tool}' {settled.state}",
         )
     )
@@ -163,12 +158,3 @@ async def _settle(
     journal.record_outcome(call.id, outcome, outcome.text)
     if outcome.is_error:
         report.nothing_to_undo.append(label)
-
-
-def _lookup(executor: ToolExecutor, name: str) -> ToolDefinition | None:
-    finder = getattr(executor, "definition", None)
-    if finder is None:
-        registry = getattr(executor, "registry", None)
-        return registry.get(name) if registry is not None else None
-    found = finder(name)
-    return found if isinstance(found, ToolDefinition) else None

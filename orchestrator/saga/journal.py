@@ -18,25 +18,37 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from orchestrator._database_url import database_url
-from orchestrator._journal_crypto import KEYS_VARIABLE, JournalCipher
-from orchestrator._journal_records import (
+from orchestrator.saga._journal_crypto import KEYS_VARIABLE, JournalCipher
+from orchestrator.saga._journal_records import (
     CallRecord,
     CompensationRecord,
     InvocationRecord,
-    _call,
-    _compensation,
-    _invocation,
-    _now,
+    call_record,
+    compensation_record,
+    invocation_record,
+    utc_now,
 )
-from orchestrator._journal_tables import compensations as compensations
-from orchestrator._journal_tables import invocations as invocations
-from orchestrator._journal_tables import tool_calls as tool_calls
+from orchestrator.saga._journal_tables import compensations as compensations
+from orchestrator.saga._journal_tables import invocations as invocations
+from orchestrator.saga._journal_tables import tool_calls as tool_calls
+from orchestrator.saga.states import CallState, CompensationState, InvocationState
 from workers.invocation import InvocationContext
 from workers.protocol import ToolExecutionRequest, ToolOutcome, call_task_id
 
-__all__ = ["CallRecord", "CompensationRecord", "InvocationRecord", "Journal", "owner_id"]
+__all__ = [
+    "CallRecord",
+    "CallState",
+    "CompensationRecord",
+    "CompensationState",
+    "InvocationRecord",
+    "InvocationState",
+    "Journal",
+    "owner_id",
+]
 
 MAX_ANSWER_CHARS = 100_000  # a final answer is journaled up to this length
+# The states of an invocation whose owner may have stopped: recovery may take it over.
+_UNFINISHED = (InvocationState.RUNNING.value, InvocationState.COMPENSATING.value)
 
 
 def owner_id() -> str:
@@ -61,7 +73,7 @@ class Journal:
             self.engine = sa.create_engine(url_or_engine, connect_args=connect_args)
         else:
             self.engine = url_or_engine
-        from orchestrator.migrations import ensure_schema  # Alembic loads only for a SQL journal
+        from orchestrator.saga.migrations import ensure_schema  # Alembic loads only for a SQL journal
 
         ensure_schema(self.engine)
 
@@ -73,7 +85,7 @@ class Journal:
     # -- invocations ------------------------------------------------------------------------------
 
     def start_invocation(self, context: InvocationContext, invocation_json: dict[str, Any]) -> None:
-        now = _now()
+        now = utc_now()
         with self._tx() as tx:
             tx.execute(
                 sa.insert(invocations).values(
@@ -81,7 +93,7 @@ class Journal:
                     service_name=context.service_name,
                     memory_id=context.memory_id,
                     user_message=context.user_message,
-                    state="running",
+                    state=InvocationState.RUNNING.value,
                     owner=owner_id(),
                     started_at=now,
                     heartbeat_at=now,
@@ -90,12 +102,18 @@ class Journal:
             )
 
     def set_invocation_state(
-        self, invocation_id: str, state: str, error: str | None = None, *, final_answer: str | None = None
+        self,
+        invocation_id: str,
+        state: InvocationState | str,
+        error: str | None = None,
+        *,
+        final_answer: str | None = None,
     ) -> None:
         """Write the invocation's state; at its end, its error or the model's final answer."""
-        values: dict[str, Any] = {"state": state, "heartbeat_at": _now()}
-        if state in ("succeeded", "failed"):
-            values["finished_at"] = _now()
+        state = InvocationState(state)
+        values: dict[str, Any] = {"state": state.value, "heartbeat_at": utc_now()}
+        if state.finished:
+            values["finished_at"] = utc_now()
         if error is not None:
             values["error"] = error[:4000]
         if final_answer is not None:
@@ -106,7 +124,7 @@ class Journal:
     def heartbeat(self, invocation_id: str) -> None:
         with self._tx() as tx:
             tx.execute(
-                sa.update(invocations).where(invocations.c.id == invocation_id).values(heartbeat_at=_now())
+                sa.update(invocations).where(invocations.c.id == invocation_id).values(heartbeat_at=utc_now())
             )
 
     def claim(self, invocation_id: str, stale_before: datetime) -> bool:
@@ -116,10 +134,10 @@ class Journal:
                 sa.update(invocations)
                 .where(
                     invocations.c.id == invocation_id,
-                    invocations.c.state.in_(("running", "compensating")),
+                    invocations.c.state.in_(_UNFINISHED),
                     invocations.c.heartbeat_at <= stale_before,
                 )
-                .values(owner=owner_id(), heartbeat_at=_now(), state="compensating")
+                .values(owner=owner_id(), heartbeat_at=utc_now(), state=InvocationState.COMPENSATING.value)
             ).rowcount
         return bool(claimed)
 
@@ -154,8 +172,8 @@ class Journal:
                     compensable=compensable,
                     idempotency_key=idempotency_key,
                     task_id=call_task_id(idempotency_key),
-                    state="dispatched",
-                    started_at=_now(),
+                    state=CallState.DISPATCHED.value,
+                    started_at=utc_now(),
                 )
             )
             key = result.inserted_primary_key
@@ -163,13 +181,13 @@ class Journal:
             return int(key[0])
 
     def record_outcome(self, call_row: int, outcome: ToolOutcome, result_text: str) -> None:
-        state = "failed" if outcome.is_error else "succeeded"
+        state = CallState.FAILED if outcome.is_error else CallState.SUCCEEDED
         with self._tx() as tx:
             tx.execute(
                 sa.update(tool_calls)
                 .where(tool_calls.c.id == call_row)
                 .values(
-                    state=state,
+                    state=state.value,
                     outcome=outcome.kind.value,
                     result=result_text,
                     result_object=json.dumps(outcome.result_object)
@@ -177,13 +195,14 @@ class Journal:
                     else None,
                     task_id=outcome.task_id,
                     worker=outcome.worker,
-                    finished_at=_now(),
+                    finished_at=utc_now(),
                 )
             )
 
-    def set_call_state(self, call_row: int, state: str) -> None:
+    def set_call_state(self, call_row: int, state: CallState | str) -> None:
+        value = CallState(state).value
         with self._tx() as tx:
-            tx.execute(sa.update(tool_calls).where(tool_calls.c.id == call_row).values(state=state))
+            tx.execute(sa.update(tool_calls).where(tool_calls.c.id == call_row).values(state=value))
 
     def calls(self, invocation_id: str) -> list[CallRecord]:
         with self.engine.connect() as connection:
@@ -192,22 +211,24 @@ class Journal:
                 .where(tool_calls.c.invocation_id == invocation_id)
                 .order_by(tool_calls.c.sequence)
             ).mappings()
-            return [_call(row) for row in rows]
+            return [call_record(row) for row in rows]
 
     def abandoned_calls(self, invocation_id: str | None = None) -> list[CallRecord]:
         """Compensable calls abandoned at their deadline: if they finished later, their worker undid them."""
-        query = sa.select(tool_calls).where(tool_calls.c.state == "abandoned", tool_calls.c.compensable)
+        query = sa.select(tool_calls).where(
+            tool_calls.c.state == CallState.ABANDONED.value, tool_calls.c.compensable
+        )
         if invocation_id is not None:
             query = query.where(tool_calls.c.invocation_id == invocation_id)
         with self.engine.connect() as connection:
             rows = connection.execute(query.order_by(tool_calls.c.id)).mappings()
-            return [_call(row) for row in rows]
+            return [call_record(row) for row in rows]
 
     # -- compensations ----------------------------------------------------------------------------
 
     def plan_compensations(self, invocation_id: str, calls: Sequence[CallRecord], reason: str) -> None:
         """Write one pending compensation per call (idempotent: a planned one is kept)."""
-        now = _now()
+        now = utc_now()
         with self._tx() as tx:
             planned = set(
                 tx.execute(
@@ -224,7 +245,7 @@ class Journal:
                         invocation_id=invocation_id,
                         tool_call_id=call.id,
                         tool=call.tool,
-                        state="pending",
+                        state=CompensationState.PENDING.value,
                         attempts=0,
                         reason=reason,
                         created_at=now,
@@ -238,7 +259,10 @@ class Journal:
                 sa.update(compensations)
                 .where(compensations.c.tool_call_id == call_row)
                 .values(
-                    state="running", task_id=task_id, attempts=compensations.c.attempts + 1, updated_at=_now()
+                    state=CompensationState.RUNNING.value,
+                    task_id=task_id,
+                    attempts=compensations.c.attempts + 1,
+                    updated_at=utc_now(),
                 )
             )
 
@@ -247,24 +271,28 @@ class Journal:
             tx.execute(
                 sa.update(compensations)
                 .where(compensations.c.tool_call_id == call_row)
-                .values(state="succeeded" if ok else "failed", error=error, updated_at=_now())
+                .values(
+                    state=(CompensationState.SUCCEEDED if ok else CompensationState.FAILED).value,
+                    error=error,
+                    updated_at=utc_now(),
+                )
             )
             tx.execute(
                 sa.update(tool_calls)
                 .where(tool_calls.c.id == call_row)
-                .values(state="compensated" if ok else "compensation_failed")
+                .values(state=(CallState.COMPENSATED if ok else CallState.COMPENSATION_FAILED).value)
             )
 
     def compensations(
-        self, invocation_id: str | None = None, *, state: str | None = None
+        self, invocation_id: str | None = None, *, state: CompensationState | str | None = None
     ) -> list[CompensationRecord]:
         query = sa.select(compensations).order_by(compensations.c.id)
         if invocation_id is not None:
             query = query.where(compensations.c.invocation_id == invocation_id)
         if state is not None:
-            query = query.where(compensations.c.state == state)
+            query = query.where(compensations.c.state == CompensationState(state).value)
         with self.engine.connect() as connection:
-            return [_compensation(row) for row in connection.execute(query).mappings()]
+            return [compensation_record(row) for row in connection.execute(query).mappings()]
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -275,7 +303,7 @@ class Journal:
                 .mappings()
                 .first()
             )
-        return _invocation(row, self._cipher) if row is not None else None
+        return invocation_record(row, self._cipher) if row is not None else None
 
     def invocation_ids(self, prefix: str, *, limit: int = 10) -> list[str]:
         """The ids that start with `prefix`, at most `limit` of them, in order."""
@@ -288,23 +316,25 @@ class Journal:
         with self.engine.connect() as connection:
             return list(connection.execute(query).scalars())
 
-    def invocations(self, *, limit: int = 50, state: str | None = None) -> list[InvocationRecord]:
+    def invocations(
+        self, *, limit: int = 50, state: InvocationState | str | None = None
+    ) -> list[InvocationRecord]:
         query = sa.select(invocations).order_by(invocations.c.started_at.desc()).limit(limit)
         if state is not None:
-            query = query.where(invocations.c.state == state)
+            query = query.where(invocations.c.state == InvocationState(state).value)
         with self.engine.connect() as connection:
-            return [_invocation(row, self._cipher) for row in connection.execute(query).mappings()]
+            return [invocation_record(row, self._cipher) for row in connection.execute(query).mappings()]
 
     def unfinished(self, stale_after_s: float) -> list[InvocationRecord]:
         """Invocations left running or compensating whose owner has not beaten for `stale_after_s`."""
-        stale_before = _now() - timedelta(seconds=stale_after_s)
+        stale_before = utc_now() - timedelta(seconds=stale_after_s)
         with self.engine.connect() as connection:
             rows = connection.execute(
                 sa.select(invocations)
                 .where(
-                    invocations.c.state.in_(("running", "compensating")),
+                    invocations.c.state.in_(_UNFINISHED),
                     invocations.c.heartbeat_at <= stale_before,
                 )
                 .order_by(invocations.c.started_at)
             ).mappings()
-            return [_invocation(row, self._cipher) for row in rows]
+            return [invocation_record(row, self._cipher) for row in rows]

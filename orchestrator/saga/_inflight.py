@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 from orchestrator.executors._collector import META_PREFIX
+from orchestrator.saga.states import CallState
 from workers.tasks import call_state_key
 
 __all__ = ["Settled", "settle"]
@@ -34,7 +35,7 @@ class Settled:
     """`state`: succeeded (undo it), failed (nothing to undo) or abandoned (revoked; its worker undoes
     it if it finishes). `meta` is the deciding attempt's stored final state, when there is one."""
 
-    state: str
+    state: CallState
     task_id: str
     meta: dict[str, Any] | None = None
 
@@ -58,19 +59,19 @@ async def settle(
         meta = _stored(client, task_id)
         status = meta.get("status") if meta else None
         if status == "SUCCESS":
-            return Settled("succeeded", task_id, meta)
+            return Settled(CallState.SUCCEEDED, task_id, meta)
         if status == "FAILURE":
             if _worker_lost(meta) and index + 1 < len(task_ids):
                 continue  # the executor may have dispatched it again
-            return Settled("failed", task_id, meta)
+            return Settled(CallState.FAILED, task_id, meta)
         # Queued, running, retrying, lost, or revoked (a threads pool still runs a revoked task).
         if not client.set(call_state_key(task_id), "abandoned", nx=True, ex=mark_ttl_s):
             mark = client.get(call_state_key(task_id))
             if mark in (b"finished", "finished"):
                 # Its worker finished it first (the mark is set on success only): collect it.
-                return Settled("succeeded", task_id, await _await_final(client, task_id))
+                return Settled(CallState.SUCCEEDED, task_id, await _await_final(client, task_id))
         revoke(task_id)
-    return Settled("abandoned", task_ids[0])
+    return Settled(CallState.ABANDONED, task_ids[0])
 
 
 def _worker_lost(meta: dict[str, Any] | None) -> bool:

@@ -10,22 +10,33 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 
 import redis
 
 from orchestrator.executors._collector import META_PREFIX
-from orchestrator.journal import CallRecord
+from orchestrator.saga.journal import CallRecord
 from workers._redis_errors import mapped_redis_errors
 from workers.tasks import call_state_key, compensation_task_id
 
-__all__ = ["LateCompensation", "late_compensation"]
+__all__ = ["LateCompensation", "LateState", "late_compensation"]
+
+
+class LateState(StrEnum):
+    """Where the compensation a worker owes a call that finished after its deadline stands."""
+
+    COMPENSATED = "compensated"
+    FAILED = "failed"
+    RUNNING = "running"
+    NOT_FINISHED = "not_finished"  # the call itself has not finished: nothing to undo yet
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True)
 class LateCompensation:
-    """`state`: compensated, failed, running, not_finished, or unknown; `text` says it to a person."""
+    """`state` says where it stands; `text` says it to a person."""
 
-    state: str
+    state: LateState
     text: str
     task_id: str
 
@@ -46,23 +57,25 @@ def _late_compensation(client: redis.Redis, call: CallRecord) -> LateCompensatio
         meta = json.loads(raw)
         status = str(meta.get("status"))
         if status == "SUCCESS":
-            return LateCompensation("compensated", "undone by its worker after it finished late", task_id)
+            text = "undone by its worker after it finished late"
+            return LateCompensation(LateState.COMPENSATED, text, task_id)
         if status in ("FAILURE", "REVOKED"):
-            return LateCompensation("failed", f"the late compensation failed: {_error(meta)}", task_id)
-        return LateCompensation("running", f"the late compensation is {status.lower()}", task_id)
+            text = f"the late compensation failed: {_error(meta)}"
+            return LateCompensation(LateState.FAILED, text, task_id)
+        return LateCompensation(LateState.RUNNING, f"the late compensation is {status.lower()}", task_id)
     mark = client.get(call_state_key(call.task_id)) if call.task_id else None
     if mark in (b"abandoned", "abandoned"):
         if call.task_id and _status(client.get(META_PREFIX + call.task_id)) == "REVOKED":
-            return LateCompensation("not_finished", "revoked before it ran: nothing to undo", task_id)
+            return LateCompensation(LateState.NOT_FINISHED, "revoked before it ran: nothing to undo", task_id)
         return LateCompensation(
-            "not_finished",
+            LateState.NOT_FINISHED,
             "it has not finished: nothing to undo yet; if it finishes, its worker undoes it",
             task_id,
         )
     if mark in (b"finished", "finished"):
-        return LateCompensation("running", "it finished; its compensation is queued", task_id)
+        return LateCompensation(LateState.RUNNING, "it finished; its compensation is queued", task_id)
     return LateCompensation(
-        "unknown",
+        LateState.UNKNOWN,
         "no trace in Redis (expired after TOOLFLEET_RESULT_EXPIRES_S, or it ran in-process)",
         task_id,
     )

@@ -1,15 +1,4 @@
-"""toolfleet's SQL schema under Alembic: the journal's and the conversation store's tables.
-
-`ensure_schema(engine)` runs when a `Journal` or `SqlChatMemoryStore` is built, and
-`toolfleet db upgrade` runs `upgrade()`: both bring the database to the newest revision under a
-lock (see `_lock`), so any number of processes may start at once on a fresh database. A database
-whose tables were made before migrations existed (tables present, no version row) is recognised:
-its tables and rows are kept and it is marked at the baseline revision.
-
-Alembic is configured in code (no alembic.ini); the revisions are modules of `versions/`. A new
-revision is a module there whose `down_revision` is the previous head; it must leave the database
-matching the models (`tests/orchestrator/test_migrations.py` compares them).
-"""
+"""Bringing a database to the newest revision: `upgrade()`, `ensure_schema()`, `head()`."""
 
 from __future__ import annotations
 
@@ -26,10 +15,11 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy.engine import Connection, Engine
 
-from orchestrator.migrations._lock import SchemaError, locked_connection
-from orchestrator.migrations._schema import TABLES, VERSION_TABLE
+from orchestrator.errors import SchemaError
+from orchestrator.saga.migrations._lock import locked_connection
+from orchestrator.saga.migrations._schema import TABLES, VERSION_TABLE
 
-__all__ = ["TABLES", "VERSION_TABLE", "SchemaError", "SchemaUpgrade", "ensure_schema", "head", "upgrade"]
+__all__ = ["SchemaUpgrade", "alembic_config", "ensure_schema", "head", "upgrade"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +57,8 @@ class SchemaUpgrade:
         return f"upgraded from revision {self.before} to {self.after}{added}"
 
 
-def _config(connection: Connection | None = None) -> Config:
+def alembic_config(connection: Connection | None = None) -> Config:
+    """Alembic's configuration, made in code: the revisions of this package, and `connection` when given."""
     config = Config()
     config.set_main_option("script_location", _SCRIPT_LOCATION.replace("%", "%%"))
     if connection is not None:
@@ -78,7 +69,7 @@ def _config(connection: Connection | None = None) -> Config:
 @functools.cache
 def head() -> str:
     """The newest revision this toolfleet knows."""
-    revision = ScriptDirectory.from_config(_config()).get_current_head()
+    revision = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert revision is not None, "toolfleet ships at least one revision"
     return revision
 
@@ -107,7 +98,7 @@ def upgrade(engine: Engine) -> SchemaUpgrade:
                     f"(its newest is {target!r}): it was written by a newer toolfleet; upgrade toolfleet"
                 )
             try:
-                command.upgrade(_config(connection), "head")
+                command.upgrade(alembic_config(connection), "head")
             except CommandError as exc:
                 raise SchemaError(f"upgrading the schema to revision {target} failed: {exc}") from exc
         after = _current(connection)
@@ -129,4 +120,6 @@ def ensure_schema(engine: Engine) -> None:
 
 @functools.cache
 def _known_revisions() -> frozenset[str]:
-    return frozenset(script.revision for script in ScriptDirectory.from_config(_config()).walk_revisions())
+    return frozenset(
+        script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()
+    )

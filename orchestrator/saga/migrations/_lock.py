@@ -16,18 +16,14 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import SchemaError
 
-__all__ = ["LOCK_TIMEOUT_S", "SchemaError", "locked_connection", "sqlite_lock_path"]
+__all__ = ["LOCK_TIMEOUT_S", "locked_connection", "sqlite_lock_path"]
 
 LOCK_TIMEOUT_S = 120.0
 # Arbitrary, fixed: every toolfleet process asks for the same key ("toolflee" in ASCII).
 _ADVISORY_KEY = 0x746F6F6C666C6565
 _POLL_S = 0.02
-
-
-class SchemaError(OrchestratorError):
-    """The database's schema could not be brought to the revision this toolfleet needs."""
 
 
 def sqlite_lock_path(engine: Engine) -> str | None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import JournalKeyError
 from workers.settings import ENVIRONMENT
 
 __all__ = ["KEYS_VARIABLE", "JournalCipher", "JournalKeyError"]
@@ -27,10 +27,6 @@ _PREFIX = "fernet:"
 
 _warned = False
 _warned_lock = threading.Lock()
-
-
-class JournalKeyError(OrchestratorError):
-    """The journal's keys are malformed, or do not open the encrypted parameters of a row."""
 
 
 def _parse_keys(keys: str | Sequence[str]) -> list[str]:

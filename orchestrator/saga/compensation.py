@@ -1,0 +1,31 @@
+"""One compensation, journaled before and after it runs: what the saga and recovery both do."""
+
+from __future__ import annotations
+
+from orchestrator.executors.base import ToolExecutor
+from orchestrator.saga.journal import Journal
+from workers.invocation import Invocation
+from workers.protocol import ToolExecution, ToolOutcome
+from workers.tools import ToolDefinition
+
+__all__ = ["run_compensation"]
+
+
+async def run_compensation(
+    executor: ToolExecutor,
+    journal: Journal | None,
+    call_row: int | None,
+    definition: ToolDefinition,
+    execution: ToolExecution,
+    invocation: Invocation,
+) -> ToolOutcome:
+    """Undo one call on `executor`; with a journal and the call's row, the compensation is marked
+    running (one more attempt) before it is sent and succeeded or failed once its outcome is known."""
+    if journal is not None and call_row is not None:
+        journal.compensation_running(call_row, None)
+    outcome = await executor.compensate(definition, execution, invocation)
+    if journal is not None and call_row is not None:
+        journal.compensation_finished(
+            call_row, not outcome.is_error, outcome.text if outcome.is_error else None
+        )
+    return outcome

@@ -1,0 +1,50 @@
+"""The states the journal records, as `str` enums: a member is its stored text (`CallState.KEPT == "kept"`).
+
+An invocation is `running` until it ends `succeeded` or `failed`; it is `compensating` while its
+compensations run, and stays so when it ended owing some (`toolfleet recover` retries them). A call
+is `dispatched` (its intent, written before it is sent), then `succeeded` or `failed`; a success of a
+compensable tool later becomes `compensated` or `compensation_failed`, or `kept` when it stands in an
+invocation left owing compensations; a call given up at its deadline is `abandoned` (its worker undoes
+it if it finishes). A compensation is `pending`, `running`, then `succeeded` or `failed`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["CallState", "CompensationState", "InvocationState"]
+
+
+class InvocationState(StrEnum):
+    """Where an invocation stands."""
+
+    RUNNING = "running"
+    COMPENSATING = "compensating"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        """Whether the invocation has ended for good (an owing one has not: it is `compensating`)."""
+        return self in (InvocationState.SUCCEEDED, InvocationState.FAILED)
+
+
+class CallState(StrEnum):
+    """Where one tool call stands."""
+
+    DISPATCHED = "dispatched"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+    KEPT = "kept"
+    ABANDONED = "abandoned"
+
+
+class CompensationState(StrEnum):
+    """Where one compensation stands."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
