@@ -24,6 +24,7 @@ import redis
 
 from workers._redis_errors import mapped_redis_errors
 from workers.errors import ToolfleetError
+from workers.protocol import POOL_KEY, POOLS_KEY, WORKER_KEY
 from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 from workers.tools import Compensation, ToolDefinition, ToolOptions
 
@@ -42,9 +43,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-WORKER_KEY = "toolfleet:worker:{}"
-POOL_KEY = "toolfleet:pool:{}"
-POOLS_KEY = "toolfleet:pools"
 RETRY_INTERVAL_S = 0.25  # between heartbeats while Redis is unreachable
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from orchestrator.executors._collector import LOST, NO_WORKER
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
-from workers.tasks import outcome_from_failure
+from workers.protocol import COMPENSATION_PREFIX, outcome_from_failure
 
 _TIME_LIMIT_ERRORS = {"TimeLimitExceeded", "SoftTimeLimitExceeded", "Terminated"}
 
@@ -99,7 +99,7 @@ def _not_registered(definition: ToolDefinition, result: Any) -> ToolOutcome:
     task = str(parts[0]) if parts and parts[0] else ""
     detail = parts[1] if len(parts) > 1 and isinstance(parts[1], dict) else {}
     what = f"Tool '{definition.name}'"
-    if task.startswith("compensate."):
+    if task.startswith(COMPENSATION_PREFIX):
         what = f"The compensation of tool '{definition.name}'"
     pool = detail.get("pool") or definition.pool
     worker = detail.get("worker")
@@ -117,5 +117,5 @@ def _not_registered(definition: ToolDefinition, result: Any) -> ToolOutcome:
         )
     # A tool call is told to the model like a pool without workers; an undo that cannot run here is
     # recorded as failed at once (dispatching it again under its one task id would meet this failure).
-    kind = OutcomeKind.EXECUTION_ERROR if task.startswith("compensate.") else OutcomeKind.NO_WORKER
+    kind = OutcomeKind.EXECUTION_ERROR if task.startswith(COMPENSATION_PREFIX) else OutcomeKind.NO_WORKER
     return _error(kind, text, "NotRegistered")

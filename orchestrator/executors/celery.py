@@ -18,7 +18,7 @@ from kombu.exceptions import OperationalError
 from orchestrator._inflight import Settled, settle
 from orchestrator.executors._attempts import Attempts
 from orchestrator.executors._call_events import CallEvent, _notifier
-from orchestrator.executors._collector import FINAL_STATES, META_PREFIX, ResultCollector
+from orchestrator.executors._collector import FINAL_STATES, ResultCollector
 from orchestrator.executors._outcomes import _error, _no_worker, _outcome, _seconds, _worker_of
 from orchestrator.executors.base import execute_batch, idempotency_key
 from workers import (
@@ -33,18 +33,21 @@ from workers._redis_errors import mapped_redis_errors
 from workers.app import make_publisher
 from workers.catalog import Catalog, WorkerEntry
 from workers.invocation import Invocation
-from workers.protocol import call_task_id
-from workers.retry import backoff_s
+from workers.protocol import (
+    CALL_ABANDONED,
+    IDEMPOTENCY_HEADER,
+    META_PREFIX,
+    CallTask,
+    CompensationTask,
+    call_state_key,
+    call_task_id,
+    compensation_task_id,
+    compensation_task_name,
+    tool_task_name,
+)
+from workers.retry import backoff_s, compensation_timeout_s
 from workers.runner import utf8_size
 from workers.settings import Settings
-from workers.tasks import (
-    COMPENSATION_PREFIX,
-    TASK_PREFIX,
-    call_state_key,
-    compensation_task_id,
-    compensation_timeout_s,
-    flower_reprs,
-)
 
 __all__ = ["CallEvent", "CeleryExecutor"]
 
@@ -174,22 +177,17 @@ class CeleryExecutor:
         key = idempotency_key(invocation, request)
         attempts = 1 + (definition.options.retries if definition.options.idempotent else 0)
         outcome = _error(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
+        late = compensate_if_late and definition.compensation is not None
         for attempt in range(1, attempts + 1):
             outcome = await self._dispatch(
-                TASK_PREFIX + definition.name,
+                tool_task_name(definition.name),
                 call_task_id(key, _ATTEMPTS.next(key)),
-                {
-                    "request": request.to_json(),
-                    "invocation": invocation.to_json(),
-                    "compensate_if_late": compensate_if_late and definition.compensation is not None,
-                    "attempt": attempt,
-                },
+                CallTask(request, invocation, compensate_if_late=late, attempt=attempt),
                 definition,
                 deadline,
                 timeout_s,
                 key=key,
-                abandon_atomically=compensate_if_late and definition.compensation is not None,
-                arguments=request.arguments,
+                abandon_atomically=late,
             )
             if outcome.kind is not OutcomeKind.WORKER_LOST or time.monotonic() >= deadline:
                 break
@@ -215,18 +213,13 @@ class CeleryExecutor:
         lost = waits = 0
         while True:
             outcome = await self._dispatch(
-                COMPENSATION_PREFIX + definition.name,
+                compensation_task_name(definition.name),
                 compensation_task_id(key),
-                {
-                    "execution": execution.to_json(),
-                    "invocation": invocation.to_json(),
-                    "idempotency_key": key,
-                },
+                CompensationTask(execution, invocation, key),
                 definition,
                 deadline,
                 timeout_s,
                 key=key,
-                arguments=execution.request.arguments,
             )
             if outcome.kind is OutcomeKind.WORKER_LOST and lost < self.settings.compensation_retries:
                 lost += 1
@@ -269,25 +262,25 @@ class CeleryExecutor:
         self,
         task_name: str,
         task_id: str,
-        kwargs: dict[str, Any],
+        envelope: CallTask | CompensationTask,
         definition: ToolDefinition,
         deadline: float,
         timeout_s: float,
         *,
         key: str,
         abandon_atomically: bool = False,
-        arguments: str = "",
     ) -> ToolOutcome:
         pool = definition.pool
         if not self._pool_has_workers(pool):
             return _no_worker(definition)
         collector = self._collector
-        notify = _notifier(self.on_call, task_id, task_name, pool, arguments)
+        request = envelope.request if isinstance(envelope, CallTask) else envelope.execution.request
+        notify = _notifier(self.on_call, task_id, task_name, pool, request.arguments)
         redispatch = None
-        if definition.options.idempotent and task_name.startswith(TASK_PREFIX):
+        if definition.options.idempotent and isinstance(envelope, CallTask):
             # A worker lost mid-call: the same message again, for another worker of the pool.
             def redispatch() -> None:
-                self._publish(task_name, task_id, kwargs, pool, deadline - time.monotonic(), key=key)
+                self._publish(task_name, task_id, envelope, pool, deadline - time.monotonic(), key=key)
 
         future = collector.watch(
             task_id,
@@ -301,7 +294,7 @@ class CeleryExecutor:
         try:
             if time.monotonic() < self._broker_down_until:
                 raise OperationalError(self._broker_error)
-            self._publish(task_name, task_id, kwargs, pool, remaining, key=key)
+            self._publish(task_name, task_id, envelope, pool, remaining, key=key)
         except OperationalError as exc:
             collector.forget(task_id)
             self._broker_down_until = time.monotonic() + _OUTAGE_HOLD_S  # fail the batch's others fast
@@ -368,7 +361,7 @@ class CeleryExecutor:
         """Claim a call as abandoned, unless its worker already marked it finished."""
         ttl = int(max(self.settings.result_expires_s, 60))
         try:
-            return bool(self._redis.set(call_state_key(task_id), "abandoned", nx=True, ex=ttl))
+            return bool(self._redis.set(call_state_key(task_id), CALL_ABANDONED, nx=True, ex=ttl))
         except redis.RedisError as exc:
             log.warning(
                 "could not mark %s abandoned (%s); it will not be compensated if it finishes", task_id, exc
@@ -379,7 +372,7 @@ class CeleryExecutor:
         self,
         task_name: str,
         task_id: str,
-        kwargs: dict[str, Any],
+        envelope: CallTask | CompensationTask,
         pool: str,
         remaining_s: float,
         *,
@@ -390,10 +383,10 @@ class CeleryExecutor:
             "queue": pool,
             # An absolute time: spares Celery's own timezone arithmetic on the hot path.
             "expires": datetime.fromtimestamp(time.time() + max(remaining_s, 0.001), UTC),
-            "headers": {"idempotency_key": key},
+            "headers": {IDEMPOTENCY_HEADER: key},
             # What Flower shows as the call's arguments: the model's arguments and ids, never the
             # invocation parameters (they may hold credentials). Also spares Celery's saferepr.
-            **flower_reprs(kwargs),
+            **envelope.reprs(),
             "retry": True,
             "retry_policy": {
                 "max_retries": 2,
@@ -405,9 +398,8 @@ class CeleryExecutor:
         if self._pool_kinds.get(pool) == "prefork":
             options["soft_time_limit"] = max(remaining_s, 0.05)
             options["time_limit"] = max(remaining_s, 0.05) + 1.0
-        self._publisher.send_task(
-            task_name, kwargs={**kwargs, "deadline": time.time() + remaining_s}, **options
-        )
+        sent = dataclasses.replace(envelope, deadline=time.time() + remaining_s)
+        self._publisher.send_task(task_name, kwargs=sent.to_json(), **options)
 
     def _pool_has_workers(self, pool: str) -> bool:
         checked = self._pool_alive.get(pool)

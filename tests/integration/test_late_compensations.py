@@ -23,9 +23,14 @@ from orchestrator.commands import sagas, show
 from orchestrator.journal import CallRecord, Journal
 from tests.integration.private_redis import free_port
 from workers.invocation import InvocationContext
-from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
+from workers.protocol import (
+    OutcomeKind,
+    ToolExecutionRequest,
+    ToolOutcome,
+    call_state_key,
+    compensation_task_id,
+)
 from workers.settings import Settings
-from workers.tasks import call_state_key, compensation_task_id
 
 
 @pytest.fixture

@@ -16,8 +16,7 @@ import redis
 from celery import Celery, states
 
 from orchestrator._inflight import Settled, settle
-from workers.protocol import call_task_id
-from workers.tasks import call_state_key
+from workers.protocol import call_state_key, call_task_id
 
 pytestmark = pytest.mark.integration
 
