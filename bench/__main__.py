@@ -41,7 +41,7 @@ from orchestrator.executors.base import execute_batch
 from orchestrator.executors.celery import CeleryExecutor
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome
 from workers.app import make_publisher
-from workers.invocation import Invocation
+from workers.calls.invocation import Invocation
 from workers.settings import Settings
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -11,8 +11,8 @@ import time
 
 from bench import tools
 from workers.app import make_app
-from workers.registry import ToolRegistry
 from workers.settings import Settings
+from workers.tools.registry import ToolRegistry
 
 app = make_app(Settings.from_env(), ToolRegistry([tools]))
 

@@ -14,10 +14,10 @@ from orchestrator.models.base import ChatEvent, TokenUsage
 from orchestrator.providers import AiServiceTool, ToolProviderRequest
 from orchestrator.result import ToolExecuted
 from orchestrator.saga import Saga
-from workers.invocation import Invocation, InvocationContext, InvocationParameters
+from workers.calls.invocation import Invocation, InvocationContext, InvocationParameters
 from workers.protocol import ToolExecution
-from workers.specification import ToolSpecification
 from workers.tools import ToolDefinition
+from workers.tools.specification import ToolSpecification
 
 if TYPE_CHECKING:
     from orchestrator.service import AiService

@@ -24,7 +24,7 @@ from orchestrator.models.base import (
 )
 from orchestrator.result import Result
 from orchestrator.saga import rollback_reason, rolled_back_text
-from workers.invocation import InvocationParameters
+from workers.calls.invocation import InvocationParameters
 
 if TYPE_CHECKING:
     from orchestrator.service import AiService

@@ -12,8 +12,8 @@ from orchestrator.providers import AiServiceTool, ToolProvider, ToolProviderRequ
 from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
 from workers.errors import ToolDefinitionError
 from workers.protocol import ToolExecutionRequest
-from workers.specification import SearchBehavior, ToolSpecification
 from workers.tools import ToolDefinition
+from workers.tools.specification import SearchBehavior, ToolSpecification
 
 if TYPE_CHECKING:
     from orchestrator.service import AiService

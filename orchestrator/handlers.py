@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import TypeAlias
 
 from orchestrator.errors import OrchestratorError
+from workers.calls.invocation import InvocationContext, InvocationParameters
 from workers.errors import ToolArgumentsError, ToolErrorVisibleToLlm
-from workers.invocation import InvocationContext, InvocationParameters
 from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
 
 __all__ = [

@@ -31,7 +31,7 @@ from orchestrator._journal_records import (
 from orchestrator._journal_tables import compensations as compensations
 from orchestrator._journal_tables import invocations as invocations
 from orchestrator._journal_tables import tool_calls as tool_calls
-from workers.invocation import InvocationContext
+from workers.calls.invocation import InvocationContext
 from workers.protocol import ToolExecutionRequest, ToolOutcome, call_task_id
 
 __all__ = ["CallRecord", "CompensationRecord", "InvocationRecord", "Journal", "owner_id"]

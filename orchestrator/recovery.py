@@ -24,7 +24,7 @@ from orchestrator._inflight import Settled
 from orchestrator.executors._outcomes import _outcome, _worker_of
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.journal import CallRecord, Journal
-from workers.invocation import Invocation
+from workers.calls.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolOutcome
 from workers.tools import ToolDefinition
 

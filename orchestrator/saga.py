@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from orchestrator.executors.base import ToolExecutor, idempotency_key
 from orchestrator.journal import Journal
-from workers.invocation import Invocation
+from workers.calls.invocation import Invocation
 from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.tools import ToolDefinition
 

@@ -30,13 +30,13 @@ from orchestrator.models.base import ChatEvent, ChatModel, ChatResponse, Complet
 from orchestrator.providers import AiServiceTool, ToolProvider, ToolRunContext
 from orchestrator.result import Result, ToolExecuted
 from orchestrator.search import ToolSearchStrategy
+from workers.calls.invocation import InvocationParameters
 from workers.errors import ToolDefinitionError
-from workers.invocation import InvocationParameters
 from workers.protocol import ToolExecutionRequest
-from workers.registry import instantiate
 from workers.settings import Settings
-from workers.specification import ReturnBehavior, ToolSpecification
 from workers.tools import ToolDefinition, check_compensations, discover_tools
+from workers.tools.registry import instantiate
+from workers.tools.specification import ReturnBehavior, ToolSpecification
 
 __all__ = ["AiService"]
 

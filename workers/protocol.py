@@ -17,8 +17,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from workers.calls.invocation import Invocation
 from workers.contents import Content, content_from_json, content_to_json
-from workers.invocation import Invocation
 
 __all__ = [
     "CALL_ABANDONED",

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from workers import ToolDefinition, ToolExecution, ToolExecutionRequest, ToolOutcome
-from workers.invocation import Invocation
-from workers.invocation import idempotency_key as _call_key
+from workers.calls.invocation import Invocation
+from workers.calls.invocation import idempotency_key as _call_key
 from workers.settings import Settings
 
 __all__ = ["ToolExecutor", "execute_batch", "fanout_limit", "idempotency_key"]

@@ -31,8 +31,9 @@ from workers import (
 )
 from workers._redis_errors import mapped_redis_errors
 from workers.app import make_publisher
-from workers.catalog import Catalog, WorkerEntry
-from workers.invocation import Invocation
+from workers.calls.invocation import Invocation
+from workers.calls.retry import backoff_s, compensation_timeout_s
+from workers.calls.runner import utf8_size
 from workers.protocol import (
     CALL_ABANDONED,
     IDEMPOTENCY_HEADER,
@@ -45,8 +46,7 @@ from workers.protocol import (
     compensation_task_name,
     tool_task_name,
 )
-from workers.retry import backoff_s, compensation_timeout_s
-from workers.runner import utf8_size
+from workers.runtime.catalog import Catalog, WorkerEntry
 from workers.settings import Settings
 
 __all__ = ["CallEvent", "CeleryExecutor"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from orchestrator.messages import AiMessage, ChatMessage
 from workers.protocol import ToolExecutionRequest
-from workers.specification import ToolSpecification
+from workers.tools.specification import ToolSpecification
 
 if TYPE_CHECKING:
     from orchestrator.result import Result

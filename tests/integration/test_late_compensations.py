@@ -22,7 +22,7 @@ from orchestrator._late import late_compensation
 from orchestrator.commands import sagas, show
 from orchestrator.journal import CallRecord, Journal
 from tests.integration.private_redis import free_port
-from workers.invocation import InvocationContext
+from workers.calls.invocation import InvocationContext
 from workers.protocol import (
     OutcomeKind,
     ToolExecutionRequest,

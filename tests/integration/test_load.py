@@ -36,7 +36,7 @@ from orchestrator.journal import invocations as invocations_table
 from orchestrator.journal import tool_calls as tool_calls_table
 from orchestrator.saga import rolled_back_text
 from tests.integration import load_tools
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

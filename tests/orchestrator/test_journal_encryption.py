@@ -21,7 +21,7 @@ from orchestrator.cli import main
 from orchestrator.journal import Journal
 from orchestrator.recovery import recover
 from workers import InvocationParameters, compensate_for, tool
-from workers.invocation import InvocationContext
+from workers.calls.invocation import InvocationContext
 from workers.protocol import ToolExecutionRequest
 from workers.settings import Settings
 

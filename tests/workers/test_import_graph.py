@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # The Celery tasks' own modules: an orchestrator dispatches tasks, it never loads their code.
-TASK_MODULES = {"workers.tasks", "workers._compensation", "workers._failures"}
+TASK_MODULES = {"workers.runtime.tasks", "workers.runtime._compensation", "workers._failures"}
 
 
 def _module_name(path: Path) -> str:

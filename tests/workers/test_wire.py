@@ -8,7 +8,7 @@ import pytest
 from celery import Celery
 from celery.backends.base import BaseBackend
 
-from workers.invocation import Invocation, InvocationContext
+from workers.calls.invocation import Invocation, InvocationContext
 from workers.protocol import (
     CallTask,
     CompensationTask,

@@ -7,15 +7,20 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from workers._classes import class_members, member, object_tools
-from workers._decorators import ToolOptions, _marker, _marker_of, compensate_for, tool
-from workers._definitions import Compensation, ToolDefinition, ToolParameter
-from workers._inspection import INJECTED_TYPES, _definition, _hints
-from workers._modules import module_compensations, module_function_tools, module_tool_classes, module_tools
-from workers._types import optional_inner, split_annotated
 from workers.errors import ToolDefinitionError
-from workers.schema import type_label
-from workers.specification import ToolSpecification
+from workers.tools._classes import class_members, member, object_tools
+from workers.tools._decorators import ToolOptions, _marker, _marker_of, compensate_for, tool
+from workers.tools._definitions import Compensation, ToolDefinition, ToolParameter
+from workers.tools._inspection import INJECTED_TYPES, _definition, _hints
+from workers.tools._modules import (
+    module_compensations,
+    module_function_tools,
+    module_tool_classes,
+    module_tools,
+)
+from workers.tools._types import optional_inner, split_annotated
+from workers.tools.schema import type_label
+from workers.tools.specification import ToolSpecification
 
 __all__ = [
     "Compensation",

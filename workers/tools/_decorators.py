@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from workers.errors import ToolDefinitionError
-from workers.specification import ReturnBehavior, SearchBehavior
+from workers.tools.specification import ReturnBehavior, SearchBehavior
 
 __all__ = ["ToolOptions", "compensate_for", "tool"]
 

@@ -14,12 +14,12 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from workers._classes import class_members, has_tools, object_tools
-from workers._decorators import _COMPENSATES_ATTR, _marker, _marker_of, _unwrap_method
-from workers._definitions import Compensation, ToolDefinition
-from workers._docstrings import _doc_args
-from workers._inspection import _definition, _parameters
 from workers.errors import ToolDefinitionError
+from workers.tools._classes import class_members, has_tools, object_tools
+from workers.tools._decorators import _COMPENSATES_ATTR, _marker, _marker_of, _unwrap_method
+from workers.tools._definitions import Compensation, ToolDefinition
+from workers.tools._docstrings import _doc_args
+from workers.tools._inspection import _definition, _parameters
 
 __all__ = ["module_compensations", "module_function_tools", "module_tool_classes", "module_tools"]
 

@@ -31,7 +31,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from workers._mcp_transport import (
+from workers.errors import ToolfleetError
+from workers.mcp._transport import (
     CONNECTION_CLOSED,
     INVALID_REQUEST,
     REQUEST_TIMEOUT,
@@ -45,7 +46,6 @@ from workers._mcp_transport import (
     _watched,
     stdio_client,
 )
-from workers.errors import ToolfleetError
 
 __all__ = [
     "McpConnectionError",
@@ -56,7 +56,7 @@ __all__ = [
     "sessions",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("workers._mcp_session")  # the name its log lines have always had
 
 T = TypeVar("T")
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from workers._decorators import ToolOptions
-from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+from workers.tools._decorators import ToolOptions
+from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 
 __all__ = ["Compensation", "ToolDefinition", "ToolParameter"]
 

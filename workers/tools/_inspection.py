@@ -6,15 +6,15 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from workers._convert import convert
-from workers._decorators import ToolOptions, _unwrap_method
-from workers._definitions import _NO_DEFAULT, Compensation, ToolDefinition, ToolParameter
-from workers._docstrings import _doc_args, _summary
-from workers._types import Param, optional_inner, param_of, split_annotated
+from workers.calls._convert import convert
+from workers.calls.invocation import InvocationContext, InvocationParameters, ToolCallIdentity, ToolMemoryId
 from workers.errors import ToolArgumentsError, ToolDefinitionError
-from workers.invocation import InvocationContext, InvocationParameters, ToolCallIdentity, ToolMemoryId
-from workers.schema import SchemaBuilder, type_label
-from workers.specification import ToolSpecification
+from workers.tools._decorators import ToolOptions, _unwrap_method
+from workers.tools._definitions import _NO_DEFAULT, Compensation, ToolDefinition, ToolParameter
+from workers.tools._docstrings import _doc_args, _summary
+from workers.tools._types import Param, optional_inner, param_of, split_annotated
+from workers.tools.schema import SchemaBuilder, type_label
+from workers.tools.specification import ToolSpecification
 
 __all__ = ["INJECTED_TYPES"]
 
@@ -143,7 +143,7 @@ def _parameters(
 
 
 def _check_default(default: Any, annotation: Any, where: str, base: Any) -> None:
-    from workers.results import to_jsonable
+    from workers.calls.results import to_jsonable
 
     try:
         convert(to_jsonable(default), annotation, "default", "default")

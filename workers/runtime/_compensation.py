@@ -15,7 +15,9 @@ import redis
 from celery import Task
 
 from workers._failures import failure_for
-from workers.invocation import Invocation
+from workers.calls.invocation import Invocation
+from workers.calls.retry import backoff_s, compensation_timeout_s
+from workers.calls.runner import call_identity, run_compensation
 from workers.protocol import (
     CALL_ABANDONED,
     CALL_FINISHED,
@@ -32,14 +34,12 @@ from workers.protocol import (
     compensation_task_id,
     compensation_task_name,
 )
-from workers.retry import backoff_s, compensation_timeout_s
-from workers.runner import call_identity, run_compensation
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
 __all__ = ["finish_or_compensate_late", "run_compensation_task"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("workers._compensation")  # the name its log lines have always had
 
 T = TypeVar("T")
 _clients: dict[str, redis.Redis] = {}

@@ -17,10 +17,9 @@ import redis
 from celery import Celery, Task
 from celery.signals import worker_ready, worker_shutdown
 
-from workers._compensation import finish_or_compensate_late, run_compensation_task
-from workers._consumer import broker_reconnected
 from workers._failures import ToolFailure, failure_for
-from workers.catalog import CatalogHeartbeat, CatalogTool, WorkerEntry
+from workers.calls.retry import backoff_s, is_transient
+from workers.calls.runner import bound_outcome, call_identity, log_call, run_tool
 from workers.protocol import (
     COMPENSATION_PREFIX,
     IDEMPOTENCY_HEADER,
@@ -32,15 +31,16 @@ from workers.protocol import (
     compensation_task_name,
     tool_task_name,
 )
-from workers.registry import ToolRegistry
-from workers.retry import backoff_s, is_transient
-from workers.runner import bound_outcome, call_identity, log_call, run_tool
+from workers.runtime._compensation import finish_or_compensate_late, run_compensation_task
+from workers.runtime._consumer import broker_reconnected
+from workers.runtime.catalog import CatalogHeartbeat, CatalogTool, WorkerEntry
 from workers.settings import Settings
 from workers.tools import ToolDefinition
+from workers.tools.registry import ToolRegistry
 
 __all__ = ["register_tasks"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("workers.tasks")  # the name its log lines have always had
 
 
 def _run_call(

@@ -13,7 +13,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import pydantic
 
-from workers._types import (
+from workers.errors import ToolArgumentsError
+from workers.tools._types import (
     discriminator_of,
     is_model,
     model_fields,
@@ -22,8 +23,7 @@ from workers._types import (
     split_annotated,
     union_options,
 )
-from workers.errors import ToolArgumentsError
-from workers.schema import _ARRAY_ORIGINS, DEFAULT_DISCRIMINATOR, type_label
+from workers.tools.schema import _ARRAY_ORIGINS, DEFAULT_DISCRIMINATOR, type_label
 
 __all__ = ["convert", "json_type_name", "plain_json", "show"]
 

@@ -25,8 +25,8 @@ import redis
 from workers._redis_errors import mapped_redis_errors
 from workers.errors import ToolfleetError
 from workers.protocol import POOL_KEY, POOLS_KEY, WORKER_KEY
-from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 from workers.tools import Compensation, ToolDefinition, ToolOptions
+from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 
 __all__ = [
     "Catalog",
@@ -41,7 +41,7 @@ __all__ = [
     "served_text",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("workers.catalog")  # the name its log lines have always had
 
 RETRY_INTERVAL_S = 0.25  # between heartbeats while Redis is unreachable
 

@@ -6,10 +6,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from workers._decorators import _COMPENSATES_ATTR, ToolOptions, _marker, _unwrap_method
-from workers._definitions import Compensation, ToolDefinition
-from workers._docstrings import _doc_args
-from workers._inspection import _definition, _parameters, _SkipSelf
+from workers.tools._decorators import _COMPENSATES_ATTR, ToolOptions, _marker, _unwrap_method
+from workers.tools._definitions import Compensation, ToolDefinition
+from workers.tools._docstrings import _doc_args
+from workers.tools._inspection import _definition, _parameters, _SkipSelf
 
 __all__ = ["class_members", "has_tools", "member", "object_tools"]
 

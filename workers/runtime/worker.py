@@ -12,15 +12,22 @@ from collections.abc import Sequence
 import redis
 
 from workers.app import make_app, registry_from_modules
-from workers.catalog import Catalog, CatalogTool, MixedPool, MixedPoolError, pool_conflicts, served_text
 from workers.errors import ToolDefinitionError
-from workers.registry import ToolRegistry
+from workers.runtime.catalog import (
+    Catalog,
+    CatalogTool,
+    MixedPool,
+    MixedPoolError,
+    pool_conflicts,
+    served_text,
+)
 from workers.settings import Settings
 from workers.tools import check_compensations
+from workers.tools.registry import ToolRegistry
 
 __all__ = ["POOL_KINDS", "ToolModuleError", "load_tools", "run_worker"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("workers.worker")  # the name its log lines have always had
 
 POOL_KINDS = ("threads", "prefork", "solo")
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, get_args, get_origin
 
-from workers._types import (
+from workers.errors import ToolDefinitionError
+from workers.tools._types import (
     description_of,
     discriminator_of,
     is_model,
@@ -26,7 +27,6 @@ from workers._types import (
     split_annotated,
     union_options,
 )
-from workers.errors import ToolDefinitionError
 
 __all__ = ["DEFAULT_DISCRIMINATOR", "SchemaBuilder", "type_label"]
 
