@@ -297,8 +297,16 @@ def compensation_lock_key(idempotency_key: str) -> str:
     return f"toolfleet:compensation:{idempotency_key}"
 
 
-def _deadline(value: Any) -> float | None:
-    return float(value or 0) or None
+def _carried_json(invocation: Invocation, deadline: float | None) -> dict[str, Any]:
+    """What every task carries besides its own fields: the invocation and the wall-clock deadline."""
+    return {"invocation": invocation.to_json(), "deadline": deadline}
+
+
+def _carried(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "invocation": Invocation.from_json(data["invocation"]),
+        "deadline": float(data.get("deadline") or 0) or None,
+    }
 
 
 @dataclass(frozen=True)
@@ -315,20 +323,18 @@ class CallTask:
     def to_json(self) -> dict[str, Any]:
         return {
             "request": self.request.to_json(),
-            "invocation": self.invocation.to_json(),
             "compensate_if_late": self.compensate_if_late,
             "attempt": self.attempt,
-            "deadline": self.deadline,
+            **_carried_json(self.invocation, self.deadline),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CallTask:
         return cls(
             request=ToolExecutionRequest.from_json(data["request"]),
-            invocation=Invocation.from_json(data["invocation"]),
             compensate_if_late=bool(data.get("compensate_if_late")),
             attempt=int(data.get("attempt") or 1),
-            deadline=_deadline(data.get("deadline")),
+            **_carried(data),
         )
 
     def reprs(self) -> dict[str, str]:
@@ -348,23 +354,14 @@ class CompensationTask:
     failures: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "execution": self.execution.to_json(),
-            "invocation": self.invocation.to_json(),
-            "idempotency_key": self.idempotency_key,
-            "deadline": self.deadline,
-            "failures": self.failures,
-        }
+        fields = {"execution": self.execution.to_json(), "idempotency_key": self.idempotency_key}
+        return {**fields, "failures": self.failures, **_carried_json(self.invocation, self.deadline)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CompensationTask:
-        return cls(
-            execution=ToolExecution.from_json(data["execution"]),
-            invocation=Invocation.from_json(data["invocation"]),
-            idempotency_key=str(data["idempotency_key"]),
-            deadline=_deadline(data.get("deadline")),
-            failures=int(data.get("failures") or 0),
-        )
+        execution = ToolExecution.from_json(data["execution"])
+        key, failures = str(data["idempotency_key"]), int(data.get("failures") or 0)
+        return cls(execution=execution, idempotency_key=key, failures=failures, **_carried(data))
 
     def reprs(self) -> dict[str, str]:
         """What Flower shows as the task's arguments (see `flower_reprs`)."""

@@ -98,14 +98,8 @@ def _convert(value: Any, tp: Any, path: str, tool: str, discriminator: str | Non
     if tp is Decimal:
         return _to_decimal(value, path)
     if tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, JsonNumber):
-            return value.text
-        if isinstance(value, int | Decimal | float):
-            return str(value)
+        if isinstance(value, str | bool | JsonNumber | int | Decimal | float):
+            return show(value)  # a scalar becomes the text it has in JSON
         raise _not_convertable(path, "str", value)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return _to_enum(value, tp, path)
@@ -144,21 +138,25 @@ def _json_text(value: Any, expected: type) -> Any:
     return value
 
 
-def _to_int(value: Any, path: str) -> int:
-    number: Decimal
+def _exact(value: Any, path: str, target: str) -> Decimal:
+    """The exact decimal value of a JSON number or a numeric string (a plain `Decimal`, never the
+    parser's `JsonNumber`), else the error that `value` is not convertable to `target`."""
     if isinstance(value, bool):
-        raise _not_convertable(path, "int", value)
-    if isinstance(value, int):
-        number = Decimal(value)
-    elif isinstance(value, Decimal | float):
-        number = Decimal(value) if isinstance(value, Decimal) else Decimal(repr(value))
-    elif isinstance(value, str):
+        raise _not_convertable(path, target, value)
+    if isinstance(value, Decimal | int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, str):
         try:
-            number = Decimal(value.strip())
+            return Decimal(value.strip())
         except InvalidOperation:
-            raise _not_convertable(path, "int", value) from None
-    else:
-        raise _not_convertable(path, "int", value)
+            raise _not_convertable(path, target, value) from None
+    raise _not_convertable(path, target, value)
+
+
+def _to_int(value: Any, path: str) -> int:
+    number = _exact(value, path, "int")
     if not number.is_finite() or number.adjusted() > 18:  # checked before int(): 1e999999999 is a bomb
         raise _error(path, "is out of range for int", value)
     if number != number.to_integral_value():
@@ -190,19 +188,7 @@ def _to_float(value: Any, path: str) -> float:
 
 
 def _to_decimal(value: Any, path: str) -> Decimal:
-    if isinstance(value, bool):
-        raise _not_convertable(path, "Decimal", value)
-    if isinstance(value, Decimal | int):
-        result = Decimal(value)  # a plain Decimal, never the parser's JsonNumber
-    elif isinstance(value, float):
-        result = Decimal(repr(value))
-    elif isinstance(value, str):
-        try:
-            result = Decimal(value.strip())
-        except InvalidOperation:
-            raise _not_convertable(path, "Decimal", value) from None
-    else:
-        raise _not_convertable(path, "Decimal", value)
+    result = _exact(value, path, "Decimal")
     if not result.is_finite():
         raise _not_convertable(path, "Decimal", value)
     return result
