@@ -21,7 +21,8 @@ from typing import Protocol, runtime_checkable
 import redis
 
 from orchestrator._inflight import Settled
-from orchestrator.executors._outcomes import _outcome, _worker_of
+from orchestrator.executors._outcomes import outcome_of_meta as _outcome
+from orchestrator.executors._outcomes import worker_of as _worker_of
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.journal import CallRecord, Journal
 from workers.calls.invocation import Invocation

@@ -17,9 +17,15 @@ from kombu.exceptions import OperationalError
 
 from orchestrator._inflight import Settled, settle
 from orchestrator.executors._attempts import Attempts
-from orchestrator.executors._call_events import CallEvent, _notifier
+from orchestrator.executors._call_events import CallEvent, call_notifier
 from orchestrator.executors._collector import FINAL_STATES, ResultCollector
-from orchestrator.executors._outcomes import _error, _no_worker, _outcome, _seconds, _worker_of
+from orchestrator.executors._outcomes import (
+    failed_outcome,
+    no_worker_outcome,
+    outcome_of_meta,
+    seconds_text,
+    worker_of,
+)
 from orchestrator.executors.base import execute_batch, idempotency_key
 from workers import (
     OutcomeKind,
@@ -163,10 +169,12 @@ class CeleryExecutor:
         definition = definition or self.definition(request.name)
         invocation = invocation or Invocation()
         if definition is None:
-            return _error(OutcomeKind.EXECUTION_ERROR, f"Unknown tool '{request.name}'", "UnknownToolError")
+            return failed_outcome(
+                OutcomeKind.EXECUTION_ERROR, f"Unknown tool '{request.name}'", "UnknownToolError"
+            )
         size = utf8_size(request.arguments)
         if size > self.settings.max_argument_bytes:
-            return _error(
+            return failed_outcome(
                 OutcomeKind.ARGUMENTS_ERROR,
                 f"Arguments of tool '{definition.name}' are {size} bytes, over the limit of "
                 f"{self.settings.max_argument_bytes} bytes (TOOLFLEET_MAX_ARGUMENT_BYTES)",
@@ -176,7 +184,7 @@ class CeleryExecutor:
         deadline = time.monotonic() + timeout_s
         key = idempotency_key(invocation, request)
         attempts = 1 + (definition.options.retries if definition.options.idempotent else 0)
-        outcome = _error(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
+        outcome = failed_outcome(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
         late = compensate_if_late and definition.compensation is not None
         for attempt in range(1, attempts + 1):
             outcome = await self._dispatch(
@@ -272,10 +280,10 @@ class CeleryExecutor:
     ) -> ToolOutcome:
         pool = definition.pool
         if not self._pool_has_workers(pool):
-            return _no_worker(definition)
+            return no_worker_outcome(definition)
         collector = self._collector
         request = envelope.request if isinstance(envelope, CallTask) else envelope.execution.request
-        notify = _notifier(self.on_call, task_id, task_name, pool, request.arguments)
+        notify = call_notifier(self.on_call, task_id, task_name, pool, request.arguments)
         redispatch = None
         if definition.options.idempotent and isinstance(envelope, CallTask):
             # A worker lost mid-call: the same message again, for another worker of the pool.
@@ -299,7 +307,7 @@ class CeleryExecutor:
             collector.forget(task_id)
             self._broker_down_until = time.monotonic() + _OUTAGE_HOLD_S  # fail the batch's others fast
             self._broker_error = str(exc)
-            return _error(
+            return failed_outcome(
                 OutcomeKind.EXECUTION_ERROR,
                 f"Tool '{definition.name}' could not be dispatched: the broker is unreachable ({exc})",
                 "BrokerUnavailable",
@@ -316,9 +324,9 @@ class CeleryExecutor:
                 self._abandon(task_id, pool)
                 if notify:
                     notify(OutcomeKind.TIMED_OUT.value, None)
-                outcome = _error(
+                outcome = failed_outcome(
                     OutcomeKind.TIMED_OUT,
-                    f"Tool '{definition.name}' did not finish within {_seconds(timeout_s)} s",
+                    f"Tool '{definition.name}' did not finish within {seconds_text(timeout_s)} s",
                     "TimeoutError",
                 )
                 return dataclasses.replace(outcome, task_id=task_id, pool=pool)
@@ -326,7 +334,7 @@ class CeleryExecutor:
             collector.forget(task_id)
             self._abandon(task_id, pool)
             raise
-        outcome = _outcome(meta, definition, timeout_s)
+        outcome = outcome_of_meta(meta, definition, timeout_s)
         if (
             outcome.kind is OutcomeKind.WORKER_LOST
             and abandon_atomically
@@ -337,10 +345,10 @@ class CeleryExecutor:
             stored = await self._stored_result(task_id)
             if stored is not None:
                 meta = stored
-                outcome = _outcome(meta, definition, timeout_s)
+                outcome = outcome_of_meta(meta, definition, timeout_s)
         if notify:
-            notify(outcome.kind.value, _worker_of(meta))
-        return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=_worker_of(meta))
+            notify(outcome.kind.value, worker_of(meta))
+        return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=worker_of(meta))
 
     async def _stored_result(self, task_id: str) -> dict[str, Any] | None:
         """The final state of a task, read from the result backend for up to a few seconds."""

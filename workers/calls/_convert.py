@@ -23,7 +23,7 @@ from workers.tools._types import (
     split_annotated,
     union_options,
 )
-from workers.tools.schema import _ARRAY_ORIGINS, DEFAULT_DISCRIMINATOR, type_label
+from workers.tools.schema import ARRAY_ORIGINS, DEFAULT_DISCRIMINATOR, type_label
 
 __all__ = ["convert", "json_type_name", "plain_json", "show"]
 
@@ -111,7 +111,7 @@ def _convert(value: Any, tp: Any, path: str, tool: str, discriminator: str | Non
     options = union_options(tp)
     if options is not None:
         return _to_union(value, options, path, tool, discriminator)
-    if tp in (list, set, frozenset, tuple) or origin in _ARRAY_ORIGINS or origin is tuple:
+    if tp in (list, set, frozenset, tuple) or origin in ARRAY_ORIGINS or origin is tuple:
         return _to_array(_json_text(value, list), tp, path, tool)
     if tp is dict or origin in (dict, collections.abc.Mapping, collections.abc.MutableMapping):
         mapping = _json_text(value, dict)

@@ -41,10 +41,10 @@ from workers.mcp._transport import (
     MCPError,
     StdioServerParameters,
     Tool,
-    _http_transport,
-    _reason,
-    _watched,
+    failure_reason,
+    http_transport,
     stdio_client,
+    watched,
 )
 
 __all__ = [
@@ -324,7 +324,7 @@ class _Connection:
                     )
                     await self._ended.wait()
             except Exception as exc:  # the transport failed (often an ExceptionGroup from its task group)
-                reason = _reason(exc)
+                reason = failure_reason(exc)
                 log.warning("MCP server '%s' (%s): %s", self.endpoint.name, self.endpoint.describe(), reason)
                 if not connected:  # a session that failed later leaves its waiters to the next attempt
                     self._settle_attempt(
@@ -353,7 +353,7 @@ class _Connection:
             return endpoint.in_process
         on_end = functools.partial(self._end, self._generation + 1)  # the session it will carry
         if endpoint.url is not None:
-            return _watched(_http_transport(endpoint.url, endpoint.headers), on_end)
+            return watched(http_transport(endpoint.url, endpoint.headers), on_end)
         assert endpoint.command is not None
         parameters = StdioServerParameters(
             command=endpoint.command,
@@ -361,7 +361,7 @@ class _Connection:
             env=dict(endpoint.env) if endpoint.env is not None else None,
             cwd=endpoint.cwd,
         )
-        return _watched(stdio_client(parameters, errlog=sys.__stderr__ or sys.stderr), on_end)
+        return watched(stdio_client(parameters, errlog=sys.__stderr__ or sys.stderr), on_end)
 
 
 def _forget_in_child(ref: weakref.ref[McpSessions]) -> None:

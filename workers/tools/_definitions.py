@@ -12,7 +12,7 @@ from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpec
 
 __all__ = ["Compensation", "ToolDefinition", "ToolParameter"]
 
-_NO_DEFAULT: Any = inspect.Parameter.empty
+NO_DEFAULT: Any = inspect.Parameter.empty
 
 
 @dataclass(frozen=True)
@@ -24,13 +24,13 @@ class ToolParameter:
     annotation: Any
     description: str | None
     required: bool
-    default: Any = _NO_DEFAULT
+    default: Any = NO_DEFAULT
     injected: type | None = None
     positional_only: bool = False
 
     @property
     def has_default(self) -> bool:
-        return self.default is not _NO_DEFAULT
+        return self.default is not NO_DEFAULT
 
 
 @dataclass(frozen=True)
