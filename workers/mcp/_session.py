@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from workers.errors import ToolfleetError
+from workers.errors import McpConnectionError, McpProtocolError, McpTimeoutError
 from workers.mcp._transport import (
     CONNECTION_CLOSED,
     INVALID_REQUEST,
@@ -64,22 +64,6 @@ RECONNECT_BACKOFF_S = 0.25
 RECONNECT_BACKOFF_MAX_S = 5.0
 _SESSION_TERMINATED = "Session terminated"  # the HTTP client's text for a 404 on a known session
 _CLOSE_TIMEOUT_S = 5.0
-
-
-class McpConnectionError(ToolfleetError, ConnectionError):
-    """The MCP server could not be reached, or the connection ended while a call was in flight."""
-
-
-class McpTimeoutError(ToolfleetError, TimeoutError):
-    """An MCP request did not complete within its timeout."""
-
-
-class McpProtocolError(ToolfleetError):
-    """The MCP server answered with a protocol error, or with a result the client could not accept."""
-
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 import redis
 
 from workers._redis_errors import mapped_redis_errors
-from workers.errors import ToolfleetError
+from workers.errors import MixedPoolError
 from workers.protocol import POOL_KEY, POOLS_KEY, WORKER_KEY
 from workers.tools import Compensation, ToolDefinition, ToolOptions
 from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
@@ -244,10 +244,6 @@ class Catalog:
                     continue
                 found.setdefault(item.specification.name, item)
         return list(found.values())
-
-
-class MixedPoolError(ToolfleetError):
-    """A worker would join a pool whose live workers serve other tools."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import redis
 
 from workers.app import make_app, registry_from_modules
-from workers.errors import ToolDefinitionError
+from workers.errors import ToolDefinitionError, ToolModuleError
 from workers.runtime.catalog import (
     Catalog,
     CatalogTool,
@@ -30,10 +30,6 @@ __all__ = ["POOL_KINDS", "ToolModuleError", "load_tools", "run_worker"]
 log = logging.getLogger("workers.worker")  # the name its log lines have always had
 
 POOL_KINDS = ("threads", "prefork", "solo")
-
-
-class ToolModuleError(ToolDefinitionError):
-    """A module named in `--tools` cannot be imported, or lacks the attribute named after its colon."""
 
 
 def load_tools(modules: Sequence[str]) -> ToolRegistry:
