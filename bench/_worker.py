@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from workers.catalog import Catalog
+from workers.runtime.catalog import Catalog
 
 __all__ = ["BenchWorker"]
 

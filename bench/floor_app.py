@@ -22,10 +22,10 @@ app.conf.update(
     task_default_queue="bench.floor",
 )
 if os.environ.get("BENCH_FLOOR_TOOLFLEET") == "1":
-    from workers._backend import ResultBackend
+    from workers.runtime._backend import ResultBackend
 
     app.backend_cls = ResultBackend
-    app.conf.broker_transport = "workers._transport:Transport"
+    app.conf.broker_transport = "workers.runtime._transport:Transport"
 
 
 @app.task(name="bench.floor.noop")  # type: ignore[untyped-decorator]

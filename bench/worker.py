@@ -4,7 +4,7 @@
 tool call and a raw task measures the dispatch and collection paths, not two different workers.
 The app reads `TOOLFLEET_*` at import: the benchmark sets them before importing this module.
 
-A tool worker's app keeps only toolfleet's own tasks when it is finalized (`workers.tasks` drops
+A tool worker's app keeps only toolfleet's own tasks when it is finalized (`workers.runtime.tasks` drops
 every other one, Celery's built-ins included). The app is therefore finalized here first and the
 baseline tasks registered after that, so that the same worker serves them.
 """
@@ -15,8 +15,8 @@ import time
 
 from bench import tools
 from workers.app import make_app
-from workers.registry import ToolRegistry
 from workers.settings import Settings
+from workers.tools.registry import ToolRegistry
 
 app = make_app(Settings.from_env(), ToolRegistry([tools]))
 app.finalize()

@@ -13,8 +13,8 @@ from orchestrator.errors import (
     SystemToolError,
     VisibleRemoteToolError,
 )
+from workers.calls.invocation import InvocationContext, InvocationParameters
 from workers.errors import ToolArgumentsError, ToolErrorVisibleToLlm
-from workers.invocation import InvocationContext, InvocationParameters
 from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
 
 __all__ = [

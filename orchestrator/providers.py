@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
 from orchestrator.messages import ChatMessage, UserMessage
-from workers.invocation import InvocationContext, InvocationParameters
+from workers.calls.invocation import InvocationContext, InvocationParameters
+from workers.calls.results import ToolExecutionResult
 from workers.protocol import ToolExecutionRequest
-from workers.results import ToolExecutionResult
-from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 
 __all__ = ["AiServiceTool", "ToolProvider", "ToolProviderRequest", "ToolProviderResult", "ToolRunContext"]
 

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from workers.binding import parse_arguments
+from workers.calls.binding import parse_arguments
 from workers.errors import ToolArgumentsError
 from workers.protocol import ToolExecutionRequest
-from workers.specification import ToolSpecification
+from workers.tools.specification import ToolSpecification
 
 __all__ = [
     "FOUND_TOOLS_ATTRIBUTE",

@@ -35,12 +35,12 @@ from orchestrator.providers import AiServiceTool, ToolProvider, ToolRunContext
 from orchestrator.result import CompleteResponse, Result, StreamEvent
 from orchestrator.saga.journal import Journal
 from orchestrator.search import ToolSearchStrategy
+from workers.calls.invocation import InvocationParameters
 from workers.errors import ToolDefinitionError
-from workers.invocation import InvocationParameters
 from workers.protocol import ToolExecutionRequest
 from workers.settings import Settings
-from workers.specification import ReturnBehavior, ToolSpecification
 from workers.tools import ToolDefinition, check_compensations
+from workers.tools.specification import ReturnBehavior, ToolSpecification
 
 __all__ = ["AiService"]
 

@@ -1,4 +1,4 @@
-"""Bad model input against `workers.runner.run_tool` alone: in-process, no Redis, many examples.
+"""Bad model input against `workers.calls.runner.run_tool` alone: in-process, no Redis, many examples.
 
 Whatever the model writes as arguments, `run_tool` returns a structured outcome: it never raises, an
 error says clearly what is wrong (naming the tool or the parameter), and the outcome survives the JSON
@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 
 import tests.integration.badinput_tools as bad
 from workers import OutcomeKind, ToolExecutionRequest, ToolOutcome
-from workers.registry import ToolRegistry
-from workers.runner import run_tool
+from workers.calls.runner import run_tool
+from workers.tools.registry import ToolRegistry
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = ToolRegistry([bad])
@@ -399,8 +399,8 @@ _BOMB_SCRIPT = """
 import json, sys
 import tests.integration.badinput_tools as bad
 from workers import ToolExecutionRequest
-from workers.registry import ToolRegistry
-from workers.runner import run_tool
+from workers.tools.registry import ToolRegistry
+from workers.calls.runner import run_tool
 tool, arguments = sys.argv[1], sys.argv[2]
 definition = ToolRegistry([bad]).get(tool)
 print(json.dumps(run_tool(definition, ToolExecutionRequest("1", tool, arguments)).to_json()))

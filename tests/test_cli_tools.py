@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from orchestrator.cli.commands import tools
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTNAME = "io-cli-tools@test"

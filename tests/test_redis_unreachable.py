@@ -21,8 +21,8 @@ from orchestrator import CeleryExecutor
 from orchestrator.saga._journal_records import CallRecord
 from orchestrator.saga._late import late_compensation
 from workers import ToolExecutionRequest
-from workers.catalog import Catalog
 from workers.errors import RedisUnavailableError, ToolfleetError
+from workers.runtime.catalog import Catalog
 from workers.settings import Settings
 
 PASSWORD = "hunter2-s3cret"

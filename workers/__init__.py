@@ -3,7 +3,8 @@
 A worker machine needs only this package: it never imports `orchestrator`.
 """
 
-from workers._types import Param
+from workers.calls.invocation import InvocationContext, InvocationParameters, ToolCallIdentity, ToolMemoryId
+from workers.calls.results import ToolExecutionResult
 from workers.contents import Image, ImageContent, TextContent
 from workers.errors import (
     ToolArgumentsError,
@@ -12,12 +13,11 @@ from workers.errors import (
     ToolfleetError,
     ToolResultError,
 )
-from workers.invocation import InvocationContext, InvocationParameters, ToolCallIdentity, ToolMemoryId
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
-from workers.registry import ToolRegistry
-from workers.results import ToolExecutionResult
-from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 from workers.tools import ToolDefinition, compensate_for, tool, tool_specifications_from
+from workers.tools._types import Param
+from workers.tools.registry import ToolRegistry
+from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 
 __all__ = [
     "Image",

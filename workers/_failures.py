@@ -1,16 +1,65 @@
-"""Namespace of the exception classes tool tasks raise, one per tool exception type name.
+"""`ToolFailure`: what a tool task raises for an error outcome, one class per tool exception type name.
 
-They live in a real module so that Celery can pickle them and keeps their own names: Flower then
-shows a failed call as, say, `InsufficientFunds('...')`. A prefork pool's parent process unpickles
-what its children raise, so a class is created here on first lookup by name, in any process.
+The classes live in this module, whose dotted path is part of the wire contract (`FAILURE_MODULE`:
+the orchestrator reads the outcome back from a stored failure of this module), so that Celery can
+pickle them and keeps their own names: Flower then shows a failed call as, say,
+`InsufficientFunds('...')`. A prefork pool's parent process unpickles what its children raise, so a
+class is created here on first lookup by name, in any process.
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import Any, cast
+
+from workers.protocol import FAILURE_MODULE, ToolOutcome
+
+__all__ = ["ToolFailure", "failure_for", "failure_type"]
+
+if __name__ != FAILURE_MODULE:  # pragma: no cover - a move of this module must move the contract too
+    raise ImportError(f"{__name__} must be importable as {FAILURE_MODULE}")
+
+
+class ToolFailure(Exception):
+    """A tool call that ended in an error; `args` are (message, outcome JSON)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else type(self).__name__
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A prefork child hands its exception to the parent by pickle, and the parent has never seen
+        # this dynamically named class: rebuild it by name there instead of looking it up.
+        return (_rebuild_failure, (type(self).__name__, self.args))
+
+
+_failure_types: dict[str, type[ToolFailure]] = {"ToolFailure": ToolFailure}
+
+
+def failure_type(name: str) -> type[ToolFailure]:
+    """The `ToolFailure` subclass named `name`, created in this module on first use."""
+    cls = _failure_types.get(name)
+    if cls is None:
+        cls = cast(type[ToolFailure], type(name, (ToolFailure,), {"__module__": __name__}))
+        globals().setdefault(name, cls)  # never shadows this module's own names
+        _failure_types[name] = cls
+    return cls
+
+
+def _rebuild_failure(name: str, args: tuple[Any, ...]) -> ToolFailure:
+    return failure_type(name)(*args)
+
+
+def failure_for(outcome: ToolOutcome, worker: str | None = None) -> ToolFailure:
+    """The exception a task raises for an error outcome, named after the tool's exception type."""
+    name = outcome.error_type or "ToolFailure"
+    if not name.isidentifier():
+        name = "ToolFailure"
+    return failure_type(name)(outcome.text, {**outcome.to_json(), "worker": worker})
 
 
 def __getattr__(name: str) -> Any:
     if name.startswith("__") or not name.isidentifier():
         raise AttributeError(name)
-    from workers.tasks import failure_type
-
     return failure_type(name)

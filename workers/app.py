@@ -14,8 +14,8 @@ from typing import Any
 
 from celery import Celery
 
-from workers.registry import ToolRegistry
 from workers.settings import Settings
+from workers.tools.registry import ToolRegistry
 
 __all__ = [
     "make_app",
@@ -29,7 +29,7 @@ __all__ = [
 def _base_config(settings: Settings) -> dict[str, Any]:
     transport = {}
     if settings.broker_url.startswith(("redis://", "rediss://")):
-        transport = {"broker_transport": "workers._transport:Transport"}
+        transport = {"broker_transport": "workers.runtime._transport:Transport"}
     return {
         **transport,
         "task_serializer": "json",
@@ -81,7 +81,7 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
     """The worker-side app: result backend on, task events on, one task per tool of `registry`."""
     app = Celery(name, broker=settings.broker_url, backend=settings.result_backend, set_as_current=False)
     if settings.result_backend.startswith(("redis://", "rediss://")):
-        from workers._backend import ResultBackend
+        from workers.runtime._backend import ResultBackend
 
         app.backend_cls = ResultBackend  # Celery's Redis backend, one round trip per stored state
     app.conf.update(
@@ -100,7 +100,7 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=False,
         # Reconnects within half a second of the broker answering again, and announces it.
-        worker_consumer="workers._consumer:Consumer",
+        worker_consumer="workers.runtime._consumer:Consumer",
         # A worker outlives broker outages: it reconnects for as long as it takes (the publisher, in
         # the orchestrator, keeps the short limit so calls fail fast instead).
         broker_connection_max_retries=None,
@@ -115,7 +115,7 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
     )
     _keep_results_out_of_logs()
     if registry is not None:
-        from workers.tasks import register_tasks
+        from workers.runtime.tasks import register_tasks
 
         register_tasks(app, registry, settings)
     return app
@@ -129,7 +129,7 @@ def _keep_results_out_of_logs() -> None:
 
     Celery logs "Task ... succeeded in ...: <result>" at INFO (up to 1024 characters of it), and a
     result holds whatever the tool read. Its trace logger keeps warnings and errors only; each call's
-    line is toolfleet's own (`workers.runner.log_call`): tool, ids, outcome, duration, and the
+    line is toolfleet's own (`workers.calls.runner.log_call`): tool, ids, outcome, duration, and the
     content at DEBUG only, cut short.
     """
     logging.getLogger(CELERY_TRACE_LOGGER).setLevel(logging.WARNING)

@@ -1,15 +1,37 @@
-"""Errors of the tool side. `ToolfleetError` is the root of every error this package raises."""
+"""Errors of the tool side. `ToolfleetError` is the root of every error this package raises.
+
+    ToolfleetError
+    ├── SettingsError (also ValueError)          a setting out of its range
+    ├── RedisUnavailableError (also redis.ConnectionError)   Redis unusable; redis-py's error as cause
+    ├── ToolDefinitionError                      a tool declared in a way that cannot work
+    │   └── ToolModuleError                      a `--tools` module that cannot be loaded
+    ├── ToolArgumentsError                       the model's arguments do not bind
+    ├── ToolResultError                          a result that cannot be turned into text
+    ├── MixedPoolError                           a worker joining a pool that serves other tools
+    ├── McpConnectionError (also ConnectionError)   an MCP server out of reach; httpx's error as cause
+    ├── McpTimeoutError (also TimeoutError)      an MCP request past its timeout
+    ├── McpProtocolError                         an MCP protocol error, or a result not accepted
+    └── VisibleToolError (a ToolErrorVisibleToLlm)   a ready-made error whose text the model sees
+
+Third-party errors are mapped once, where they are met, with the original kept as `__cause__`.
+`ToolErrorVisibleToLlm` is a mixin, not an error: a tool's own exception marked for the model.
+"""
 
 from __future__ import annotations
 
 import redis.exceptions
 
 __all__ = [
+    "McpConnectionError",
+    "McpProtocolError",
+    "McpTimeoutError",
+    "MixedPoolError",
     "RedisUnavailableError",
     "SettingsError",
     "ToolArgumentsError",
     "ToolDefinitionError",
     "ToolErrorVisibleToLlm",
+    "ToolModuleError",
     "ToolResultError",
     "ToolfleetError",
     "VisibleToolError",
@@ -38,6 +60,30 @@ class RedisUnavailableError(ToolfleetError, redis.exceptions.ConnectionError):
 
 class ToolDefinitionError(ToolfleetError):
     """A tool, parameter or compensation is declared in a way that cannot work; raised at registration."""
+
+
+class ToolModuleError(ToolDefinitionError):
+    """A module named in `--tools` cannot be imported, or lacks the attribute named after its colon."""
+
+
+class MixedPoolError(ToolfleetError):
+    """A worker would join a pool whose live workers serve other tools."""
+
+
+class McpConnectionError(ToolfleetError, ConnectionError):
+    """The MCP server could not be reached, or the connection ended while a call was in flight."""
+
+
+class McpTimeoutError(ToolfleetError, TimeoutError):
+    """An MCP request did not complete within its timeout."""
+
+
+class McpProtocolError(ToolfleetError):
+    """The MCP server answered with a protocol error, or with a result the client could not accept."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ToolArgumentsError(ToolfleetError):

@@ -1,4 +1,13 @@
-"""The wire contract between orchestrator and workers: a call request and its outcome, JSON only."""
+"""The wire contract between orchestrator and workers, JSON only, no Celery imports.
+
+What crosses it: a call request and its outcome (`ToolExecutionRequest`, `ToolOutcome`, `ToolExecution`),
+wrapped in the keyword arguments of a task (`CallTask` for `tool.<name>`, `CompensationTask` for
+`compensate.<name>`), with ids derived from the call's idempotency key (`call_task_id`,
+`compensation_task_id`). What it leaves in Redis: the result backend's `celery-task-meta-<task id>`, the
+per-call state (`call_state_key`: `abandoned` by the orchestrator or `finished` by the worker), the
+compensation lock and done mark (`compensation_lock_key`), and the catalog (`WORKER_KEY`, `POOL_KEY`,
+`POOLS_KEY`). Nothing else spells out a task's keyword names or a Redis key.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +17,54 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from workers.calls.invocation import Invocation
 from workers.contents import Content, content_from_json, content_to_json
 
 __all__ = [
+    "CALL_ABANDONED",
+    "CALL_FINISHED",
+    "COMPENSATION_DONE",
+    "COMPENSATION_PREFIX",
+    "FAILURE_MODULE",
+    "IDEMPOTENCY_HEADER",
+    "META_PREFIX",
+    "POOLS_KEY",
+    "POOL_KEY",
+    "TASK_PREFIX",
+    "WORKER_KEY",
+    "CallTask",
+    "CompensationTask",
     "ErrorCause",
     "OutcomeKind",
     "ToolExecution",
     "ToolExecutionRequest",
     "ToolOutcome",
+    "call_state_key",
     "call_task_id",
+    "compensation_lock_key",
+    "compensation_task_id",
+    "compensation_task_name",
+    "flower_reprs",
+    "outcome_from_failure",
+    "tool_task_name",
 ]
+
+TASK_PREFIX = "tool."
+COMPENSATION_PREFIX = "compensate."
+IDEMPOTENCY_HEADER = "idempotency_key"  # the message header naming the call a task belongs to
+META_PREFIX = "celery-task-meta-"  # Celery's Redis result backend: key and channel of a task's state
+CALL_ABANDONED = "abandoned"  # per-call state written by the orchestrator at the call's deadline
+CALL_FINISHED = "finished"  # per-call state written by the worker when a late-compensable call succeeds
+COMPENSATION_DONE = "done"  # the compensation lock's value once the undo ran
+WORKER_KEY = "toolfleet:worker:{}"  # a live worker's catalog entry, by hostname (JSON, expiring)
+POOL_KEY = "toolfleet:pool:{}"  # a pool's live workers: hostname -> expiry time (sorted set)
+POOLS_KEY = "toolfleet:pools"  # every pool a worker ever announced (set)
+# The module a failed task's exception class belongs to (`exc_module` in the stored state): its classes
+# are named after the tool's exception and carry the outcome (`workers._failures`).
+FAILURE_MODULE = "workers._failures"
+
+_CALL_NAMESPACE = uuid.UUID("0d7c3f52-8a61-4c1e-9b7e-6f2a41d3e9b5")
+_COMPENSATION_NAMESPACE = uuid.UUID("5b0b6a8e-4f5e-4a57-9a43-2f3c54a0c1de")
 
 _CALL_NAMESPACE = uuid.UUID("0d7c3f52-8a61-4c1e-9b7e-6f2a41d3e9b5")
 
@@ -223,3 +270,123 @@ class ToolExecution:
             pool=data.get("pool"),
             worker=data.get("worker"),
         )
+
+
+def tool_task_name(tool: str) -> str:
+    """The Celery task that runs a call of `tool`."""
+    return TASK_PREFIX + tool
+
+
+def compensation_task_name(tool: str) -> str:
+    """The Celery task that undoes a call of `tool`."""
+    return COMPENSATION_PREFIX + tool
+
+
+def compensation_task_id(idempotency_key: str) -> str:
+    """The one task id of the compensation of a call: every path that undoes it uses the same id."""
+    return "compensate-" + str(uuid.uuid5(_COMPENSATION_NAMESPACE, idempotency_key))
+
+
+def call_state_key(task_id: str) -> str:
+    """The per-call state in Redis that decides between "collected" and "abandoned"."""
+    return f"toolfleet:call:{task_id}"
+
+
+def compensation_lock_key(idempotency_key: str) -> str:
+    """The lock a compensation holds while undoing a call, and its done mark afterwards."""
+    return f"toolfleet:compensation:{idempotency_key}"
+
+
+def _carried_json(invocation: Invocation, deadline: float | None) -> dict[str, Any]:
+    """What every task carries besides its own fields: the invocation and the wall-clock deadline."""
+    return {"invocation": invocation.to_json(), "deadline": deadline}
+
+
+def _carried(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "invocation": Invocation.from_json(data["invocation"]),
+        "deadline": float(data.get("deadline") or 0) or None,
+    }
+
+
+@dataclass(frozen=True)
+class CallTask:
+    """The keyword arguments of a `tool.<name>` task: the call, its invocation, the dispatch's number
+    (`attempt`, from 1), whether a late success is undone by its worker, and the wall-clock deadline."""
+
+    request: ToolExecutionRequest
+    invocation: Invocation
+    compensate_if_late: bool = False
+    attempt: int = 1
+    deadline: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "request": self.request.to_json(),
+            "compensate_if_late": self.compensate_if_late,
+            "attempt": self.attempt,
+            **_carried_json(self.invocation, self.deadline),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CallTask:
+        return cls(
+            request=ToolExecutionRequest.from_json(data["request"]),
+            compensate_if_late=bool(data.get("compensate_if_late")),
+            attempt=int(data.get("attempt") or 1),
+            **_carried(data),
+        )
+
+    def reprs(self) -> dict[str, str]:
+        """What Flower shows as the task's arguments (see `flower_reprs`)."""
+        return flower_reprs(self.request, self.invocation)
+
+
+@dataclass(frozen=True)
+class CompensationTask:
+    """The keyword arguments of a `compensate.<name>` task: the call to undo, its invocation, its
+    idempotency key (the undo runs at most once per key), the deadline and the failed undos so far."""
+
+    execution: ToolExecution
+    invocation: Invocation
+    idempotency_key: str
+    deadline: float | None = None
+    failures: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        fields = {"execution": self.execution.to_json(), "idempotency_key": self.idempotency_key}
+        return {**fields, "failures": self.failures, **_carried_json(self.invocation, self.deadline)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CompensationTask:
+        execution = ToolExecution.from_json(data["execution"])
+        key, failures = str(data["idempotency_key"]), int(data.get("failures") or 0)
+        return cls(execution=execution, idempotency_key=key, failures=failures, **_carried(data))
+
+    def reprs(self) -> dict[str, str]:
+        """What Flower shows as the task's arguments (see `flower_reprs`)."""
+        return flower_reprs(self.execution.request, self.invocation)
+
+
+def flower_reprs(request: ToolExecutionRequest, invocation: Invocation) -> dict[str, str]:
+    """What Flower shows as a task's arguments: the model's arguments and the ids, never the
+    invocation's parameters (they may hold credentials)."""
+    arguments = request.arguments
+    if len(arguments) > 1024:
+        arguments = arguments[:1024] + "…"
+    invocation_id = invocation.context.invocation_id
+    shown = f"{{'arguments': {arguments!r}, 'call_id': {request.id!r}, 'invocation_id': '{invocation_id}'}}"
+    return {"argsrepr": "()", "kwargsrepr": shown}
+
+
+def outcome_from_failure(result: Any) -> ToolOutcome | None:
+    """The structured outcome carried by a stored tool failure (`FAILURE_MODULE`), else `None`."""
+    if not isinstance(result, dict) or result.get("exc_module") != FAILURE_MODULE:
+        return None
+    message = result.get("exc_message")
+    if isinstance(message, list | tuple) and len(message) == 2 and isinstance(message[1], dict):
+        try:
+            return ToolOutcome.from_json(message[1])
+        except (KeyError, ValueError):
+            return None
+    return None

@@ -18,7 +18,7 @@ from bench._context import WORKER_CONCURRENCY, Bench, expect
 from bench._timing import Measure, cpu_json, ms, summarize, walls
 from orchestrator.executors.base import execute_batch
 from workers import OutcomeKind, ToolOutcome
-from workers.invocation import Invocation
+from workers.calls.invocation import Invocation
 
 BATCHES = 200
 FEW_BATCHES = 20

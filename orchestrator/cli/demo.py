@@ -34,9 +34,9 @@ from orchestrator.models.scripted import ScriptedChatModel
 from orchestrator.result import Result
 from orchestrator.saga.journal import Journal
 from orchestrator.service import AiService
-from workers.catalog import Catalog
-from workers.process import WorkerProcess
 from workers.protocol import ToolExecutionRequest
+from workers.runtime.catalog import Catalog
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 __all__ = ["STORIES", "run_demo"]

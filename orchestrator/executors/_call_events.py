@@ -28,7 +28,7 @@ class CallEvent:
     arguments: str = ""
 
 
-def _notifier(
+def call_notifier(
     on_call: Callable[[CallEvent], None] | None, task_id: str, task_name: str, pool: str, arguments: str = ""
 ) -> Callable[[str, str | None], None] | None:
     if on_call is None:

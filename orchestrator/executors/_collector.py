@@ -30,13 +30,12 @@ from typing import Any, ClassVar
 import redis
 from redis.exceptions import RedisError
 
-from workers.catalog import POOL_KEY, WORKER_KEY
+from workers.protocol import META_PREFIX, POOL_KEY, WORKER_KEY
 
 __all__ = ["FINAL_STATES", "LOST", "MAX_REDISPATCHES", "NO_WORKER", "ResultCollector"]
 
 log = logging.getLogger(__name__)
 
-META_PREFIX = "celery-task-meta-"
 CONTROL_CHANNEL = "toolfleet:collector"
 FINAL_STATES = frozenset({"SUCCESS", "FAILURE", "REVOKED"})
 LOST = "TOOLFLEET_WORKER_LOST"

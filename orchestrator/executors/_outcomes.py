@@ -7,37 +7,37 @@ from typing import Any
 
 from orchestrator.executors._collector import LOST, NO_WORKER
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
-from workers.tasks import outcome_from_failure
+from workers.protocol import COMPENSATION_PREFIX, outcome_from_failure
 
 _TIME_LIMIT_ERRORS = {"TimeLimitExceeded", "SoftTimeLimitExceeded", "Terminated"}
 
 
-def _seconds(value: float) -> str:
+def seconds_text(value: float) -> str:
     return f"{value:g}"
 
 
-def _outcome(meta: dict[str, Any], definition: ToolDefinition, timeout_s: float) -> ToolOutcome:
+def outcome_of_meta(meta: dict[str, Any], definition: ToolDefinition, timeout_s: float) -> ToolOutcome:
     status = meta.get("status")
     name = definition.name
     if status == "SUCCESS":
         result = meta.get("result")
         if isinstance(result, dict) and "kind" in result:
             return ToolOutcome.from_json(result)
-        return _error(
+        return failed_outcome(
             OutcomeKind.EXECUTION_ERROR, f"Tool '{name}' returned an unreadable result", "ProtocolError"
         )
     if status == NO_WORKER:
-        return _no_worker(definition)
+        return no_worker_outcome(definition)
     if status == LOST:
-        return _error(
+        return failed_outcome(
             OutcomeKind.WORKER_LOST,
             f"Tool '{name}' lost its worker {meta.get('worker')} before finishing",
             "WorkerLostError",
         )
     if status == "REVOKED":
-        return _error(
+        return failed_outcome(
             OutcomeKind.TIMED_OUT,
-            f"Tool '{name}' did not finish within {_seconds(timeout_s)} s",
+            f"Tool '{name}' did not finish within {seconds_text(timeout_s)} s",
             "TimeoutError",
         )
     result = meta.get("result")
@@ -51,22 +51,22 @@ def _outcome(meta: dict[str, Any], definition: ToolDefinition, timeout_s: float)
     if exc_type == "NotRegistered":
         return _not_registered(definition, result)
     if exc_type == "WorkerLostError":
-        where = f" {_worker_of(meta)}" if _worker_of(meta) else ""
-        return _error(
+        where = f" {worker_of(meta)}" if worker_of(meta) else ""
+        return failed_outcome(
             OutcomeKind.WORKER_LOST,
             f"Tool '{name}' lost its worker{where} before finishing ({message})",
             exc_type,
         )
     if exc_type in _TIME_LIMIT_ERRORS:
-        return _error(
+        return failed_outcome(
             OutcomeKind.TIMED_OUT,
-            f"Tool '{name}' did not finish within {_seconds(timeout_s)} s",
+            f"Tool '{name}' did not finish within {seconds_text(timeout_s)} s",
             exc_type,
         )
-    return _error(OutcomeKind.EXECUTION_ERROR, str(message or exc_type), exc_type)
+    return failed_outcome(OutcomeKind.EXECUTION_ERROR, str(message or exc_type), exc_type)
 
 
-def _worker_of(meta: dict[str, Any]) -> str | None:
+def worker_of(meta: dict[str, Any]) -> str | None:
     """The worker that ran the call: named in the outcome the task stored, or in its STARTED state."""
     result = meta.get("result")
     candidates: list[Any] = [meta.get("worker")]
@@ -78,12 +78,12 @@ def _worker_of(meta: dict[str, Any]) -> str | None:
     return next((c for c in candidates if isinstance(c, str) and c), None)
 
 
-def _error(kind: OutcomeKind, text: str, error_type: str) -> ToolOutcome:
+def failed_outcome(kind: OutcomeKind, text: str, error_type: str) -> ToolOutcome:
     return ToolOutcome(kind=kind, text=text, error_type=error_type)
 
 
-def _no_worker(definition: ToolDefinition) -> ToolOutcome:
-    return _error(
+def no_worker_outcome(definition: ToolDefinition) -> ToolOutcome:
+    return failed_outcome(
         OutcomeKind.NO_WORKER,
         f"No live worker serves pool '{definition.pool}' of tool '{definition.name}'",
         "NoWorkerError",
@@ -99,7 +99,7 @@ def _not_registered(definition: ToolDefinition, result: Any) -> ToolOutcome:
     task = str(parts[0]) if parts and parts[0] else ""
     detail = parts[1] if len(parts) > 1 and isinstance(parts[1], dict) else {}
     what = f"Tool '{definition.name}'"
-    if task.startswith("compensate."):
+    if task.startswith(COMPENSATION_PREFIX):
         what = f"The compensation of tool '{definition.name}'"
     pool = detail.get("pool") or definition.pool
     worker = detail.get("worker")
@@ -117,5 +117,5 @@ def _not_registered(definition: ToolDefinition, result: Any) -> ToolOutcome:
         )
     # A tool call is told to the model like a pool without workers; an undo that cannot run here is
     # recorded as failed at once (dispatching it again under its one task id would meet this failure).
-    kind = OutcomeKind.EXECUTION_ERROR if task.startswith("compensate.") else OutcomeKind.NO_WORKER
-    return _error(kind, text, "NotRegistered")
+    kind = OutcomeKind.EXECUTION_ERROR if task.startswith(COMPENSATION_PREFIX) else OutcomeKind.NO_WORKER
+    return failed_outcome(kind, text, "NotRegistered")

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from workers import ToolDefinition, ToolExecution, ToolExecutionRequest, ToolOutcome
-from workers.invocation import Invocation
-from workers.invocation import idempotency_key as _call_key
+from workers.calls.invocation import Invocation
+from workers.calls.invocation import idempotency_key as _call_key
 
 if TYPE_CHECKING:  # the saga package imports this module: only the type is needed here
     from orchestrator.saga._inflight import Settled

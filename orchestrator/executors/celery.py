@@ -16,9 +16,15 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from orchestrator.executors._attempts import Attempts
-from orchestrator.executors._call_events import CallEvent, _notifier
-from orchestrator.executors._collector import FINAL_STATES, META_PREFIX, ResultCollector
-from orchestrator.executors._outcomes import _error, _no_worker, _outcome, _seconds, _worker_of
+from orchestrator.executors._call_events import CallEvent, call_notifier
+from orchestrator.executors._collector import FINAL_STATES, ResultCollector
+from orchestrator.executors._outcomes import (
+    failed_outcome,
+    no_worker_outcome,
+    outcome_of_meta,
+    seconds_text,
+    worker_of,
+)
 from orchestrator.executors.base import execute_batch, idempotency_key
 from orchestrator.saga._inflight import Settled, settle
 from workers import (
@@ -31,20 +37,23 @@ from workers import (
 )
 from workers._redis_errors import mapped_redis_errors
 from workers.app import make_publisher
-from workers.catalog import Catalog, WorkerEntry
-from workers.invocation import Invocation
-from workers.protocol import call_task_id
-from workers.retry import backoff_s
-from workers.runner import utf8_size
-from workers.settings import Settings
-from workers.tasks import (
-    COMPENSATION_PREFIX,
-    TASK_PREFIX,
+from workers.calls.invocation import Invocation
+from workers.calls.retry import backoff_s, compensation_timeout_s
+from workers.calls.runner import utf8_size
+from workers.protocol import (
+    CALL_ABANDONED,
+    IDEMPOTENCY_HEADER,
+    META_PREFIX,
+    CallTask,
+    CompensationTask,
     call_state_key,
+    call_task_id,
     compensation_task_id,
-    compensation_timeout_s,
-    flower_reprs,
+    compensation_task_name,
+    tool_task_name,
 )
+from workers.runtime.catalog import Catalog, WorkerEntry
+from workers.settings import Settings
 
 __all__ = ["CallEvent", "CeleryExecutor"]
 
@@ -165,10 +174,12 @@ class CeleryExecutor:
         definition = definition or self.definition(request.name)
         invocation = invocation or Invocation()
         if definition is None:
-            return _error(OutcomeKind.EXECUTION_ERROR, f"Unknown tool '{request.name}'", "UnknownToolError")
+            return failed_outcome(
+                OutcomeKind.EXECUTION_ERROR, f"Unknown tool '{request.name}'", "UnknownToolError"
+            )
         size = utf8_size(request.arguments)
         if size > self.settings.max_argument_bytes:
-            return _error(
+            return failed_outcome(
                 OutcomeKind.ARGUMENTS_ERROR,
                 f"Arguments of tool '{definition.name}' are {size} bytes, over the limit of "
                 f"{self.settings.max_argument_bytes} bytes (TOOLFLEET_MAX_ARGUMENT_BYTES)",
@@ -178,23 +189,18 @@ class CeleryExecutor:
         deadline = time.monotonic() + timeout_s
         key = idempotency_key(invocation, request)
         attempts = 1 + (definition.options.retries if definition.options.idempotent else 0)
-        outcome = _error(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
+        outcome = failed_outcome(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
+        late = compensate_if_late and definition.compensation is not None
         for attempt in range(1, attempts + 1):
             outcome = await self._dispatch(
-                TASK_PREFIX + definition.name,
+                tool_task_name(definition.name),
                 call_task_id(key, _ATTEMPTS.next(key)),
-                {
-                    "request": request.to_json(),
-                    "invocation": invocation.to_json(),
-                    "compensate_if_late": compensate_if_late and definition.compensation is not None,
-                    "attempt": attempt,
-                },
+                CallTask(request, invocation, compensate_if_late=late, attempt=attempt),
                 definition,
                 deadline,
                 timeout_s,
                 key=key,
-                abandon_atomically=compensate_if_late and definition.compensation is not None,
-                arguments=request.arguments,
+                abandon_atomically=late,
             )
             if outcome.kind is not OutcomeKind.WORKER_LOST or time.monotonic() >= deadline:
                 break
@@ -220,18 +226,13 @@ class CeleryExecutor:
         lost = waits = 0
         while True:
             outcome = await self._dispatch(
-                COMPENSATION_PREFIX + definition.name,
+                compensation_task_name(definition.name),
                 compensation_task_id(key),
-                {
-                    "execution": execution.to_json(),
-                    "invocation": invocation.to_json(),
-                    "idempotency_key": key,
-                },
+                CompensationTask(execution, invocation, key),
                 definition,
                 deadline,
                 timeout_s,
                 key=key,
-                arguments=execution.request.arguments,
             )
             if outcome.kind is OutcomeKind.WORKER_LOST and lost < self.settings.compensation_retries:
                 lost += 1
@@ -274,25 +275,25 @@ class CeleryExecutor:
         self,
         task_name: str,
         task_id: str,
-        kwargs: dict[str, Any],
+        envelope: CallTask | CompensationTask,
         definition: ToolDefinition,
         deadline: float,
         timeout_s: float,
         *,
         key: str,
         abandon_atomically: bool = False,
-        arguments: str = "",
     ) -> ToolOutcome:
         pool = definition.pool
         if not self._pool_has_workers(pool):
-            return _no_worker(definition)
+            return no_worker_outcome(definition)
         collector = self._collector
-        notify = _notifier(self.on_call, task_id, task_name, pool, arguments)
+        request = envelope.request if isinstance(envelope, CallTask) else envelope.execution.request
+        notify = call_notifier(self.on_call, task_id, task_name, pool, request.arguments)
         redispatch = None
-        if definition.options.idempotent and task_name.startswith(TASK_PREFIX):
+        if definition.options.idempotent and isinstance(envelope, CallTask):
             # A worker lost mid-call: the same message again, for another worker of the pool.
             def redispatch() -> None:
-                self._publish(task_name, task_id, kwargs, pool, deadline - time.monotonic(), key=key)
+                self._publish(task_name, task_id, envelope, pool, deadline - time.monotonic(), key=key)
 
         future = collector.watch(
             task_id,
@@ -306,12 +307,12 @@ class CeleryExecutor:
         try:
             if time.monotonic() < self._broker_down_until:
                 raise OperationalError(self._broker_error)
-            self._publish(task_name, task_id, kwargs, pool, remaining, key=key)
+            self._publish(task_name, task_id, envelope, pool, remaining, key=key)
         except OperationalError as exc:
             collector.forget(task_id)
             self._broker_down_until = time.monotonic() + _OUTAGE_HOLD_S  # fail the batch's others fast
             self._broker_error = str(exc)
-            return _error(
+            return failed_outcome(
                 OutcomeKind.EXECUTION_ERROR,
                 f"Tool '{definition.name}' could not be dispatched: the broker is unreachable ({exc})",
                 "BrokerUnavailable",
@@ -328,9 +329,9 @@ class CeleryExecutor:
                 self._abandon(task_id, pool)
                 if notify:
                     notify(OutcomeKind.TIMED_OUT.value, None)
-                outcome = _error(
+                outcome = failed_outcome(
                     OutcomeKind.TIMED_OUT,
-                    f"Tool '{definition.name}' did not finish within {_seconds(timeout_s)} s",
+                    f"Tool '{definition.name}' did not finish within {seconds_text(timeout_s)} s",
                     "TimeoutError",
                 )
                 return dataclasses.replace(outcome, task_id=task_id, pool=pool)
@@ -338,7 +339,7 @@ class CeleryExecutor:
             collector.forget(task_id)
             self._abandon(task_id, pool)
             raise
-        outcome = _outcome(meta, definition, timeout_s)
+        outcome = outcome_of_meta(meta, definition, timeout_s)
         if (
             outcome.kind is OutcomeKind.WORKER_LOST
             and abandon_atomically
@@ -349,10 +350,10 @@ class CeleryExecutor:
             stored = await self._stored_result(task_id)
             if stored is not None:
                 meta = stored
-                outcome = _outcome(meta, definition, timeout_s)
+                outcome = outcome_of_meta(meta, definition, timeout_s)
         if notify:
-            notify(outcome.kind.value, _worker_of(meta))
-        return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=_worker_of(meta))
+            notify(outcome.kind.value, worker_of(meta))
+        return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=worker_of(meta))
 
     async def _stored_result(self, task_id: str) -> dict[str, Any] | None:
         """The final state of a task, read from the result backend for up to a few seconds."""
@@ -373,7 +374,7 @@ class CeleryExecutor:
         """Claim a call as abandoned, unless its worker already marked it finished."""
         ttl = int(max(self.settings.result_expires_s, 60))
         try:
-            return bool(self._redis.set(call_state_key(task_id), "abandoned", nx=True, ex=ttl))
+            return bool(self._redis.set(call_state_key(task_id), CALL_ABANDONED, nx=True, ex=ttl))
         except redis.RedisError as exc:
             log.warning(
                 "could not mark %s abandoned (%s); it will not be compensated if it finishes", task_id, exc
@@ -384,7 +385,7 @@ class CeleryExecutor:
         self,
         task_name: str,
         task_id: str,
-        kwargs: dict[str, Any],
+        envelope: CallTask | CompensationTask,
         pool: str,
         remaining_s: float,
         *,
@@ -395,10 +396,10 @@ class CeleryExecutor:
             "queue": pool,
             # An absolute time: spares Celery's own timezone arithmetic on the hot path.
             "expires": datetime.fromtimestamp(time.time() + max(remaining_s, 0.001), UTC),
-            "headers": {"idempotency_key": key},
+            "headers": {IDEMPOTENCY_HEADER: key},
             # What Flower shows as the call's arguments: the model's arguments and ids, never the
             # invocation parameters (they may hold credentials). Also spares Celery's saferepr.
-            **flower_reprs(kwargs),
+            **envelope.reprs(),
             "retry": True,
             "retry_policy": {
                 "max_retries": 2,
@@ -410,9 +411,8 @@ class CeleryExecutor:
         if self._pool_kinds.get(pool) == "prefork":
             options["soft_time_limit"] = max(remaining_s, 0.05)
             options["time_limit"] = max(remaining_s, 0.05) + 1.0
-        self._publisher.send_task(
-            task_name, kwargs={**kwargs, "deadline": time.time() + remaining_s}, **options
-        )
+        sent = dataclasses.replace(envelope, deadline=time.time() + remaining_s)
+        self._publisher.send_task(task_name, kwargs=sent.to_json(), **options)
 
     def _pool_has_workers(self, pool: str) -> bool:
         checked = self._pool_alive.get(pool)

@@ -21,9 +21,9 @@ from workers import (
     ToolOutcome,
     ToolRegistry,
 )
-from workers.invocation import Invocation, ToolCallIdentity
-from workers.retry import backoff_s, is_transient
-from workers.runner import (
+from workers.calls.invocation import Invocation, ToolCallIdentity
+from workers.calls.retry import backoff_s, is_transient
+from workers.calls.runner import (
     arun_compensation,
     arun_tool,
     bound_outcome,

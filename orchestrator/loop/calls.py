@@ -24,12 +24,12 @@ from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.providers import AiServiceTool, ToolRunContext
 from orchestrator.result import ToolExecuted
 from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
+from workers.calls.results import ToolExecutionResult, convert_result
+from workers.calls.runner import error_outcome
 from workers.errors import ToolArgumentsError
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
-from workers.results import ToolExecutionResult, convert_result
-from workers.runner import error_outcome
-from workers.specification import ReturnBehavior
 from workers.tools import ToolDefinition
+from workers.tools.specification import ReturnBehavior
 
 __all__ = ["Call", "CallState", "returns_immediately", "run_batch", "start_call"]
 

@@ -16,9 +16,9 @@ from orchestrator.models.base import TokenUsage
 from orchestrator.providers import ToolProviderRequest
 from orchestrator.result import StreamEvent
 from orchestrator.saga import Saga
-from workers.invocation import Invocation, InvocationContext, InvocationParameters
+from workers.calls.invocation import Invocation, InvocationContext, InvocationParameters
 from workers.protocol import ToolExecution
-from workers.specification import ToolSpecification
+from workers.tools.specification import ToolSpecification
 
 __all__ = ["Emit", "RunState", "ask_providers", "new_state", "visible"]
 

@@ -13,9 +13,9 @@ from orchestrator.providers import AiServiceTool, ToolProvider, ToolProviderRequ
 from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
 from workers.errors import ToolDefinitionError
 from workers.protocol import ToolExecutionRequest
-from workers.registry import instantiate
-from workers.specification import SearchBehavior, ToolSpecification
 from workers.tools import ToolDefinition, discover_tools
+from workers.tools.registry import instantiate
+from workers.tools.specification import SearchBehavior, ToolSpecification
 
 __all__ = [
     "Tool",

@@ -39,7 +39,7 @@ from orchestrator.models.base import (
 )
 from workers.contents import Content, Image, ImageContent, TextContent
 from workers.protocol import ToolExecutionRequest
-from workers.specification import ToolNameAliases, ToolSpecification
+from workers.tools.specification import ToolNameAliases, ToolSpecification
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from orchestrator.models.base import (
 )
 from workers.contents import Content, ImageContent, TextContent
 from workers.protocol import ToolExecutionRequest
-from workers.specification import ToolNameAliases, ToolSpecification, strict_schema
+from workers.tools.specification import ToolNameAliases, ToolSpecification, strict_schema
 
 log = logging.getLogger(__name__)
 

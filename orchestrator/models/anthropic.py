@@ -50,7 +50,7 @@ from orchestrator.models.base import (
     CompleteResponse,
     ToolChoice,
 )
-from workers.specification import ToolNameAliases
+from workers.tools.specification import ToolNameAliases
 
 __all__ = ["ANTHROPIC_TOOL_NAME", "AnthropicChatModel"]
 

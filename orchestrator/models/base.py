@@ -9,7 +9,7 @@ from typing import Any, Protocol, TypeAlias
 
 from orchestrator.messages import AiMessage, ChatMessage
 from workers.protocol import ToolExecutionRequest
-from workers.specification import ToolSpecification
+from workers.tools.specification import ToolSpecification
 
 __all__ = [
     "ChatEvent",

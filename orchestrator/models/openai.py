@@ -42,7 +42,7 @@ from orchestrator.models.base import (
     CompleteResponse,
     TokenUsage,
 )
-from workers.specification import ToolNameAliases
+from workers.tools.specification import ToolNameAliases
 
 __all__ = ["OpenAiChatModel"]
 

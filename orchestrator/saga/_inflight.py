@@ -19,9 +19,8 @@ from typing import Any
 
 import redis
 
-from orchestrator.executors._collector import META_PREFIX
 from orchestrator.saga.states import CallState
-from workers.tasks import call_state_key
+from workers.protocol import CALL_ABANDONED, CALL_FINISHED, META_PREFIX, call_state_key
 
 __all__ = ["Settled", "settle"]
 
@@ -65,9 +64,9 @@ async def settle(
                 continue  # the executor may have dispatched it again
             return Settled(CallState.FAILED, task_id, meta)
         # Queued, running, retrying, lost, or revoked (a threads pool still runs a revoked task).
-        if not client.set(call_state_key(task_id), "abandoned", nx=True, ex=mark_ttl_s):
+        if not client.set(call_state_key(task_id), CALL_ABANDONED, nx=True, ex=mark_ttl_s):
             mark = client.get(call_state_key(task_id))
-            if mark in (b"finished", "finished"):
+            if mark in (CALL_FINISHED.encode(), CALL_FINISHED):
                 # Its worker finished it first (the mark is set on success only): collect it.
                 return Settled(CallState.SUCCEEDED, task_id, await _await_final(client, task_id))
         revoke(task_id)

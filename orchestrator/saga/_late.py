@@ -14,10 +14,9 @@ from enum import StrEnum
 
 import redis
 
-from orchestrator.executors._collector import META_PREFIX
 from orchestrator.saga.journal import CallRecord
 from workers._redis_errors import mapped_redis_errors
-from workers.tasks import call_state_key, compensation_task_id
+from workers.protocol import CALL_ABANDONED, CALL_FINISHED, META_PREFIX, call_state_key, compensation_task_id
 
 __all__ = ["LateCompensation", "LateState", "late_compensation"]
 
@@ -64,7 +63,7 @@ def _late_compensation(client: redis.Redis, call: CallRecord) -> LateCompensatio
             return LateCompensation(LateState.FAILED, text, task_id)
         return LateCompensation(LateState.RUNNING, f"the late compensation is {status.lower()}", task_id)
     mark = client.get(call_state_key(call.task_id)) if call.task_id else None
-    if mark in (b"abandoned", "abandoned"):
+    if mark in (CALL_ABANDONED.encode(), CALL_ABANDONED):
         if call.task_id and _status(client.get(META_PREFIX + call.task_id)) == "REVOKED":
             return LateCompensation(LateState.NOT_FINISHED, "revoked before it ran: nothing to undo", task_id)
         return LateCompensation(
@@ -72,7 +71,7 @@ def _late_compensation(client: redis.Redis, call: CallRecord) -> LateCompensatio
             "it has not finished: nothing to undo yet; if it finishes, its worker undoes it",
             task_id,
         )
-    if mark in (b"finished", "finished"):
+    if mark in (CALL_FINISHED.encode(), CALL_FINISHED):
         return LateCompensation(LateState.RUNNING, "it finished; its compensation is queued", task_id)
     return LateCompensation(
         LateState.UNKNOWN,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.saga.journal import Journal
-from workers.invocation import Invocation
+from workers.calls.invocation import Invocation
 from workers.protocol import ToolExecution, ToolOutcome
 from workers.tools import ToolDefinition
 

@@ -20,7 +20,7 @@ from orchestrator.executors.base import ToolExecutor, idempotency_key
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
-from workers.invocation import Invocation
+from workers.calls.invocation import Invocation
 from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.tools import ToolDefinition
 

@@ -32,7 +32,7 @@ from orchestrator.saga._journal_tables import compensations as compensations
 from orchestrator.saga._journal_tables import invocations as invocations
 from orchestrator.saga._journal_tables import tool_calls as tool_calls
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
-from workers.invocation import InvocationContext
+from workers.calls.invocation import InvocationContext
 from workers.protocol import ToolExecutionRequest, ToolOutcome, call_task_id
 
 __all__ = [

@@ -19,12 +19,12 @@ from datetime import UTC, datetime, timedelta
 
 import redis
 
-from orchestrator.executors._outcomes import _outcome, _worker_of
+from orchestrator.executors._outcomes import outcome_of_meta, worker_of
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.journal import CallRecord, Journal
 from orchestrator.saga.states import CallState, InvocationState
-from workers.invocation import Invocation
+from workers.calls.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolOutcome
 from workers.tools import ToolDefinition
 
@@ -146,14 +146,14 @@ async def _settle(
         report.abandoned.append(label)
         return
     outcome = (
-        _outcome(settled.meta, definition, definition.timeout or 0.0)
+        outcome_of_meta(settled.meta, definition, definition.timeout or 0.0)
         if settled.meta is not None and definition is not None
         else ToolOutcome(
             OutcomeKind.SUCCESS if settled.state == CallState.SUCCEEDED else OutcomeKind.EXECUTION_ERROR,
             f"Tool '{call.tool}' {settled.state}",
         )
     )
-    worker = _worker_of(settled.meta) if settled.meta is not None else None
+    worker = worker_of(settled.meta) if settled.meta is not None else None
     outcome = dataclasses.replace(outcome, task_id=settled.task_id, pool=call.pool, worker=worker)
     journal.record_outcome(call.id, outcome, outcome.text)
     if outcome.is_error:

@@ -25,7 +25,7 @@ from workers import (
 )
 
 if TYPE_CHECKING:
-    from workers.process import WorkerProcess
+    from workers.runtime.process import WorkerProcess
 
 POOL = "bad"
 MAX_RESULT_BYTES = 65536
@@ -210,7 +210,7 @@ def bad_param_reader(name: str, params: InvocationParameters) -> str:
 
 def start_worker(redis_url: str, log_path: Path, hostname: str, *, loglevel: str = "INFO") -> WorkerProcess:
     """A threads worker serving pool `bad` with this module's tools (wait for it with `wait_ready`)."""
-    from workers.process import WorkerProcess
+    from workers.runtime.process import WorkerProcess
 
     return WorkerProcess(
         pools=[POOL],

@@ -18,7 +18,7 @@ from celery import Celery
 
 from tests._environment import test_redis_url
 from workers.app import make_app
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 TOOLS = "tests.integration.tools"

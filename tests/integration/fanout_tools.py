@@ -16,7 +16,7 @@ import redis
 from workers import tool
 
 if TYPE_CHECKING:
-    from workers.process import WorkerProcess
+    from workers.runtime.process import WorkerProcess
 
 POOL = "fanout"
 
@@ -46,7 +46,7 @@ def occupy(run: str, seconds: float) -> int:
 
 def start_worker(redis_url: str, log_path: Path, hostname: str, concurrency: int) -> WorkerProcess:
     """A threads worker serving pool `fanout` (wait for it with `running()`)."""
-    from workers.process import WorkerProcess
+    from workers.runtime.process import WorkerProcess
 
     return WorkerProcess(
         pools=[POOL],

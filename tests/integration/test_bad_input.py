@@ -51,7 +51,7 @@ from tests.test_bad_input_local import (
     wrong_types,
 )
 from workers import OutcomeKind, ToolExecutionRequest, ToolOutcome
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -26,7 +26,7 @@ from orchestrator.executors.celery import CeleryExecutor
 from tests.integration.states import META, StateRecorder
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome
 from workers.app import make_publisher
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

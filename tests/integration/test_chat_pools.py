@@ -12,7 +12,7 @@ import pytest
 from tests._fake_openai import FakeOpenAi
 from tests.integration.private_redis import PrivateRedis
 from tests.test_chat import chat_env, run_chat
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import redis
 from orchestrator.executors.celery import CeleryExecutor
 from tests._cli import TOOLFLEET, environment
 from workers import OutcomeKind, ToolExecutionRequest
-from workers.catalog import Catalog
+from workers.runtime.catalog import Catalog
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

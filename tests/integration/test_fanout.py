@@ -19,7 +19,7 @@ import redis
 import tests.integration.fanout_tools as fanout
 from orchestrator import AiMessage, AiService, CeleryExecutor, ScriptedChatModel
 from workers import ToolExecutionRequest
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

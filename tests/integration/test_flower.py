@@ -21,8 +21,8 @@ import pytest
 from orchestrator.executors.celery import CeleryExecutor
 from tests._processes import reap
 from workers import OutcomeKind, ToolExecution, ToolExecutionRequest
-from workers.invocation import Invocation
-from workers.process import WorkerProcess
+from workers.calls.invocation import Invocation
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -22,10 +22,15 @@ from orchestrator.cli.commands import sagas, show
 from orchestrator.saga._late import late_compensation
 from orchestrator.saga.journal import CallRecord, Journal
 from tests.integration.private_redis import free_port
-from workers.invocation import InvocationContext
-from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
+from workers.calls.invocation import InvocationContext
+from workers.protocol import (
+    OutcomeKind,
+    ToolExecutionRequest,
+    ToolOutcome,
+    call_state_key,
+    compensation_task_id,
+)
 from workers.settings import Settings
-from workers.tasks import call_state_key, compensation_task_id
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from orchestrator import (
     send_exception_message_to_llm,
 )
 from orchestrator.loop.catalog_tools import CATALOG_MAX_AGE_S
-from workers.catalog import Catalog
-from workers.process import WorkerProcess
+from workers.runtime.catalog import Catalog
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -36,7 +36,7 @@ from orchestrator.saga.journal import compensations as compensations_table
 from orchestrator.saga.journal import invocations as invocations_table
 from orchestrator.saga.journal import tool_calls as tool_calls_table
 from tests.integration import load_tools
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

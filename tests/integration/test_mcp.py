@@ -38,10 +38,10 @@ from orchestrator import (
 from orchestrator.executors.celery import CallEvent
 from tests.integration.mcp_servers import PIXEL_BASE64, build
 from workers import Image, ImageContent, OutcomeKind, SearchBehavior, TextContent, ToolOutcome
-from workers._mcp_session import McpSessions
-from workers.invocation import Invocation
+from workers.calls.invocation import Invocation
 from workers.mcp import McpServer, mcp_tools
-from workers.process import WorkerProcess
+from workers.mcp._session import McpSessions
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -19,8 +19,8 @@ import tests.integration.mixed_pool_tools as mix
 from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.messages import ToolExecutionResultMessage
-from workers.catalog import Catalog
-from workers.process import WorkerProcess
+from workers.runtime.catalog import Catalog
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ import tests.integration.registration_tools as reg
 from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.saga.journal import Journal
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,8 @@ import tests.integration.tools as tools_module
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.executors.local import LocalExecutor
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome
-from workers.invocation import Invocation, InvocationContext
-from workers.process import WorkerProcess
+from workers.calls.invocation import Invocation, InvocationContext
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

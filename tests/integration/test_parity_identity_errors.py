@@ -28,9 +28,9 @@ from orchestrator import (
     send_exception_message_to_llm,
 )
 from orchestrator.handlers import visible_message
-from workers.invocation import Invocation, InvocationContext
-from workers.process import WorkerProcess
-from workers.runner import qualified_name
+from workers.calls.invocation import Invocation, InvocationContext
+from workers.calls.runner import qualified_name
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 from workers.tools import discover_tools
 

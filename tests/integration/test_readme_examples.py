@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from tests.integration.fake_openai import FakeOpenAi, Reply, ToolCall, fake_openai
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -24,9 +24,8 @@ from celery import Celery
 
 from orchestrator.saga.journal import CallRecord, Journal
 from tests.integration.recover_tools import POOL, k, release
-from workers.process import WorkerProcess
-from workers.protocol import call_task_id
-from workers.tasks import compensation_task_id
+from workers.protocol import call_task_id, compensation_task_id
+from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

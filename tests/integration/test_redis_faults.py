@@ -38,8 +38,8 @@ from tests.integration import redis_fault_tools as rft
 from tests.integration.private_redis import PrivateRedis, free_port
 from tests.integration.redis_fault_tools import DECLINED, finished_at, tally
 from workers import OutcomeKind, ToolOutcome
-from workers.invocation import Invocation
-from workers.process import WorkerProcess
+from workers.calls.invocation import Invocation
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from celery import Celery, states
 
 from tests.integration.private_redis import free_port
 from tests.integration.states import META, StateRecorder
-from workers._backend import ResultBackend
 from workers.app import make_app
+from workers.runtime._backend import ResultBackend
 from workers.settings import Settings
 
 

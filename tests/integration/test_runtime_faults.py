@@ -31,9 +31,10 @@ from tests.integration import runtime_fault_tools as rt
 from tests.integration.private_redis import PrivateRedis
 from workers import OutcomeKind, ToolExecution, ToolOutcome, ToolRegistry
 from workers.app import make_publisher
-from workers.catalog import WORKER_KEY, Catalog
-from workers.invocation import Invocation
-from workers.process import WorkerProcess
+from workers.calls.invocation import Invocation
+from workers.protocol import WORKER_KEY
+from workers.runtime.catalog import Catalog
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

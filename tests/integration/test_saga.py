@@ -42,7 +42,7 @@ from orchestrator import (
 )
 from orchestrator.saga.journal import Journal
 from workers import ToolDefinitionError, ToolExecution, compensate_for, tool
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -38,7 +38,7 @@ from orchestrator.saga.journal import Journal
 from tests.integration import fault_tools
 from tests.integration.fault_tools import HEAVY_POOL, POOL, k, order_key
 from tests.integration.saga_driver import booking_keys
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

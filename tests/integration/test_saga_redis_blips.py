@@ -32,8 +32,8 @@ from orchestrator.saga import rolled_back_text
 from orchestrator.saga.journal import Journal
 from tests.integration import saga_blip_tools as blip
 from tests.integration.private_redis import PrivateRedis
-from workers.catalog import Catalog
-from workers.process import WorkerProcess
+from workers.runtime.catalog import Catalog
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -53,10 +53,10 @@ from orchestrator.models._http import RetryPolicy
 from orchestrator.models.base import ChatRequest
 from workers import OutcomeKind, ToolExecutionRequest
 from workers.app import make_publisher
-from workers.invocation import Invocation, InvocationContext
-from workers.process import WorkerProcess
-from workers.registry import ToolRegistry
+from workers.calls.invocation import Invocation, InvocationContext
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
+from workers.tools.registry import ToolRegistry
 
 pytestmark = pytest.mark.integration
 

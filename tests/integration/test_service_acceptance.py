@@ -49,9 +49,9 @@ from orchestrator import (
 from orchestrator.handlers import RemoteToolError
 from orchestrator.messages import messages_to_json
 from workers import ReturnBehavior, ToolSpecification
+from workers.calls.invocation import InvocationParameters
 from workers.errors import ToolArgumentsError
-from workers.invocation import InvocationParameters
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

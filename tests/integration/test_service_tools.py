@@ -51,7 +51,7 @@ from orchestrator import (
 )
 from workers import ToolSpecification, tool_specifications_from
 from workers.errors import ToolDefinitionError
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

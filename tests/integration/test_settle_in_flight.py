@@ -17,7 +17,7 @@ from celery import Celery, states
 
 from orchestrator.saga._inflight import Settled, settle
 from workers.protocol import call_task_id
-from workers.tasks import call_state_key
+from workers.runtime.tasks import call_state_key
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ import pytest
 
 from orchestrator.executors.celery import CeleryExecutor
 from workers import OutcomeKind, ToolExecutionRequest
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ import pytest
 import tests.integration.log_tools as log_tools
 from orchestrator import CeleryExecutor
 from workers import OutcomeKind, ToolExecutionRequest, ToolOutcome
-from workers.process import WorkerProcess
+from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration

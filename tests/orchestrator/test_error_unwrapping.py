@@ -26,7 +26,7 @@ from orchestrator import (
 )
 from orchestrator.handlers import error_of, unwrap_cause
 from workers import OutcomeKind, ToolArgumentsError, ToolErrorVisibleToLlm, ToolOutcome, tool
-from workers.runner import run_tool
+from workers.calls.runner import run_tool
 from workers.tools import discover_tools
 
 

@@ -22,7 +22,7 @@ from orchestrator.saga._journal_tables import invocations
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.recovery import recover
 from workers import InvocationParameters, compensate_for, tool
-from workers.invocation import InvocationContext
+from workers.calls.invocation import InvocationContext
 from workers.protocol import ToolExecutionRequest
 from workers.settings import Settings
 

@@ -16,7 +16,7 @@ from workers import (
     ToolMemoryId,
     tool,
 )
-from workers.invocation import Invocation
+from workers.calls.invocation import Invocation
 from workers.tools import discover_tools
 
 

@@ -26,7 +26,7 @@ def _start_replica(url: str, barrier: Barrier, results: Any) -> None:
     try:
         from orchestrator import SqlChatMemoryStore, UserMessage
         from orchestrator.saga.journal import Journal
-        from workers.invocation import InvocationContext
+        from workers.calls.invocation import InvocationContext
 
         barrier.wait(timeout=60)  # every replica is imported and ready: go at once
         journal = Journal(url)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.executors._outcomes import _outcome, _worker_of
+from orchestrator.executors._outcomes import outcome_of_meta as _outcome
+from orchestrator.executors._outcomes import worker_of as _worker_of
 from workers import OutcomeKind, ToolDefinition, tool
 from workers.tools import discover_tools
 

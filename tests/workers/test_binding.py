@@ -19,8 +19,8 @@ from workers import (
     ToolOutcome,
     tool,
 )
-from workers.invocation import Invocation
-from workers.runner import run_tool
+from workers.calls.invocation import Invocation
+from workers.calls.runner import run_tool
 from workers.tools import discover_tools
 
 # What the tools of this module received, by tool name; cleared before every test.

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from workers import OutcomeKind, ToolErrorVisibleToLlm, ToolExecutionRequest, ToolOutcome, tool
-from workers.runner import run_tool
+from workers.calls.runner import run_tool
 from workers.tools import discover_tools
 
 

@@ -25,13 +25,13 @@ from workers import (
     ToolExecutionResult,
     ToolOutcome,
 )
-from workers._mcp_session import McpSessions
+from workers.calls.retry import is_transient
+from workers.calls.runner import run_tool
 from workers.errors import ToolDefinitionError
 from workers.mcp import McpServer, McpToolError, mcp_tools, result_value
-from workers.registry import ToolRegistry
-from workers.retry import is_transient
-from workers.runner import run_tool
+from workers.mcp._session import McpSessions
 from workers.tools import ToolDefinition, discover_tools
+from workers.tools.registry import ToolRegistry
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from workers import (
     compensate_for,
     tool,
 )
-from workers.catalog import CatalogTool
+from workers.runtime.catalog import CatalogTool
 from workers.tools import check_compensations, discover_tools
 
 

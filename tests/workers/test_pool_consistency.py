@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from workers import tool
-from workers.catalog import CatalogTool, MixedPool, WorkerEntry, mixed_pools, pool_conflicts, pool_tools
-from workers.registry import ToolRegistry
+from workers.runtime.catalog import (
+    CatalogTool,
+    MixedPool,
+    WorkerEntry,
+    mixed_pools,
+    pool_conflicts,
+    pool_tools,
+)
+from workers.tools.registry import ToolRegistry
 
 
 class Files:

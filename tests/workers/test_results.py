@@ -22,8 +22,8 @@ from workers import (
     ToolOutcome,
     tool,
 )
-from workers.invocation import Invocation
-from workers.runner import run_tool
+from workers.calls.invocation import Invocation
+from workers.calls.runner import run_tool
 from workers.tools import discover_tools
 
 # The value the `give` tool returns; set by each test.

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from workers import ToolSpecification, tool, tool_specifications_from
-from workers.specification import ToolNameAliases, strict_schema
+from workers.tools.specification import ToolNameAliases, strict_schema
 
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 

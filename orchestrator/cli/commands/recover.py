@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from orchestrator.saga.journal import Journal
     from orchestrator.saga.recovery import recover
     from workers.errors import ToolfleetError
-    from workers.worker import load_tools
+    from workers.runtime.worker import load_tools
 
     try:
         tools = load_tools(args.tools.split(","))

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import redis
 
-from workers.catalog import Catalog, CatalogTool, MixedPool, WorkerEntry, mixed_pools, served_text
+from workers.runtime.catalog import Catalog, CatalogTool, MixedPool, WorkerEntry, mixed_pools, served_text
 from workers.settings import ENVIRONMENT, Settings
 
 HELP = "list the live workers and the tools they serve"

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from workers.errors import ToolfleetError
+from workers.runtime.worker import POOL_KINDS
 from workers.settings import Settings
-from workers.worker import POOL_KINDS
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -41,7 +41,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from workers.worker import run_worker
+    from workers.runtime.worker import run_worker
 
     try:
         run_worker(

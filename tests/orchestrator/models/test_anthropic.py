@@ -43,7 +43,7 @@ from orchestrator.models.base import (
 )
 from workers.contents import Image, ImageContent, TextContent
 from workers.protocol import ToolExecutionRequest
-from workers.specification import ToolSpecification
+from workers.tools.specification import ToolSpecification
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KEY = "sk-ant-api03-SECRET-do-not-leak-0123456789"

@@ -48,7 +48,7 @@ from orchestrator.models.base import (
 from orchestrator.models.openai import OpenAiChatModel
 from workers.contents import Image, ImageContent, TextContent
 from workers.protocol import ToolExecutionRequest
-from workers.specification import ToolNameAliases, ToolSpecification
+from workers.tools.specification import ToolNameAliases, ToolSpecification
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # The chat-completions part of OpenAI's official OpenAPI description (MIT), kept beside the recordings.

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, get_args, get_origin
 
-from workers._types import (
+from workers.errors import ToolDefinitionError
+from workers.tools._types import (
     description_of,
     discriminator_of,
     is_model,
@@ -26,14 +27,13 @@ from workers._types import (
     split_annotated,
     union_options,
 )
-from workers.errors import ToolDefinitionError
 
 __all__ = ["DEFAULT_DISCRIMINATOR", "SchemaBuilder", "type_label"]
 
 DEFAULT_DISCRIMINATOR = "type"
 UUID_DESCRIPTION = "String in a UUID format"
 
-_ARRAY_ORIGINS = {
+ARRAY_ORIGINS = {
     list,
     set,
     frozenset,
@@ -100,7 +100,7 @@ class SchemaBuilder:
             return self._union(options, discriminator)
         if tp in (list, set, frozenset, tuple):
             return {"type": "array"}
-        if origin in _ARRAY_ORIGINS:
+        if origin in ARRAY_ORIGINS:
             args = get_args(tp)
             return {"type": "array", "items": self.schema(args[0]) if args else {}}
         if origin is tuple:

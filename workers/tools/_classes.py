@@ -6,10 +6,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from workers._decorators import _COMPENSATES_ATTR, ToolOptions, _marker, _unwrap_method
-from workers._definitions import Compensation, ToolDefinition
-from workers._docstrings import _doc_args
-from workers._inspection import _definition, _parameters, _SkipSelf
+from workers.tools._decorators import COMPENSATES_ATTR, ToolOptions, tool_marker, unwrap_method
+from workers.tools._definitions import Compensation, ToolDefinition
+from workers.tools._docstrings import docstring_args
+from workers.tools._inspection import SkipSelf, build_definition, build_parameters
 
 __all__ = ["class_members", "has_tools", "member", "object_tools"]
 
@@ -30,10 +30,10 @@ def class_members(cls: type) -> list[tuple[str, ToolOptions | None, str | None]]
         for klass in cls.__mro__:
             if attr not in vars(klass):
                 continue
-            found = _unwrap_method(vars(klass)[attr])
+            found = unwrap_method(vars(klass)[attr])
             if options is None and compensates is None:
-                options = _marker(found)
-                compensates = getattr(found, _COMPENSATES_ATTR, None)
+                options = tool_marker(found)
+                compensates = getattr(found, COMPENSATES_ATTR, None)
             if options is not None or compensates is not None:
                 break
         if options is not None or compensates is not None:
@@ -56,10 +56,10 @@ def object_tools(cls: type, instance: object | None) -> list[ToolDefinition]:
             compensations[compensates] = Compensation(
                 tool_name=compensates,
                 function=function,
-                parameters=_parameters(
-                    function, f'@compensate_for("{compensates}")', _doc_args(function), compensation=True
+                parameters=build_parameters(
+                    function, f'@compensate_for("{compensates}")', docstring_args(function), compensation=True
                 ),
-                is_async=inspect.iscoroutinefunction(_unwrap_method(function)),
+                is_async=inspect.iscoroutinefunction(unwrap_method(function)),
             )
     definitions: list[ToolDefinition] = []
     for attr, options, _ in members:
@@ -67,7 +67,7 @@ def object_tools(cls: type, instance: object | None) -> list[ToolDefinition]:
             continue
         function = member(cls, attr, instance)
         name = options.name or attr
-        definitions.append(_definition(function, options, compensations.get(name)))
+        definitions.append(build_definition(function, options, compensations.get(name)))
     return definitions
 
 
@@ -80,4 +80,4 @@ def member(cls: type, attr: str, instance: object | None) -> Callable[..., Any]:
     if isinstance(static, staticmethod | classmethod):
         resolved: Callable[..., Any] = getattr(cls, attr)
         return resolved
-    return _SkipSelf(static)
+    return SkipSelf(static)

@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 
-def _reason(exc: BaseException) -> str:
+def failure_reason(exc: BaseException) -> str:
     """The innermost useful text of a (possibly grouped) transport failure."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
@@ -39,7 +39,7 @@ def _reason(exc: BaseException) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _http_transport(url: str, headers: Mapping[str, str] | None) -> AsyncIterator[Any]:
+async def http_transport(url: str, headers: Mapping[str, str] | None) -> AsyncIterator[Any]:
     if not headers:
         async with streamable_http_client(url) as streams:
             yield streams
@@ -53,7 +53,7 @@ async def _http_transport(url: str, headers: Mapping[str, str] | None) -> AsyncI
 
 
 @contextlib.asynccontextmanager
-async def _watched(
+async def watched(
     transport: contextlib.AbstractAsyncContextManager[Any], on_end: Callable[[], None]
 ) -> AsyncIterator[Any]:
     """`transport`, telling `on_end` when its read side ends (a stdio server's process exited)."""

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from workers.errors import ToolDefinitionError
-from workers.specification import ReturnBehavior, SearchBehavior
+from workers.tools.specification import ReturnBehavior, SearchBehavior
 
 __all__ = ["ToolOptions", "compensate_for", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _TOOL_ATTR = "__toolfleet_tool__"
-_COMPENSATES_ATTR = "__toolfleet_compensates__"
+COMPENSATES_ATTR = "__toolfleet_compensates__"
 
 
 @dataclass(frozen=True)
@@ -93,12 +93,12 @@ def tool(
         _check_options(options)
 
         def mark(func: F) -> F:
-            setattr(_unwrap_method(func), _TOOL_ATTR, options)
+            setattr(unwrap_method(func), _TOOL_ATTR, options)
             return func
 
         return mark
     if callable(func_or_description) or isinstance(func_or_description, staticmethod | classmethod):
-        setattr(_unwrap_method(func_or_description), _TOOL_ATTR, ToolOptions())
+        setattr(unwrap_method(func_or_description), _TOOL_ATTR, ToolOptions())
         return func_or_description
     raise TypeError(f"@tool takes a function or a description, got {type(func_or_description).__name__}")
 
@@ -126,22 +126,22 @@ def compensate_for(tool_name: str) -> Callable[[F], F]:
         raise ToolDefinitionError("@compensate_for needs the name of the tool it compensates")
 
     def mark(func: F) -> F:
-        setattr(_unwrap_method(func), _COMPENSATES_ATTR, tool_name)
+        setattr(unwrap_method(func), COMPENSATES_ATTR, tool_name)
         return func
 
     return mark
 
 
-def _unwrap_method(func: Any) -> Any:
+def unwrap_method(func: Any) -> Any:
     return func.__func__ if isinstance(func, staticmethod | classmethod) else func
 
 
-def _marker(obj: object) -> ToolOptions | None:
-    options = getattr(_unwrap_method(obj), _TOOL_ATTR, None)
+def tool_marker(obj: object) -> ToolOptions | None:
+    options = getattr(unwrap_method(obj), _TOOL_ATTR, None)
     return options if isinstance(options, ToolOptions) else None
 
 
-def _marker_of(obj: object) -> ToolOptions:
-    options = _marker(obj)
+def marker_of(obj: object) -> ToolOptions:
+    options = tool_marker(obj)
     assert options is not None
     return options

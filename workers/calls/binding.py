@@ -7,15 +7,15 @@ import json
 import re
 from typing import Any
 
-from workers._convert import JsonNumber, convert, json_type_name, plain_json
-from workers.errors import ToolArgumentsError
-from workers.invocation import (
+from workers.calls._convert import JsonNumber, convert, json_type_name, plain_json
+from workers.calls.invocation import (
     Invocation,
     InvocationContext,
     InvocationParameters,
     ToolCallIdentity,
     ToolMemoryId,
 )
+from workers.errors import ToolArgumentsError
 from workers.tools import ToolDefinition, ToolParameter
 
 __all__ = ["BoundCall", "bind_arguments", "parse_arguments"]

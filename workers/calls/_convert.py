@@ -13,7 +13,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import pydantic
 
-from workers._types import (
+from workers.errors import ToolArgumentsError
+from workers.tools._types import (
     discriminator_of,
     is_model,
     model_fields,
@@ -22,8 +23,7 @@ from workers._types import (
     split_annotated,
     union_options,
 )
-from workers.errors import ToolArgumentsError
-from workers.schema import _ARRAY_ORIGINS, DEFAULT_DISCRIMINATOR, type_label
+from workers.tools.schema import ARRAY_ORIGINS, DEFAULT_DISCRIMINATOR, type_label
 
 __all__ = ["convert", "json_type_name", "plain_json", "show"]
 
@@ -98,14 +98,8 @@ def _convert(value: Any, tp: Any, path: str, tool: str, discriminator: str | Non
     if tp is Decimal:
         return _to_decimal(value, path)
     if tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, JsonNumber):
-            return value.text
-        if isinstance(value, int | Decimal | float):
-            return str(value)
+        if isinstance(value, str | bool | JsonNumber | int | Decimal | float):
+            return show(value)  # a scalar becomes the text it has in JSON
         raise _not_convertable(path, "str", value)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return _to_enum(value, tp, path)
@@ -117,7 +111,7 @@ def _convert(value: Any, tp: Any, path: str, tool: str, discriminator: str | Non
     options = union_options(tp)
     if options is not None:
         return _to_union(value, options, path, tool, discriminator)
-    if tp in (list, set, frozenset, tuple) or origin in _ARRAY_ORIGINS or origin is tuple:
+    if tp in (list, set, frozenset, tuple) or origin in ARRAY_ORIGINS or origin is tuple:
         return _to_array(_json_text(value, list), tp, path, tool)
     if tp is dict or origin in (dict, collections.abc.Mapping, collections.abc.MutableMapping):
         mapping = _json_text(value, dict)
@@ -144,21 +138,25 @@ def _json_text(value: Any, expected: type) -> Any:
     return value
 
 
-def _to_int(value: Any, path: str) -> int:
-    number: Decimal
+def _exact(value: Any, path: str, target: str) -> Decimal:
+    """The exact decimal value of a JSON number or a numeric string (a plain `Decimal`, never the
+    parser's `JsonNumber`), else the error that `value` is not convertable to `target`."""
     if isinstance(value, bool):
-        raise _not_convertable(path, "int", value)
-    if isinstance(value, int):
-        number = Decimal(value)
-    elif isinstance(value, Decimal | float):
-        number = Decimal(value) if isinstance(value, Decimal) else Decimal(repr(value))
-    elif isinstance(value, str):
+        raise _not_convertable(path, target, value)
+    if isinstance(value, Decimal | int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, str):
         try:
-            number = Decimal(value.strip())
+            return Decimal(value.strip())
         except InvalidOperation:
-            raise _not_convertable(path, "int", value) from None
-    else:
-        raise _not_convertable(path, "int", value)
+            raise _not_convertable(path, target, value) from None
+    raise _not_convertable(path, target, value)
+
+
+def _to_int(value: Any, path: str) -> int:
+    number = _exact(value, path, "int")
     if not number.is_finite() or number.adjusted() > 18:  # checked before int(): 1e999999999 is a bomb
         raise _error(path, "is out of range for int", value)
     if number != number.to_integral_value():
@@ -190,19 +188,7 @@ def _to_float(value: Any, path: str) -> float:
 
 
 def _to_decimal(value: Any, path: str) -> Decimal:
-    if isinstance(value, bool):
-        raise _not_convertable(path, "Decimal", value)
-    if isinstance(value, Decimal | int):
-        result = Decimal(value)  # a plain Decimal, never the parser's JsonNumber
-    elif isinstance(value, float):
-        result = Decimal(repr(value))
-    elif isinstance(value, str):
-        try:
-            result = Decimal(value.strip())
-        except InvalidOperation:
-            raise _not_convertable(path, "Decimal", value) from None
-    else:
-        raise _not_convertable(path, "Decimal", value)
+    result = _exact(value, path, "Decimal")
     if not result.is_finite():
         raise _not_convertable(path, "Decimal", value)
     return result

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from workers._decorators import ToolOptions
-from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+from workers.tools._decorators import ToolOptions
+from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 
 __all__ = ["Compensation", "ToolDefinition", "ToolParameter"]
 
-_NO_DEFAULT: Any = inspect.Parameter.empty
+NO_DEFAULT: Any = inspect.Parameter.empty
 
 
 @dataclass(frozen=True)
@@ -24,13 +24,13 @@ class ToolParameter:
     annotation: Any
     description: str | None
     required: bool
-    default: Any = _NO_DEFAULT
+    default: Any = NO_DEFAULT
     injected: type | None = None
     positional_only: bool = False
 
     @property
     def has_default(self) -> bool:
-        return self.default is not _NO_DEFAULT
+        return self.default is not NO_DEFAULT
 
 
 @dataclass(frozen=True)

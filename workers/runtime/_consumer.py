@@ -42,7 +42,7 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]
 
     def on_unknown_task(self, body: Any, message: Any, exc: BaseException) -> None:
         """Refuse a task this worker does not serve, naming the worker and its tools in the failure."""
-        from workers._unregistered import refuse_unknown_task
+        from workers.runtime._unregistered import refuse_unknown_task
 
         refuse_unknown_task(self, body, message, exc)
 

@@ -3,6 +3,7 @@ per idempotency key, and the compensation of a success that finished after its c
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -13,49 +14,34 @@ from typing import Any, TypeVar
 import redis
 from celery import Task
 
-from workers._task_reprs import flower_reprs
-from workers._tool_failure import failure_for
-from workers.catalog import WORKER_KEY
-from workers.invocation import Invocation
-from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
-from workers.retry import backoff_s
-from workers.runner import call_identity, run_compensation
+from workers._failures import failure_for
+from workers.calls.invocation import Invocation
+from workers.calls.retry import backoff_s, compensation_timeout_s
+from workers.calls.runner import call_identity, run_compensation
+from workers.protocol import (
+    CALL_ABANDONED,
+    CALL_FINISHED,
+    COMPENSATION_DONE,
+    IDEMPOTENCY_HEADER,
+    WORKER_KEY,
+    CompensationTask,
+    OutcomeKind,
+    ToolExecution,
+    ToolExecutionRequest,
+    ToolOutcome,
+    call_state_key,
+    compensation_lock_key,
+    compensation_task_id,
+    compensation_task_name,
+)
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
-__all__ = [
-    "COMPENSATION_PREFIX",
-    "call_state_key",
-    "compensation_task_id",
-    "compensation_timeout_s",
-]
+__all__ = ["finish_or_compensate_late", "run_compensation_task"]
 
-log = logging.getLogger(__name__)
-
-COMPENSATION_PREFIX = "compensate."
-
-
-def compensation_timeout_s(definition: ToolDefinition, settings: Settings) -> float:
-    """How long undoing one call may take, retries and backoff included."""
-    per_attempt = max(definition.timeout or settings.default_tool_timeout_s, _MIN_COMPENSATION_ATTEMPT_S)
-    return per_attempt * (1 + settings.compensation_retries) + settings.retry_backoff_max_s
-
-
-_MIN_COMPENSATION_ATTEMPT_S = 30.0
-
-
-def call_state_key(task_id: str) -> str:
-    """The per-call state in Redis that decides between "collected" and "abandoned"."""
-    return f"toolfleet:call:{task_id}"
-
-
-def compensation_task_id(idempotency_key: str) -> str:
-    """The one task id of the compensation of a call: every path that undoes it uses the same id."""
-    return "compensate-" + str(uuid.uuid5(_COMPENSATION_NAMESPACE, idempotency_key))
-
+log = logging.getLogger("workers._compensation")  # the name its log lines have always had
 
 T = TypeVar("T")
-_COMPENSATION_NAMESPACE = uuid.UUID("5b0b6a8e-4f5e-4a57-9a43-2f3c54a0c1de")
 _clients: dict[str, redis.Redis] = {}
 
 
@@ -71,9 +57,9 @@ def _redis(settings: Settings) -> redis.Redis:
 _UNBOUNDED = 1_000_000  # retries of compensation tasks are bounded by their deadline instead
 
 
-def _wait_for_other_delivery(task: Task, kwargs: dict[str, Any], deadline: float | None) -> None:
+def _wait_for_other_delivery(task: Task, envelope: CompensationTask) -> None:
     """Another delivery is undoing this call right now: look again in a second, until the deadline."""
-    if deadline is not None and time.time() + 1.0 >= deadline:
+    if envelope.deadline is not None and time.time() + 1.0 >= envelope.deadline:
         raise failure_for(
             ToolOutcome(
                 kind=OutcomeKind.EXECUTION_ERROR,
@@ -85,9 +71,9 @@ def _wait_for_other_delivery(task: Task, kwargs: dict[str, Any], deadline: float
     raise task.retry(
         countdown=1.0,
         max_retries=_UNBOUNDED,
-        kwargs=kwargs,
+        kwargs=envelope.to_json(),
         exc=RuntimeError("compensation in progress"),
-        **flower_reprs(kwargs),
+        **envelope.reprs(),
     )
 
 
@@ -110,7 +96,7 @@ def _holder_is_gone(client: redis.Redis, holder: str, my_hostname: str | None) -
     return not client.exists(WORKER_KEY.format(hostname))
 
 
-def _finish_or_compensate_late(
+def finish_or_compensate_late(
     task: Task,
     definition: ToolDefinition,
     settings: Settings,
@@ -128,7 +114,7 @@ def _finish_or_compensate_late(
     attempt = 0
     while True:  # the side effect happened: this mark must land, or a late success goes unnoticed
         try:
-            previous = _redis(settings).set(call_state_key(task.request.id), "finished", ex=ttl, get=True)
+            previous = _redis(settings).set(call_state_key(task.request.id), CALL_FINISHED, ex=ttl, get=True)
             break
         except redis.RedisError as exc:
             pause = backoff_s(attempt, settings.retry_backoff_s, settings.retry_backoff_max_s)
@@ -138,9 +124,9 @@ def _finish_or_compensate_late(
             log.warning("marking %s finished failed (%s); retrying in %.2f s", task.request.id, exc, pause)
             time.sleep(pause)
             attempt += 1
-    if previous != b"abandoned":
+    if previous != CALL_ABANDONED.encode():
         return
-    key = str(task.request.headers.get("idempotency_key") if task.request.headers else "") or task.request.id
+    key = str((task.request.headers or {}).get(IDEMPOTENCY_HEADER) or "") or task.request.id
     execution = ToolExecution(
         request=request,
         result=outcome.text,
@@ -155,35 +141,28 @@ def _finish_or_compensate_late(
         "tool %s call %s finished after its deadline; enqueuing its compensation", definition.name, request.id
     )
     timeout_s = compensation_timeout_s(definition, settings)
-    compensation_kwargs = {
-        "execution": execution.to_json(),
-        "invocation": invocation.to_json(),
-        "idempotency_key": key,
-        "deadline": time.time() + timeout_s,
-    }
+    envelope = CompensationTask(execution, invocation, key, deadline=time.time() + timeout_s)
     task.app.send_task(
-        COMPENSATION_PREFIX + definition.name,
-        kwargs=compensation_kwargs,
+        compensation_task_name(definition.name),
+        kwargs=envelope.to_json(),
         task_id=compensation_task_id(key),
         queue=definition.pool,
-        headers={"idempotency_key": key, "late": True},
-        **flower_reprs(compensation_kwargs),
+        headers={IDEMPOTENCY_HEADER: key, "late": True},
+        **envelope.reprs(),
     )
 
 
-def _run_compensation(
-    task: Task, definition: ToolDefinition, settings: Settings, kwargs: dict[str, Any]
+def run_compensation_task(
+    task: Task, definition: ToolDefinition, settings: Settings, envelope: CompensationTask
 ) -> dict[str, Any]:
     """Undo one call, at most once per idempotency key, whatever the number of deliveries.
 
     Redis may blip at any point: the lock and the "done" mark are written with retries, and once
     the undo ran, a bookkeeping write that keeps failing is logged, never turned into a failure.
     """
-    execution = ToolExecution.from_json(kwargs["execution"])
-    invocation = Invocation.from_json(kwargs["invocation"])
-    key = str(kwargs["idempotency_key"])
-    deadline = float(kwargs.get("deadline") or 0) or None
-    lock = f"toolfleet:compensation:{key}"
+    execution, invocation = envelope.execution, envelope.invocation
+    key, deadline = envelope.idempotency_key, envelope.deadline
+    lock = compensation_lock_key(key)
     lock_ttl = int((definition.timeout or settings.default_tool_timeout_s) + 30)
     mine = f"{task.request.hostname}|{os.getpid()}|{uuid.uuid4().hex}"
     bookkeeping_until = (deadline or time.time()) + settings.retry_backoff_max_s
@@ -194,13 +173,12 @@ def _run_compensation(
         bookkeeping_until,
         lambda: _take_lock(_redis(settings), lock, mine, lock_ttl, hostname),
     )
-    if taken == "done":
-        return {"kind": "success", "text": "Already compensated", "worker": task.request.hostname}
+    if taken == COMPENSATION_DONE:
+        done = ToolOutcome(kind=OutcomeKind.SUCCESS, text="Already compensated")
+        return {**done.to_json(), "worker": task.request.hostname}
     if taken == "busy":
-        _wait_for_other_delivery(task, kwargs, deadline)
-    identity = call_identity(
-        invocation, execution.request, attempt=1 + int(kwargs.get("failures") or 0), key=key
-    )
+        _wait_for_other_delivery(task, envelope)
+    identity = call_identity(invocation, execution.request, attempt=1 + envelope.failures, key=key)
     outcome = run_compensation(definition, execution, invocation, identity)
     if outcome.is_error:
         try:
@@ -212,16 +190,16 @@ def _run_compensation(
             )
         except redis.RedisError as exc:  # the lock expires by itself: the failure is what counts
             log.warning("could not unlock the compensation %s (%s); it expires in %d s", key, exc, lock_ttl)
-        failures = int(kwargs.get("failures") or 0)  # lock waits are retries too: count failures apart
+        failures = envelope.failures  # lock waits are retries too: count failures apart
         if failures < settings.compensation_retries:
             countdown = backoff_s(failures, settings.retry_backoff_s, settings.retry_backoff_max_s)
             if deadline is None or time.time() + countdown < deadline:
                 raise task.retry(
                     countdown=countdown,
                     max_retries=_UNBOUNDED,
-                    kwargs={**kwargs, "failures": failures + 1},
+                    kwargs=dataclasses.replace(envelope, failures=failures + 1).to_json(),
                     exc=failure_for(outcome),
-                    **flower_reprs(kwargs),
+                    **envelope.reprs(),
                 )
         raise failure_for(outcome, task.request.hostname)
     # The undo happened: the mark must land (or a redelivery after the lock expires would undo again),
@@ -232,7 +210,7 @@ def _run_compensation(
             settings,
             f"marking the compensation {key} done",
             done_until,
-            lambda: _redis(settings).set(lock, "done", ex=_DONE_TTL_S),
+            lambda: _redis(settings).set(lock, COMPENSATION_DONE, ex=_DONE_TTL_S),
         )
     except redis.RedisError as exc:
         log.error("compensation %s ran, but its done mark could not be written: %s", key, exc)
@@ -249,8 +227,8 @@ def _take_lock(client: redis.Redis, lock: str, mine: str, lock_ttl: int, hostnam
     if client.set(lock, mine, nx=True, ex=lock_ttl):
         return "mine"
     holder = client.get(lock)
-    if holder == b"done":
-        return "done"
+    if holder == COMPENSATION_DONE.encode():
+        return COMPENSATION_DONE
     if holder == mine.encode():
         return "mine"
     if holder is not None and not _holder_is_gone(client, _text(holder), hostname):

@@ -31,7 +31,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from workers._mcp_transport import (
+from workers.errors import McpConnectionError, McpProtocolError, McpTimeoutError
+from workers.mcp._transport import (
     CONNECTION_CLOSED,
     INVALID_REQUEST,
     REQUEST_TIMEOUT,
@@ -40,12 +41,11 @@ from workers._mcp_transport import (
     MCPError,
     StdioServerParameters,
     Tool,
-    _http_transport,
-    _reason,
-    _watched,
+    failure_reason,
+    http_transport,
     stdio_client,
+    watched,
 )
-from workers.errors import ToolfleetError
 
 __all__ = [
     "McpConnectionError",
@@ -56,7 +56,7 @@ __all__ = [
     "sessions",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("workers._mcp_session")  # the name its log lines have always had
 
 T = TypeVar("T")
 
@@ -64,22 +64,6 @@ RECONNECT_BACKOFF_S = 0.25
 RECONNECT_BACKOFF_MAX_S = 5.0
 _SESSION_TERMINATED = "Session terminated"  # the HTTP client's text for a 404 on a known session
 _CLOSE_TIMEOUT_S = 5.0
-
-
-class McpConnectionError(ToolfleetError, ConnectionError):
-    """The MCP server could not be reached, or the connection ended while a call was in flight."""
-
-
-class McpTimeoutError(ToolfleetError, TimeoutError):
-    """An MCP request did not complete within its timeout."""
-
-
-class McpProtocolError(ToolfleetError):
-    """The MCP server answered with a protocol error, or with a result the client could not accept."""
-
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -324,7 +308,7 @@ class _Connection:
                     )
                     await self._ended.wait()
             except Exception as exc:  # the transport failed (often an ExceptionGroup from its task group)
-                reason = _reason(exc)
+                reason = failure_reason(exc)
                 log.warning("MCP server '%s' (%s): %s", self.endpoint.name, self.endpoint.describe(), reason)
                 if not connected:  # a session that failed later leaves its waiters to the next attempt
                     self._settle_attempt(
@@ -353,7 +337,7 @@ class _Connection:
             return endpoint.in_process
         on_end = functools.partial(self._end, self._generation + 1)  # the session it will carry
         if endpoint.url is not None:
-            return _watched(_http_transport(endpoint.url, endpoint.headers), on_end)
+            return watched(http_transport(endpoint.url, endpoint.headers), on_end)
         assert endpoint.command is not None
         parameters = StdioServerParameters(
             command=endpoint.command,
@@ -361,7 +345,7 @@ class _Connection:
             env=dict(endpoint.env) if endpoint.env is not None else None,
             cwd=endpoint.cwd,
         )
-        return _watched(stdio_client(parameters, errlog=sys.__stderr__ or sys.stderr), on_end)
+        return watched(stdio_client(parameters, errlog=sys.__stderr__ or sys.stderr), on_end)
 
 
 def _forget_in_child(ref: weakref.ref[McpSessions]) -> None:

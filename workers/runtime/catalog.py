@@ -23,9 +23,10 @@ from typing import Any
 import redis
 
 from workers._redis_errors import mapped_redis_errors
-from workers.errors import ToolfleetError
-from workers.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+from workers.errors import MixedPoolError
+from workers.protocol import POOL_KEY, POOLS_KEY, WORKER_KEY
 from workers.tools import Compensation, ToolDefinition, ToolOptions
+from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 
 __all__ = [
     "Catalog",
@@ -40,11 +41,8 @@ __all__ = [
     "served_text",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("workers.catalog")  # the name its log lines have always had
 
-WORKER_KEY = "toolfleet:worker:{}"
-POOL_KEY = "toolfleet:pool:{}"
-POOLS_KEY = "toolfleet:pools"
 RETRY_INTERVAL_S = 0.25  # between heartbeats while Redis is unreachable
 
 
@@ -246,10 +244,6 @@ class Catalog:
                     continue
                 found.setdefault(item.specification.name, item)
         return list(found.values())
-
-
-class MixedPoolError(ToolfleetError):
-    """A worker would join a pool whose live workers serve other tools."""
 
 
 @dataclass(frozen=True)

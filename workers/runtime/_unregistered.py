@@ -17,17 +17,17 @@ from celery.exceptions import NotRegistered
 from celery.utils.objects import Bunch
 from celery.worker.consumer import consumer as celery_consumer
 
-__all__ = ["refuse_unknown_task", "unregistered_detail"]
+from workers.protocol import TASK_PREFIX
 
-TOOL_TASK_PREFIX = "tool."
+__all__ = ["refuse_unknown_task", "unregistered_detail"]
 
 
 def unregistered_detail(tasks: Any, hostname: str, pool: str | None) -> dict[str, Any]:
     """The worker, the pool and the tools this worker serves on it (all its tools if the pool is unknown)."""
     tools = sorted(
-        name[len(TOOL_TASK_PREFIX) :]
+        name[len(TASK_PREFIX) :]
         for name, task in list(tasks.items())
-        if name.startswith(TOOL_TASK_PREFIX) and (pool is None or getattr(task, "queue", None) == pool)
+        if name.startswith(TASK_PREFIX) and (pool is None or getattr(task, "queue", None) == pool)
     )
     return {"worker": hostname, "pool": pool, "tools": tools}
 

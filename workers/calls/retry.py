@@ -5,9 +5,12 @@ from __future__ import annotations
 import random
 
 from workers.protocol import OutcomeKind, ToolOutcome
+from workers.settings import Settings
 from workers.tools import ToolDefinition
 
-__all__ = ["backoff_s", "is_transient"]
+__all__ = ["backoff_s", "compensation_timeout_s", "is_transient"]
+
+MIN_COMPENSATION_ATTEMPT_S = 30.0
 
 
 def is_transient(outcome: ToolOutcome, definition: ToolDefinition) -> bool:
@@ -21,3 +24,9 @@ def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
     """Exponential backoff with jitter: between half and all of `base_s * 2**attempt`, at most `cap_s`."""
     ceiling = min(cap_s, base_s * (2**attempt))
     return random.uniform(ceiling / 2, ceiling)
+
+
+def compensation_timeout_s(definition: ToolDefinition, settings: Settings) -> float:
+    """How long undoing one call may take, retries and backoff included."""
+    per_attempt = max(definition.timeout or settings.default_tool_timeout_s, MIN_COMPENSATION_ATTEMPT_S)
+    return per_attempt * (1 + settings.compensation_retries) + settings.retry_backoff_max_s

@@ -17,51 +17,37 @@ import redis
 from celery import Celery, Task
 from celery.signals import worker_ready, worker_shutdown
 
-from workers._compensation import (
+from workers._failures import ToolFailure, failure_for
+from workers.calls.retry import backoff_s, is_transient
+from workers.calls.runner import bound_outcome, call_identity, log_call, run_tool
+from workers.protocol import (
     COMPENSATION_PREFIX,
-    _finish_or_compensate_late,
-    _run_compensation,
-    call_state_key,
-    compensation_task_id,
-    compensation_timeout_s,
+    IDEMPOTENCY_HEADER,
+    TASK_PREFIX,
+    CallTask,
+    CompensationTask,
+    OutcomeKind,
+    ToolOutcome,
+    compensation_task_name,
+    tool_task_name,
 )
-from workers._consumer import broker_reconnected
-from workers._task_reprs import flower_reprs
-from workers._tool_failure import ToolFailure, failure_for, failure_type, outcome_from_failure
-from workers.catalog import CatalogHeartbeat, CatalogTool, WorkerEntry
-from workers.invocation import Invocation
-from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
-from workers.registry import ToolRegistry
-from workers.retry import backoff_s, is_transient
-from workers.runner import bound_outcome, call_identity, log_call, run_tool
+from workers.runtime._compensation import finish_or_compensate_late, run_compensation_task
+from workers.runtime._consumer import broker_reconnected
+from workers.runtime.catalog import CatalogHeartbeat, CatalogTool, WorkerEntry
 from workers.settings import Settings
 from workers.tools import ToolDefinition
+from workers.tools.registry import ToolRegistry
 
-__all__ = [
-    "COMPENSATION_PREFIX",
-    "TASK_PREFIX",
-    "ToolFailure",
-    "call_state_key",
-    "compensation_task_id",
-    "compensation_timeout_s",
-    "failure_for",
-    "failure_type",
-    "flower_reprs",
-    "outcome_from_failure",
-    "register_tasks",
-]
+__all__ = ["register_tasks"]
 
-log = logging.getLogger(__name__)
-
-TASK_PREFIX = "tool."
+log = logging.getLogger("workers.tasks")  # the name its log lines have always had
 
 
 def _run_call(
-    task: Task, definition: ToolDefinition, settings: Settings, kwargs: dict[str, Any]
+    task: Task, definition: ToolDefinition, settings: Settings, envelope: CallTask
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    request = ToolExecutionRequest.from_json(kwargs["request"])
-    invocation = Invocation.from_json(kwargs["invocation"])
+    request, invocation, deadline = envelope.request, envelope.invocation, envelope.deadline
 
     def logged(outcome: ToolOutcome) -> ToolOutcome:
         log_call(
@@ -73,7 +59,6 @@ def _run_call(
         )
         return outcome
 
-    deadline = float(kwargs.get("deadline") or 0) or None
     if deadline is not None and time.time() >= deadline:
         outcome = ToolOutcome(
             kind=OutcomeKind.TIMED_OUT,
@@ -84,8 +69,8 @@ def _run_call(
     identity = call_identity(
         invocation,
         request,
-        attempt=int(kwargs.get("attempt") or 1) + int(task.request.retries or 0),
-        key=(task.request.headers or {}).get("idempotency_key"),
+        attempt=envelope.attempt + int(task.request.retries or 0),
+        key=(task.request.headers or {}).get(IDEMPOTENCY_HEADER),
     )
     outcome = run_tool(definition, request, invocation, identity, log_outcome=False)
     if outcome.error_type == "SoftTimeLimitExceeded":  # the pool's time limit: the deadline passed
@@ -115,11 +100,11 @@ def _run_call(
                     countdown=countdown,
                     max_retries=definition.options.retries,
                     exc=failure_for(outcome),
-                    **flower_reprs(kwargs),
+                    **envelope.reprs(),
                 )
         raise failure_for(logged(outcome), task.request.hostname)
-    if kwargs.get("compensate_if_late") and definition.compensation is not None:
-        _finish_or_compensate_late(task, definition, settings, request, invocation, outcome, deadline)
+    if envelope.compensate_if_late and definition.compensation is not None:
+        finish_or_compensate_late(task, definition, settings, request, invocation, outcome, deadline)
     return {**logged(outcome).to_json(), "worker": task.request.hostname}
 
 
@@ -154,13 +139,13 @@ def _only_toolfleet_tasks(app: Celery) -> None:
 
 def _register(app: Celery, definition: ToolDefinition, settings: Settings) -> None:
     def run(self: Task, **kwargs: Any) -> dict[str, Any]:
-        return _run_call(self, definition, settings, kwargs)
+        return _run_call(self, definition, settings, CallTask.from_json(kwargs))
 
     run.__name__ = f"tool_{definition.name}"
     run.__doc__ = definition.specification.description
     app.task(
         bind=True,
-        name=TASK_PREFIX + definition.name,
+        name=tool_task_name(definition.name),
         queue=definition.pool,
         acks_late=definition.options.idempotent,
         reject_on_worker_lost=definition.options.idempotent,
@@ -172,14 +157,14 @@ def _register(app: Celery, definition: ToolDefinition, settings: Settings) -> No
 
 def _register_compensation(app: Celery, definition: ToolDefinition, settings: Settings) -> None:
     def run(self: Task, **kwargs: Any) -> dict[str, Any]:
-        return _run_compensation(self, definition, settings, kwargs)
+        return run_compensation_task(self, definition, settings, CompensationTask.from_json(kwargs))
 
     run.__name__ = f"compensate_{definition.name}"
     run.__doc__ = f"Undoes a call of {definition.name}"
     # Compensations must complete: acknowledged late and redelivered when their worker dies.
     app.task(
         bind=True,
-        name=COMPENSATION_PREFIX + definition.name,
+        name=compensation_task_name(definition.name),
         queue=definition.pool,
         acks_late=True,
         reject_on_worker_lost=True,

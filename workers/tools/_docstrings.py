@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 
-def _summary(doc: str | None) -> str | None:
+def doc_summary(doc: str | None) -> str | None:
     if not doc:
         return None
     paragraph = doc.strip().split("\n\n", 1)[0]
@@ -22,7 +22,7 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
 
 
-def _doc_args(function: Any) -> dict[str, str]:
+def docstring_args(function: Any) -> dict[str, str]:
     """Parameter descriptions from a Google-style `Args:` section of the docstring."""
     doc = inspect.getdoc(function) or ""
     found: dict[str, str] = {}

@@ -12,21 +12,24 @@ from collections.abc import Sequence
 import redis
 
 from workers.app import make_app, registry_from_modules
-from workers.catalog import Catalog, CatalogTool, MixedPool, MixedPoolError, pool_conflicts, served_text
-from workers.errors import ToolDefinitionError
-from workers.registry import ToolRegistry
+from workers.errors import ToolDefinitionError, ToolModuleError
+from workers.runtime.catalog import (
+    Catalog,
+    CatalogTool,
+    MixedPool,
+    MixedPoolError,
+    pool_conflicts,
+    served_text,
+)
 from workers.settings import Settings
 from workers.tools import check_compensations
+from workers.tools.registry import ToolRegistry
 
 __all__ = ["POOL_KINDS", "ToolModuleError", "load_tools", "run_worker"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("workers.worker")  # the name its log lines have always had
 
 POOL_KINDS = ("threads", "prefork", "solo")
-
-
-class ToolModuleError(ToolDefinitionError):
-    """A module named in `--tools` cannot be imported, or lacks the attribute named after its colon."""
 
 
 def load_tools(modules: Sequence[str]) -> ToolRegistry:

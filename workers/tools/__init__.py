@@ -7,15 +7,20 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from workers._classes import class_members, member, object_tools
-from workers._decorators import ToolOptions, _marker, _marker_of, compensate_for, tool
-from workers._definitions import Compensation, ToolDefinition, ToolParameter
-from workers._inspection import INJECTED_TYPES, _definition, _hints
-from workers._modules import module_compensations, module_function_tools, module_tool_classes, module_tools
-from workers._types import optional_inner, split_annotated
 from workers.errors import ToolDefinitionError
-from workers.schema import type_label
-from workers.specification import ToolSpecification
+from workers.tools._classes import class_members, member, object_tools
+from workers.tools._decorators import ToolOptions, compensate_for, marker_of, tool, tool_marker
+from workers.tools._definitions import Compensation, ToolDefinition, ToolParameter
+from workers.tools._inspection import INJECTED_TYPES, build_definition, type_hints_of
+from workers.tools._modules import (
+    module_compensations,
+    module_function_tools,
+    module_tool_classes,
+    module_tools,
+)
+from workers.tools._types import optional_inner, split_annotated
+from workers.tools.schema import type_label
+from workers.tools.specification import ToolSpecification
 
 __all__ = [
     "Compensation",
@@ -41,8 +46,8 @@ def discover_tools(source: object) -> list[ToolDefinition]:
         definitions = module_tools(source)
     elif isinstance(source, type):
         definitions = object_tools(source, instance=None)
-    elif callable(source) and _marker(source) is not None:
-        definitions = [_definition(source, _marker_of(source), compensation=None)]
+    elif callable(source) and tool_marker(source) is not None:
+        definitions = [build_definition(source, marker_of(source), compensation=None)]
     else:
         definitions = object_tools(type(source), instance=source)
     if not definitions:
@@ -60,7 +65,7 @@ def check_compensations(source: object) -> None:
         for cls in module_tool_classes(source):
             check_compensations(cls)
         return
-    if callable(source) and not isinstance(source, type) and _marker(source) is not None:
+    if callable(source) and not isinstance(source, type) and tool_marker(source) is not None:
         return
     cls = source if isinstance(source, type) else type(source)
     members = class_members(cls)
@@ -114,7 +119,7 @@ def _check_shape(
 
 def _shape(function: Callable[..., Any], tool_name: str) -> list[tuple[str, Any]]:
     """Names and types of the parameters the model's arguments fill (injected ones are free to differ)."""
-    hints = _hints(function, tool_name)
+    hints = type_hints_of(function, tool_name)
     shape = [
         (name, split_annotated(hints.get(name, Any))[0]) for name in inspect.signature(function).parameters
     ]

@@ -11,14 +11,14 @@ import time
 from concurrent.futures import Executor
 from typing import Any
 
-from workers._types import split_annotated
-from workers.binding import BoundCall, bind_arguments, bind_values, parse_arguments
+from workers.calls.binding import BoundCall, bind_arguments, bind_values, parse_arguments
+from workers.calls.invocation import Invocation, InvocationParameters, ToolCallIdentity
+from workers.calls.results import convert_result
 from workers.contents import ImageContent, TextContent
 from workers.errors import ToolArgumentsError, ToolDefinitionError, ToolErrorVisibleToLlm, ToolResultError
-from workers.invocation import Invocation, InvocationParameters, ToolCallIdentity
 from workers.protocol import ErrorCause, OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
-from workers.results import convert_result
 from workers.tools import ToolDefinition, ToolParameter
+from workers.tools._types import split_annotated
 
 __all__ = [
     "arun_compensation",
@@ -35,7 +35,7 @@ __all__ = [
     "utf8_size",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("workers.runner")  # the name its log lines have always had
 
 
 def call_identity(

@@ -14,12 +14,12 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from workers._classes import class_members, has_tools, object_tools
-from workers._decorators import _COMPENSATES_ATTR, _marker, _marker_of, _unwrap_method
-from workers._definitions import Compensation, ToolDefinition
-from workers._docstrings import _doc_args
-from workers._inspection import _definition, _parameters
 from workers.errors import ToolDefinitionError
+from workers.tools._classes import class_members, has_tools, object_tools
+from workers.tools._decorators import COMPENSATES_ATTR, marker_of, tool_marker, unwrap_method
+from workers.tools._definitions import Compensation, ToolDefinition
+from workers.tools._docstrings import docstring_args
+from workers.tools._inspection import build_definition, build_parameters
 
 __all__ = ["module_compensations", "module_function_tools", "module_tool_classes", "module_tools"]
 
@@ -39,10 +39,10 @@ def module_tools(module: types.ModuleType) -> list[ToolDefinition]:
         if isinstance(value, type):
             if value in made:
                 definitions.extend(object_tools(value, made[value]))
-        elif inspect.isfunction(value) and _marker(value) is not None:
-            options = _marker_of(value)
+        elif inspect.isfunction(value) and tool_marker(value) is not None:
+            options = marker_of(value)
             name = options.name or value.__name__
-            definitions.append(_definition(value, options, compensations.get(name)))
+            definitions.append(build_definition(value, options, compensations.get(name)))
         elif isinstance(value, ToolDefinition):
             definitions.append(value)
         elif isinstance(value, list | tuple) and value and all(isinstance(v, ToolDefinition) for v in value):
@@ -67,8 +67,8 @@ def module_function_tools(module: types.ModuleType) -> dict[str, Callable[..., A
     """The module's `@tool` functions by the name the model sees."""
     tools: dict[str, Callable[..., Any]] = {}
     for value in _values(module):
-        if inspect.isfunction(value) and _marker(value) is not None:
-            tools.setdefault(_marker_of(value).name or value.__name__, value)
+        if inspect.isfunction(value) and tool_marker(value) is not None:
+            tools.setdefault(marker_of(value).name or value.__name__, value)
     return tools
 
 
@@ -83,7 +83,7 @@ def module_compensations(module: types.ModuleType) -> dict[str, tuple[str, Calla
         if id(value) in seen or not inspect.isfunction(value):
             continue
         seen.add(id(value))
-        tool_name = getattr(_unwrap_method(value), _COMPENSATES_ATTR, None)
+        tool_name = getattr(unwrap_method(value), COMPENSATES_ATTR, None)
         if not isinstance(tool_name, str):
             continue
         if tool_name in found:
@@ -126,8 +126,8 @@ def _linked_compensations(module: types.ModuleType) -> dict[str, Compensation]:
         linked[tool_name] = Compensation(
             tool_name=tool_name,
             function=function,
-            parameters=_parameters(
-                function, f'@compensate_for("{tool_name}")', _doc_args(function), compensation=True
+            parameters=build_parameters(
+                function, f'@compensate_for("{tool_name}")', docstring_args(function), compensation=True
             ),
             is_async=inspect.iscoroutinefunction(function),
         )

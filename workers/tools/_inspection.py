@@ -6,22 +6,22 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from workers._convert import convert
-from workers._decorators import ToolOptions, _unwrap_method
-from workers._definitions import _NO_DEFAULT, Compensation, ToolDefinition, ToolParameter
-from workers._docstrings import _doc_args, _summary
-from workers._types import Param, optional_inner, param_of, split_annotated
+from workers.calls._convert import convert
+from workers.calls.invocation import InvocationContext, InvocationParameters, ToolCallIdentity, ToolMemoryId
 from workers.errors import ToolArgumentsError, ToolDefinitionError
-from workers.invocation import InvocationContext, InvocationParameters, ToolCallIdentity, ToolMemoryId
-from workers.schema import SchemaBuilder, type_label
-from workers.specification import ToolSpecification
+from workers.tools._decorators import ToolOptions, unwrap_method
+from workers.tools._definitions import NO_DEFAULT, Compensation, ToolDefinition, ToolParameter
+from workers.tools._docstrings import doc_summary, docstring_args
+from workers.tools._types import Param, optional_inner, param_of, split_annotated
+from workers.tools.schema import SchemaBuilder, type_label
+from workers.tools.specification import ToolSpecification
 
 __all__ = ["INJECTED_TYPES"]
 
 INJECTED_TYPES: tuple[type, ...] = (InvocationParameters, InvocationContext, ToolMemoryId, ToolCallIdentity)
 
 
-class _SkipSelf:
+class SkipSelf:
     """An instance method taken from a class: its `self` is not a tool parameter."""
 
     def __init__(self, function: Callable[..., Any]) -> None:
@@ -38,14 +38,14 @@ class _SkipSelf:
         )
 
 
-def _definition(
+def build_definition(
     function: Callable[..., Any], options: ToolOptions, compensation: Compensation | None
 ) -> ToolDefinition:
-    raw = getattr(function, "__wrapped__", None) if isinstance(function, _SkipSelf) else function
+    raw = getattr(function, "__wrapped__", None) if isinstance(function, SkipSelf) else function
     name = options.name or getattr(function, "__name__", None) or type(function).__name__
     doc = inspect.getdoc(raw or function)
-    description = options.description if options.description is not None else _summary(doc)
-    parameters = _parameters(function, name, _doc_args(raw or function))
+    description = options.description if options.description is not None else doc_summary(doc)
+    parameters = build_parameters(function, name, docstring_args(raw or function))
     builder = SchemaBuilder()
     properties: dict[str, Any] = {}
     required: list[str] = []
@@ -64,21 +64,21 @@ def _definition(
         parameters=builder.parameters(properties, required) if properties else None,
         metadata=dict(options.metadata),
     )
-    hints = _hints(function, name)
-    return_type = hints.get("return", _NO_DEFAULT)
+    hints = type_hints_of(function, name)
+    return_type = hints.get("return", NO_DEFAULT)
     return ToolDefinition(
         specification=specification,
         function=function,
         parameters=parameters,
         options=options,
         returns_none=return_type is None or return_type is type(None),
-        is_async=inspect.iscoroutinefunction(_unwrap_method(raw or function)),
+        is_async=inspect.iscoroutinefunction(unwrap_method(raw or function)),
         compensation=compensation,
     )
 
 
-def _hints(function: Callable[..., Any], tool_name: str) -> dict[str, Any]:
-    target = getattr(function, "__wrapped__", function) if isinstance(function, _SkipSelf) else function
+def type_hints_of(function: Callable[..., Any], tool_name: str) -> dict[str, Any]:
+    target = getattr(function, "__wrapped__", function) if isinstance(function, SkipSelf) else function
     target = getattr(target, "__func__", target)
     try:
         import typing
@@ -88,12 +88,12 @@ def _hints(function: Callable[..., Any], tool_name: str) -> dict[str, Any]:
         raise ToolDefinitionError(f"Tool '{tool_name}': cannot resolve its type annotations: {exc}") from exc
 
 
-def _parameters(
+def build_parameters(
     function: Callable[..., Any], tool_name: str, doc_args: dict[str, str], *, compensation: bool = False
 ) -> tuple[ToolParameter, ...]:
     """The parameters of a tool (or, with `compensation`, of a compensation: its parameters are
     checked against its tool's instead, when compensation is on)."""
-    hints = _hints(function, tool_name)
+    hints = type_hints_of(function, tool_name)
     parameters: list[ToolParameter] = []
     for param in inspect.signature(function).parameters.values():
         where = f'Parameter "{param.name}" of tool "{tool_name}"'
@@ -108,7 +108,7 @@ def _parameters(
         annotation = hints.get(param.name, Any)
         base, metadata = split_annotated(annotation)
         meta = param_of(metadata) or Param()
-        has_default = param.default is not _NO_DEFAULT
+        has_default = param.default is not NO_DEFAULT
         injected = next((kind for kind in INJECTED_TYPES if optional_inner(base)[0] is kind), None)
         if injected is not None:
             if has_default:
@@ -143,7 +143,7 @@ def _parameters(
 
 
 def _check_default(default: Any, annotation: Any, where: str, base: Any) -> None:
-    from workers.results import to_jsonable
+    from workers.calls.results import to_jsonable
 
     try:
         convert(to_jsonable(default), annotation, "default", "default")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from workers.errors import ToolDefinitionError
-from workers.specification import ToolSpecification
 from workers.tools import ToolDefinition, discover_tools
+from workers.tools.specification import ToolSpecification
 
 __all__ = ["ToolRegistry", "instantiate"]
 

@@ -39,7 +39,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers._mcp_session import (
+from workers.calls.results import ToolExecutionResult
+from workers.contents import Content, Image, ImageContent, TextContent
+from workers.errors import ToolDefinitionError, ToolErrorVisibleToLlm, ToolfleetError
+from workers.mcp._session import (
     McpConnectionError,
     McpEndpoint,
     McpProtocolError,
@@ -47,11 +50,8 @@ from workers._mcp_session import (
     McpTimeoutError,
     sessions,
 )
-from workers.contents import Content, Image, ImageContent, TextContent
-from workers.errors import ToolDefinitionError, ToolErrorVisibleToLlm, ToolfleetError
-from workers.results import ToolExecutionResult
-from workers.specification import SearchBehavior, ToolSpecification
 from workers.tools import ToolDefinition, ToolOptions
+from workers.tools.specification import SearchBehavior, ToolSpecification
 
 try:
     from mcp import types as mcp_types
