@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 import redis
+from cryptography.fernet import Fernet
 
 from orchestrator.cli.console import LiveTable, chat_model
 from orchestrator.executors.celery import CeleryExecutor
@@ -210,8 +211,12 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
 
     settings = settings or Settings.from_env()
     with tempfile.TemporaryDirectory(prefix="toolfleet-demo-") as scratch, embedded_redis(settings.redis_url):
-        database = os.environ.get("TOOLFLEET_DATABASE_URL") or f"sqlite:///{scratch}/demo.db"
-        journal = Journal(database)
+        database = os.environ.get("TOOLFLEET_DATABASE_URL")
+        if database:
+            journal = Journal(database)
+        else:
+            # A scratch journal that dies with the demo: sealed with a key of its own, used once.
+            journal = Journal(f"sqlite:///{scratch}/demo.db", keys=Fernet.generate_key().decode())
         started = time.monotonic()
         with _pools(settings, scratch, out) as workers:
             names = ", ".join(workers)
