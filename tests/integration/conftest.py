@@ -50,6 +50,22 @@ def settings(redis_url: str) -> Settings:
 
 
 @pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    """A connection to the test database, answering bytes (as the product's own connections do)."""
+    connection = redis.Redis.from_url(redis_url)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def text_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A connection to the test database that answers `str`, for tests that read what tools wrote."""
+    connection = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
 def worker_app(settings: Settings) -> Iterator[Celery]:
     """A worker's Celery app (no tools), for what workers store in Redis: results, states."""
     app = make_app(settings)

@@ -179,11 +179,6 @@ def ledger(redis_url: str) -> Iterator[Ledger]:
     client.close()
 
 
-@pytest.fixture
-def journal(tmp_path: Path) -> Journal:
-    return Journal(f"sqlite:///{tmp_path}/j.db")
-
-
 # -- helpers -------------------------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ from orchestrator import AiMessage, AiService, CeleryExecutor, Result, ScriptedC
 from orchestrator.executors._collector import ResultCollector
 from orchestrator.journal import Journal
 from orchestrator.saga import rolled_back_text
+from tests._waiting import wait_until
 from tests.integration import saga_blip_tools as blip
 from tests.integration.private_redis import PrivateRedis
 from workers.catalog import Catalog
@@ -72,18 +73,6 @@ def counts(redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def ns() -> str:
     return uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def journal_file(tmp_path: Path) -> Path:
-    return tmp_path / "journal.db"
-
-
-@pytest.fixture
-def journal(journal_file: Path) -> Iterator[Journal]:
-    journal = Journal(f"sqlite:///{journal_file}")
-    yield journal
-    journal.engine.dispose()
 
 
 @pytest.fixture
@@ -154,15 +143,6 @@ def service(model: ScriptedChatModel, executor: CeleryExecutor, journal: Journal
         compensate_on_tool_errors=True,
         journal=journal,
     )
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
 
 
 def number(counts: redis.Redis, ns: str, what: str) -> int:

@@ -19,7 +19,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +50,7 @@ from orchestrator import (
 from orchestrator.messages import message_to_json
 from orchestrator.models._http import RetryPolicy
 from orchestrator.models.base import ChatRequest
+from tests._waiting import wait_for
 from workers import OutcomeKind, ToolExecutionRequest
 from workers.app import make_publisher
 from workers.invocation import Invocation, InvocationContext
@@ -93,23 +93,6 @@ def executor(request: pytest.FixtureRequest) -> Iterator[LocalExecutor | CeleryE
     local = LocalExecutor()
     yield local
     local.close()
-
-
-@pytest.fixture(scope="module")
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url)
-    yield connection
-    connection.close()
-
-
-def _wait_for(condition: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def _healthy(worker: WorkerProcess, celery: CeleryExecutor) -> None:
@@ -206,11 +189,11 @@ def test_a_pickled_task_message_is_refused_unread_and_never_runs(
     # when: then the same call as JSON (the control), behind it in the queue
     json_id = _publish(redis_url, "tool.bad_mark", _mark_call(json_key), "json")
     # then: the JSON message ran
-    control = _wait_for(lambda: _final(client, json_id), what="the JSON control's result")
+    control = wait_for(lambda: _final(client, json_id), what="the JSON control's result")
     assert control["status"] == "SUCCESS" and control["result"]["text"] == f"marked {json_key}"
     assert client.get(f"badinput:ran:{json_key}") == b"1"
     # and the pickled one was refused unread: the worker logged the refusal, nothing ran or was stored
-    _wait_for(lambda: _log_count(worker_log, refusal) > refusals_before, what="the refusal in the log")
+    wait_for(lambda: _log_count(worker_log, refusal) > refusals_before, what="the refusal in the log")
     assert "kombu.exceptions.ContentDisallowed" in worker_log.read_text(errors="replace")
     assert not marker.exists(), "the pickle was deserialized"
     assert client.get(f"badinput:ran:{pickled_key}") is None
@@ -233,10 +216,10 @@ def test_a_forged_task_name_runs_nothing(
     # when
     task_id = _publish(redis_url, "tool.os_system", {"command": f"touch {marker}"}, "json")
     # then: Celery records it as not registered; the worker logged it and ran nothing
-    stored = _wait_for(lambda: _final(client, task_id), what="the refusal's stored state")
+    stored = wait_for(lambda: _final(client, task_id), what="the refusal's stored state")
     assert stored["status"] == "FAILURE"
     assert stored["result"]["exc_type"] == "NotRegistered"
-    _wait_for(lambda: _log_count(worker_log, unregistered) > before, what="the refusal in the log")
+    wait_for(lambda: _log_count(worker_log, unregistered) > before, what="the refusal in the log")
     assert not marker.exists()
     _healthy(bad_worker, celery)
 
@@ -247,7 +230,7 @@ def test_a_forged_message_for_a_real_tool_without_a_call_runs_nothing(
     # given: a message for `tool.bad_mark` whose kwargs are not a call at all
     task_id = _publish(redis_url, "tool.bad_mark", {"key": "direct"}, "json")
     # then: it fails before binding anything; the tool did not run
-    stored = _wait_for(lambda: _final(client, task_id), what="the failure")
+    stored = wait_for(lambda: _final(client, task_id), what="the failure")
     assert (stored["status"], stored["result"]["exc_type"]) == ("FAILURE", "KeyError")
     assert client.get("badinput:ran:direct") is None
     _healthy(bad_worker, celery)
@@ -523,7 +506,7 @@ def _task_events(settings: Settings, celery: CeleryExecutor) -> Iterator[list[di
             )
             return _wait_quietly(lambda: any(e.get("uuid") == probe.task_id for e in events), 1.0)
 
-        _wait_for(probe_seen, 10.0, "the event receiver")
+        wait_for(probe_seen, 10.0, "the event receiver")
         yield events
     finally:
         stop.set()
@@ -533,7 +516,7 @@ def _task_events(settings: Settings, celery: CeleryExecutor) -> Iterator[list[di
 
 def _wait_quietly(condition: Callable[[], bool], timeout_s: float) -> bool:
     try:
-        _wait_for(condition, timeout_s)
+        wait_for(condition, timeout_s)
     except AssertionError:
         return False
     return True
@@ -579,7 +562,7 @@ def test_invocation_parameters_never_reach_flower_or_stay_in_redis(
         result = service.chat("go", parameters={"api_key": secret})
         task_id = result.tool_executions[0].task_id
         assert result.tool_executions[0].result == "present"  # the tool did receive the parameters
-        _wait_for(
+        wait_for(
             lambda: {e["type"] for e in _events_of(events, task_id)} >= {"task-sent", "task-received"},
             what="the call's task events",
         )
@@ -605,7 +588,7 @@ def test_a_retried_call_keeps_its_parameters_out_of_flower(
         result = service.chat("go", parameters={"api_key": secret})
         task_id = result.tool_executions[0].task_id
         assert result.tool_executions[0].result == "2"  # failed once, retried on the worker, succeeded
-        _wait_for(
+        wait_for(
             lambda: sum(e["type"] == "task-received" for e in _events_of(events, task_id)) >= 2,
             what="both deliveries' events",
         )
@@ -624,8 +607,8 @@ def test_a_late_compensation_keeps_its_parameters_out_of_flower(
     with _task_events(settings, celery) as events:
         outcome = asyncio.run(celery.execute(request, None, invocation, compensate_if_late=True))
         assert outcome.kind is OutcomeKind.TIMED_OUT
-        _wait_for(lambda: client.get(f"badinput:undone:{key}") == b"1", what="the late compensation")
-        compensations = _wait_for(
+        wait_for(lambda: client.get(f"badinput:undone:{key}") == b"1", what="the late compensation")
+        compensations = wait_for(
             lambda: [e for e in events if str(e.get("name", "")).startswith("compensate.bad_late")],
             what="the compensation's events",
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -22,13 +21,6 @@ from workers.tasks import call_state_key
 pytestmark = pytest.mark.integration
 
 TTL_S = 120
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url)
-    yield connection
-    connection.close()
 
 
 def attempts(count: int) -> list[str]:
