@@ -17,7 +17,9 @@ from pathlib import Path
 
 import redis
 
-from bench.__main__ import bench_redis_url
+from bench._context import bench_redis_url
+from bench._timing import process_cpu_s
+from workers.settings import redact_url
 
 _REPO = Path(__file__).resolve().parents[1]
 TASKS = 1000
@@ -33,8 +35,10 @@ CONFIGS = {
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    seconds = process_cpu_s(pid)
+    if seconds is None:
+        raise RuntimeError(f"cannot read the CPU time of the worker (pid {pid}) from /proc")
+    return seconds
 
 
 def measure(url: str, config: dict[str, str]) -> tuple[float, float]:
@@ -85,7 +89,7 @@ def measure(url: str, config: dict[str, str]) -> tuple[float, float]:
 
 def main() -> int:
     url = bench_redis_url()
-    print(f"{TASKS} no-op tasks on one threads worker (100 threads), Redis {url.rsplit('@', 1)[-1]}")
+    print(f"{TASKS} no-op tasks on one threads worker (100 threads), Redis {redact_url(url)}")
     for name, config in CONFIGS.items():
         cpu_ms, drained = measure(url, config)
         print(f"  {name:<42} worker CPU {cpu_ms:.2f} ms/task, drained in {drained:.2f} s")

@@ -1,6 +1,5 @@
 """toolfleet's agent side: the LLM loop, models, memory, and where tool calls run."""
 
-from orchestrator._loop import RoundTripLimitError
 from orchestrator.errors import (
     ModelAuthenticationError,
     ModelConnectionError,
@@ -30,6 +29,7 @@ from orchestrator.handlers import (
     send_generic_message_to_llm_unless_visible_to_llm,
 )
 from orchestrator.journal import Journal
+from orchestrator.loop.run import RoundTripLimitError
 from orchestrator.memory import (
     ChatMemory,
     ChatMemoryStore,

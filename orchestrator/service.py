@@ -1,4 +1,5 @@
-"""`AiService`: configuration, and the `chat` / `achat` / `stream` edges of the loop in `_loop`."""
+"""`AiService`: keyword configuration, built once into the loop's frozen `LoopConfig`, and the `chat` /
+`achat` / `stream` edges of the loop in `orchestrator.loop.run`."""
 
 from __future__ import annotations
 
@@ -8,35 +9,38 @@ import logging
 import threading
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
-from orchestrator._catalog_tools import LiveCatalogToolProvider, LiveCatalogTools, live_catalog_of
-from orchestrator._loop import Mode, run_invocation
 from orchestrator.errors import OrchestratorError
 from orchestrator.executors.base import ToolExecutor, fanout_limit
 from orchestrator.executors.local import LocalExecutor
-from orchestrator.handlers import (
-    ToolArgumentsErrorHandler,
-    ToolExecutionErrorHandler,
-    fail_invocation,
-    fail_invocation_unless_visible_to_llm,
-    send_exception_message_to_llm,
-    warn_and_send_exception_message,
-)
+from orchestrator.handlers import ToolArgumentsErrorHandler, ToolExecutionErrorHandler
 from orchestrator.journal import Journal
+from orchestrator.loop.catalog_tools import LiveCatalogToolProvider, live_catalog_of
+from orchestrator.loop.config import (
+    HallucinatedToolNameStrategy,
+    LoopConfig,
+    Memories,
+    Mode,
+    SystemMessage,
+    edge_handlers,
+)
+from orchestrator.loop.run import run_invocation
+from orchestrator.loop.state import Emit, new_state
+from orchestrator.loop.toolset import Tool, resolve_tools
 from orchestrator.memory import ChatMemory
-from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
-from orchestrator.models.base import ChatEvent, ChatModel, ChatResponse, CompleteResponse, ToolChoice
+from orchestrator.messages import AiMessage, UserMessage
+from orchestrator.models.base import ChatModel, ChatResponse, ToolChoice
 from orchestrator.providers import AiServiceTool, ToolProvider, ToolRunContext
-from orchestrator.result import Result, ToolExecuted
+from orchestrator.result import CompleteResponse, Result, StreamEvent
 from orchestrator.search import ToolSearchStrategy
 from workers.errors import ToolDefinitionError
 from workers.invocation import InvocationParameters
 from workers.protocol import ToolExecutionRequest
-from workers.registry import instantiate
 from workers.settings import Settings
 from workers.specification import ReturnBehavior, ToolSpecification
-from workers.tools import ToolDefinition, check_compensations, discover_tools
+from workers.tools import ToolDefinition, check_compensations
 
 __all__ = ["AiService"]
 
@@ -44,8 +48,6 @@ log = logging.getLogger(__name__)
 
 _defaults_notice_given = False
 _notice_lock = threading.Lock()
-
-HallucinatedToolNameStrategy = Callable[[ToolExecutionRequest], "str | ToolExecutionResultMessage"]
 
 
 class AiService:
@@ -64,6 +66,9 @@ class AiService:
     `max_fanout` bounds the tool calls of one invocation in flight at once; by default it is the
     executor's (`TOOLFLEET_MAX_FANOUT`, default 64), the same limit `execute_batch()` applies.
     `max_concurrent_tool_calls=` is a deprecated alias of it.
+
+    The configuration is read once, when the service is built, into the frozen `LoopConfig` every
+    invocation shares; the attributes that show it are read-only.
     """
 
     def __init__(
@@ -72,7 +77,7 @@ class AiService:
         chat_model: ChatModel,
         tools: Iterable[Any] | None = None,
         executor: ToolExecutor | None = None,
-        system_message: str | Callable[[str], str | None] | None = None,
+        system_message: SystemMessage = None,
         chat_memory: ChatMemory | None = None,
         chat_memory_provider: Callable[[str], ChatMemory] | None = None,
         tool_providers: Sequence[ToolProvider] = (),
@@ -106,49 +111,124 @@ class AiService:
                     f"max_concurrent_tool_calls={max_concurrent_tool_calls} disagree: give max_fanout only"
                 )
             max_fanout = max_concurrent_tool_calls
-        self.chat_model = chat_model
-        self.executor: ToolExecutor = executor if executor is not None else LocalExecutor()
-        self.max_fanout = max_fanout if max_fanout is not None else fanout_limit(self.executor)
-        if self.max_fanout < 1:
+        executor = executor if executor is not None else LocalExecutor()
+        max_fanout = max_fanout if max_fanout is not None else fanout_limit(executor)
+        if max_fanout < 1:
             raise OrchestratorError(
-                f"max_fanout must be at least 1, got {self.max_fanout} "
-                "(set max_fanout= or TOOLFLEET_MAX_FANOUT)"
+                f"max_fanout must be at least 1, got {max_fanout} (set max_fanout= or TOOLFLEET_MAX_FANOUT)"
             )
-        self.system_message = system_message
-        self.chat_memory = chat_memory
-        self.chat_memory_provider = chat_memory_provider
-        self.tool_providers = list(tool_providers)
-        self.tool_search_strategy = tool_search_strategy
-        self.max_tool_calling_round_trips = max_tool_calling_round_trips
-        self.execute_tools_concurrently = execute_tools_concurrently
-        self.tool_arguments_error_handler = tool_arguments_error_handler
-        self.tool_execution_error_handler = tool_execution_error_handler
-        self.hallucinated_tool_name_strategy = hallucinated_tool_name_strategy
-        self.tool_choice = tool_choice
-        self.compensate_on_tool_errors = compensate_on_tool_errors
         if journal is None and compensate_on_tool_errors:
             journal = Journal(Settings.from_env().database_url)
-        self.journal = journal
-        self.name = name
-        self._memories: dict[str, ChatMemory] = {}
-        self._memories_lock = threading.Lock()
-        self._tools: dict[str, ToolDefinition | AiServiceTool] = {}
+        providers = list(tool_providers)
         # No tools given: those live workers serve, when the executor knows them (CeleryExecutor).
         # Tool providers choose the tools themselves (they may be there to narrow them down).
-        self._catalog: LiveCatalogTools | None = (
-            live_catalog_of(self.executor) if tools is None and not self.tool_providers else None
-        )
-        if self._catalog is not None:
-            self.tool_providers.append(LiveCatalogToolProvider(self._catalog))
-        tools = list(tools or ())
+        catalog = live_catalog_of(executor) if tools is None and not providers else None
+        if catalog is not None:
+            providers.append(LiveCatalogToolProvider(catalog))
+        sources = list(tools or ())
         if compensate_on_tool_errors:
-            for source in tools:
+            for source in sources:
                 if not isinstance(source, ToolDefinition | AiServiceTool | AiService):
                     check_compensations(source)
-        for tool in self._resolve_tools(tools):
-            if tool.specification.name in self._tools:
+        own: dict[str, Tool] = {}
+        for tool in resolve_tools(sources):
+            if tool.specification.name in own:
                 raise ToolDefinitionError(f"Duplicated definition for tool: {tool.specification.name}")
-            self._tools[tool.specification.name] = tool
+            own[tool.specification.name] = tool
+        self._config = LoopConfig(
+            chat_model=chat_model,
+            executor=executor,
+            tools=MappingProxyType(own),
+            arguments_handler=tool_arguments_error_handler,
+            execution_handler=tool_execution_error_handler,
+            handlers=MappingProxyType(
+                edge_handlers(tool_arguments_error_handler, tool_execution_error_handler)
+            ),
+            memories=Memories(chat_memory, chat_memory_provider),
+            system_message=system_message,
+            providers=tuple(providers),
+            tool_search=tool_search_strategy,
+            hallucinated_tool_name_strategy=hallucinated_tool_name_strategy,
+            tool_choice=tool_choice,
+            max_round_trips=max_tool_calling_round_trips,
+            concurrently=execute_tools_concurrently,
+            max_fanout=max_fanout,
+            compensating=compensate_on_tool_errors,
+            journal=journal,
+            name=name,
+            catalog=catalog,
+        )
+
+    # -- the configuration, as given (read-only) --------------------------------------------------
+
+    @property
+    def chat_model(self) -> ChatModel:
+        return self._config.chat_model
+
+    @property
+    def executor(self) -> ToolExecutor:
+        return self._config.executor
+
+    @property
+    def max_fanout(self) -> int:
+        return self._config.max_fanout
+
+    @property
+    def system_message(self) -> SystemMessage:
+        return self._config.system_message
+
+    @property
+    def chat_memory(self) -> ChatMemory | None:
+        return self._config.memories.memory
+
+    @property
+    def chat_memory_provider(self) -> Callable[[str], ChatMemory] | None:
+        return self._config.memories.provider
+
+    @property
+    def tool_providers(self) -> list[ToolProvider]:
+        """The tool providers, the live catalog's included when no tools were given."""
+        return list(self._config.providers)
+
+    @property
+    def tool_search_strategy(self) -> ToolSearchStrategy | None:
+        return self._config.tool_search
+
+    @property
+    def max_tool_calling_round_trips(self) -> int:
+        return self._config.max_round_trips
+
+    @property
+    def execute_tools_concurrently(self) -> bool:
+        return self._config.concurrently
+
+    @property
+    def tool_arguments_error_handler(self) -> ToolArgumentsErrorHandler | None:
+        return self._config.arguments_handler
+
+    @property
+    def tool_execution_error_handler(self) -> ToolExecutionErrorHandler | None:
+        return self._config.execution_handler
+
+    @property
+    def hallucinated_tool_name_strategy(self) -> HallucinatedToolNameStrategy | None:
+        return self._config.hallucinated_tool_name_strategy
+
+    @property
+    def tool_choice(self) -> ToolChoice | None:
+        return self._config.tool_choice
+
+    @property
+    def compensate_on_tool_errors(self) -> bool:
+        return self._config.compensating
+
+    @property
+    def journal(self) -> Journal | None:
+        return self._config.journal
+
+    @property
+    def name(self) -> str | None:
+        return self._config.name
 
     # -- the edges --------------------------------------------------------------------------------
 
@@ -184,10 +264,10 @@ class AiService:
         *,
         memory_id: str | None = None,
         parameters: Mapping[str, Any] | InvocationParameters | None = None,
-    ) -> AsyncIterator[ChatEvent | ToolExecuted]:
+    ) -> AsyncIterator[StreamEvent]:
         """Run one invocation, yielding the model's events and `ToolExecuted` as they happen, then one
         `CompleteResponse` carrying the `Result`; an error ends the stream by raising."""
-        queue: asyncio.Queue[ChatEvent | ToolExecuted | None] = asyncio.Queue()
+        queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
         task = asyncio.ensure_future(
             self._invoke(user_message, memory_id, parameters, "stream", emit=queue.put_nowait)
         )
@@ -210,83 +290,38 @@ class AiService:
         memory_id: str | None,
         parameters: Mapping[str, Any] | InvocationParameters | None,
         mode: Mode,
-        emit: Callable[[ChatEvent | ToolExecuted], None] | None = None,
+        emit: Emit | None = None,
     ) -> Result:
+        config = self._config
         message = UserMessage(user_message) if isinstance(user_message, str) else user_message
         params = (
             parameters if isinstance(parameters, InvocationParameters) else InvocationParameters(parameters)
         )
-        if self._catalog is not None:
-            await self._catalog.refresh()
-        return await run_invocation(
-            self, message, memory_id=memory_id, parameters=params, mode=mode, emit=emit
-        )
+        if config.catalog is not None:
+            await config.catalog.refresh()
+        if config.handlers_defaulted:
+            _notice_defaults()
+        return await run_invocation(config, new_state(config, message, memory_id, params, mode, emit))
 
     # -- memory -----------------------------------------------------------------------------------
 
     def memory(self, memory_id: str = "default") -> ChatMemory:
         """The memory of `memory_id` (configure `chat_memory` or `chat_memory_provider` first)."""
-        memory = self._memory_for(memory_id)
+        memory = self._config.memories.get(memory_id)
         if memory is None:
             raise OrchestratorError(
                 "This AiService has no memory: give it chat_memory or chat_memory_provider"
             )
         return memory
 
-    def _memory_for(self, memory_id: str | None) -> ChatMemory | None:
-        if self.chat_memory is not None:
-            return self.chat_memory
-        if self.chat_memory_provider is None:
-            return None
-        key = memory_id or "default"
-        with self._memories_lock:
-            memory = self._memories.get(key)
-            if memory is None:
-                memory = self.chat_memory_provider(key)
-                if getattr(memory, "id", None) is None:
-                    memory.id = key
-                self._memories[key] = memory
-            return memory
-
-    def _system_message_for(self, memory_id: str) -> str | None:
-        if callable(self.system_message):
-            return self.system_message(memory_id)
-        return self.system_message
-
     # -- tools ------------------------------------------------------------------------------------
-
-    def _resolve_tools(self, sources: Iterable[Any]) -> list[ToolDefinition | AiServiceTool]:
-        resolved: list[ToolDefinition | AiServiceTool] = []
-        for source in sources:
-            if isinstance(source, ToolDefinition | AiServiceTool):
-                resolved.append(source)
-            elif isinstance(source, AiService):
-                raise ToolDefinitionError(
-                    "Pass an AiService as a tool with service.as_tool(name, description)"
-                )
-            else:
-                resolved += discover_tools(instantiate(source) if isinstance(source, type) else source)
-        return resolved
-
-    def _handlers_for(self, mode: Mode) -> tuple[ToolArgumentsErrorHandler, ToolExecutionErrorHandler]:
-        if self.tool_arguments_error_handler is None or self.tool_execution_error_handler is None:
-            _notice_defaults()
-        if mode == "achat":
-            arguments: ToolArgumentsErrorHandler = send_exception_message_to_llm()
-            execution: ToolExecutionErrorHandler = fail_invocation_unless_visible_to_llm()
-        else:
-            arguments, execution = fail_invocation(), warn_and_send_exception_message
-        return (
-            self.tool_arguments_error_handler or arguments,
-            self.tool_execution_error_handler or execution,
-        )
 
     def tool_specifications(self) -> list[ToolSpecification]:
         """The specifications of the service's own tools (providers' and search aside); given no
         tools, on a `CeleryExecutor`, those live workers serve now."""
-        if self._catalog is not None:
-            return [definition.specification for definition in self._catalog.current()]
-        return [tool.specification for tool in self._tools.values()]
+        if self._config.catalog is not None:
+            return [definition.specification for definition in self._config.catalog.current()]
+        return [tool.specification for tool in self._config.tools.values()]
 
     def as_tool(
         self, name: str, description: str, *, parameter: str = "request", template: str | None = None

@@ -76,7 +76,8 @@ def worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         kind="threads",
         concurrency=4,
         hostname=HOSTNAME,
-        env={"PYTHONPATH": str(ROOT), "TOOLFLEET_HEARTBEAT_TTL_S": "2"},
+        # a heartbeat TTL long enough that a loaded machine never lets the live worker lapse mid-test
+        env={"PYTHONPATH": str(ROOT), "TOOLFLEET_HEARTBEAT_TTL_S": "10"},
         log_path=tmp_path_factory.mktemp("cli-tools") / "worker.log",
         loglevel="INFO",
     )

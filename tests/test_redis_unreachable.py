@@ -59,6 +59,7 @@ def _abandoned_call() -> CallRecord:
         id=1,
         invocation_id="inv-1",
         sequence=1,
+        turn=1,
         call_id="call-1",
         tool="book",
         arguments="{}",

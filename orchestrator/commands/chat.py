@@ -298,8 +298,8 @@ class _Session:
         print(f"toolfleet chat: {first}", file=sys.stderr)
 
     async def _stream(self, question: str) -> None:
-        from orchestrator.models.base import CompleteResponse, CompleteToolCall, PartialResponse
-        from orchestrator.result import ToolExecuted
+        from orchestrator.models.base import CompleteToolCall, PartialResponse
+        from orchestrator.result import CompleteResponse, ToolExecuted
 
         answered = False  # text streamed since the last tool call: the answer
         content: str | None = None

@@ -5,14 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from orchestrator.messages import AiMessage, ChatMessage
 from workers.protocol import ToolExecutionRequest
 from workers.specification import ToolSpecification
-
-if TYPE_CHECKING:
-    from orchestrator.result import Result
 
 __all__ = [
     "ChatEvent",
@@ -120,10 +117,10 @@ class CompleteToolCall:
 
 @dataclass(frozen=True)
 class CompleteResponse:
-    """The end of a streamed answer; at the end of a streamed invocation it also carries its `Result`."""
+    """The end of a streamed answer: the whole response. `AiService.stream()` ends with one too, which
+    also carries the invocation's `Result` (`orchestrator.result.CompleteResponse`)."""
 
     response: ChatResponse
-    result: Result | None = None
 
 
 ChatEvent: TypeAlias = PartialResponse | PartialToolCall | CompleteToolCall | CompleteResponse

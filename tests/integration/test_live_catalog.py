@@ -27,7 +27,7 @@ from orchestrator import (
     ToolExecutionResultMessage,
     send_exception_message_to_llm,
 )
-from orchestrator._catalog_tools import CATALOG_MAX_AGE_S
+from orchestrator.loop.catalog_tools import CATALOG_MAX_AGE_S
 from tests._waiting import wait_for
 from workers.catalog import Catalog
 from workers.process import WorkerProcess

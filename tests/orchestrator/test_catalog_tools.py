@@ -1,5 +1,5 @@
 """`AiService` without `tools=` on an executor with a worker catalog: the model sees the live catalog,
-read again per invocation through a short-lived copy (`orchestrator._catalog_tools`).
+read again per invocation through a short-lived copy (`orchestrator.loop.catalog_tools`).
 
 The catalog here is a double: a `LocalExecutor` that also answers `catalog_definitions()` from a list
 the test changes, as workers joining and leaving would. tests/integration/test_live_catalog.py does
@@ -28,7 +28,7 @@ from orchestrator import (
     ToolProviderRequest,
     ToolProviderResult,
 )
-from orchestrator._catalog_tools import CATALOG_MAX_AGE_S, LiveCatalogTools, live_catalog_of
+from orchestrator.loop.catalog_tools import CATALOG_MAX_AGE_S, LiveCatalogTools, live_catalog_of
 from workers import ToolDefinition, tool
 from workers.tools import discover_tools
 
@@ -181,7 +181,7 @@ def test_an_unreadable_catalog_keeps_the_last_copy_with_a_warning(caplog: pytest
     executor.failure = ConnectionError("Redis is down")
 
     # when
-    with caplog.at_level(logging.WARNING, logger="orchestrator._catalog_tools"):
+    with caplog.at_level(logging.WARNING, logger="orchestrator.loop.catalog_tools"):
         definitions = catalog.current()
 
     # then

@@ -1,10 +1,11 @@
-"""The tools of one invocation: what providers add, what the model sees, and call ids."""
+"""The tools of one invocation: tool sources resolved, what providers add, what the model sees, and
+call ids."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from orchestrator.errors import OrchestratorError
 from orchestrator.messages import AiMessage, ChatMessage, ToolExecutionResultMessage
@@ -12,19 +13,46 @@ from orchestrator.providers import AiServiceTool, ToolProvider, ToolProviderRequ
 from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
 from workers.errors import ToolDefinitionError
 from workers.protocol import ToolExecutionRequest
+from workers.registry import instantiate
 from workers.specification import SearchBehavior, ToolSpecification
-from workers.tools import ToolDefinition
+from workers.tools import ToolDefinition, discover_tools
 
-if TYPE_CHECKING:
-    from orchestrator.service import AiService
+__all__ = [
+    "Tool",
+    "add_provided_tools",
+    "resolve_tools",
+    "unique_id",
+    "visible_specifications",
+    "with_unique_ids",
+]
 
-__all__ = ["add_provided_tools", "unique_id", "visible_specifications", "with_unique_ids"]
+Tool: TypeAlias = ToolDefinition | AiServiceTool
 
-Tool = ToolDefinition | AiServiceTool
+
+@runtime_checkable
+class _Service(Protocol):
+    """An AI service (`AiService`): a tool of another only through `as_tool(name, description)`."""
+
+    def as_tool(self, name: str, description: str) -> AiServiceTool: ...
+
+    async def achat(self, user_message: Any) -> Any: ...
+
+
+def resolve_tools(sources: Iterable[Any]) -> list[Tool]:
+    """The tools of each source: a `ToolDefinition` or `AiServiceTool` as it is, the `@tool` methods of
+    an object, class (instantiated) or module, or a `@tool` function."""
+    resolved: list[Tool] = []
+    for source in sources:
+        if isinstance(source, ToolDefinition | AiServiceTool):
+            resolved.append(source)
+        elif isinstance(source, _Service) and not isinstance(source, type):
+            raise ToolDefinitionError("Pass an AiService as a tool with service.as_tool(name, description)")
+        else:
+            resolved += discover_tools(instantiate(source) if isinstance(source, type) else source)
+    return resolved
 
 
 def add_provided_tools(
-    service: AiService,
     providers: Sequence[ToolProvider],
     request: ToolProviderRequest,
     tools: dict[str, Tool],
@@ -40,7 +68,7 @@ def add_provided_tools(
                 f"Tool provider {provider!r} returned {_kind(result)} from provide_tools(); it must return "
                 "a ToolProviderResult (ToolProviderResult() when it has no tools to add)"
             )
-        for tool in service._resolve_tools(result.tools):
+        for tool in resolve_tools(result.tools):
             name = tool.specification.name
             if name in tools:
                 if dynamic:

@@ -1,0 +1,35 @@
+"""The measures of `python -m bench`, one module each, numbered as the table shows them.
+
+A measure is an `async def measure_<name>(b: Bench) -> Measure`: it warms up, repeats (sides of a
+comparison interleaved), and fills the `Measure` with its sides, CPU, rounds, details, headline
+result and whether the target was met. To add one: a module here, a line in `MEASURES`, a place in
+`RUN_ORDER`, a row in bench/README.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from bench._context import Bench
+from bench._measures.anchors import measure_anchors
+from bench._measures.batch import measure_batch
+from bench._measures.deadline import measure_deadline
+from bench._measures.in_flight import measure_in_flight
+from bench._measures.single_call import measure_single
+from bench._measures.sleeps import measure_sleeps
+from bench._timing import Measure
+
+__all__ = ["MEASURES", "RUN_ORDER", "Runner", "measure_anchors"]
+
+Runner = Callable[[Bench], Awaitable[Measure]]
+
+# In report order.
+MEASURES: dict[str, Runner] = {
+    "1": measure_single,
+    "2": measure_batch,
+    "3": measure_deadline,
+    "4": measure_sleeps,
+    "5": measure_in_flight,
+}
+# `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
+RUN_ORDER = ["1", "2", "4", "5", "3"]

@@ -1,0 +1,57 @@
+"""Measure 1: one `noop` call through `CeleryExecutor.execute` against a raw Celery task's round trip."""
+
+from __future__ import annotations
+
+from statistics import median
+
+from bench._context import Bench, expect
+from bench._timing import Measure, Sample, cpu_json, ms, summarize, walls
+from workers import OutcomeKind
+
+RATIO_TARGET = 1.25
+WARMUP = 40  # pairs
+ROUNDS = 7
+PAIRS = 60  # per round
+
+
+async def measure_single(b: Bench) -> Measure:
+    m = Measure(
+        "single_call",
+        "1 no-op call: executor / raw Celery",
+        "One `noop` tool call through CeleryExecutor.execute, against `bench.raw_noop.apply_async().get()` "
+        "with the worker app's Redis result backend, on the same worker. Sides interleaved (AB, BA, …); "
+        "the result is the median over rounds of each round's ratio of medians.",
+        f"median ratio <= {RATIO_TARGET}",
+    )
+
+    async def tool_call() -> None:
+        expect([await b.executor.execute(b.request("noop"), b.noop)], OutcomeKind.SUCCESS)
+
+    async def raw_call() -> None:
+        b.raw_noop.apply_async().get(timeout=10)
+
+    await b.timer.interleaved(tool_call, raw_call, b.reps(WARMUP))
+    tool_runs: list[Sample] = []
+    raw_runs: list[Sample] = []
+    ratios: list[float] = []
+    for _ in range(b.reps(ROUNDS)):
+        tool_round, raw_round = await b.timer.interleaved(tool_call, raw_call, b.reps(PAIRS))
+        tool_runs += tool_round
+        raw_runs += raw_round
+        ratio = median(walls(tool_round)) / median(walls(raw_round))
+        ratios.append(ratio)
+        m.rounds.append(
+            {
+                "executor_median_ms": ms(median(walls(tool_round))),
+                "celery_median_ms": ms(median(walls(raw_round))),
+                "ratio": round(ratio, 4),
+            }
+        )
+    ratio = median(ratios)
+    m.sides = {"executor": summarize(walls(tool_runs)), "celery": summarize(walls(raw_runs))}
+    m.cpu = {"executor": cpu_json(tool_runs, 1), "celery": cpu_json(raw_runs, 1)}
+    m.details = {"median_ratio": round(ratio, 4), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+    m.met = ratio <= RATIO_TARGET
+    tool_ms, raw_ms = ms(median(walls(tool_runs))), ms(median(walls(raw_runs)))
+    m.result = f"x{ratio:.2f} ({tool_ms:.2f} vs {raw_ms:.2f} ms)"
+    return m

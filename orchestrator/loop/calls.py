@@ -1,0 +1,247 @@
+"""The tool calls of one invocation: run a batch, journal each call, turn errors into messages."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from orchestrator.handlers import (
+    HallucinatedToolNameError,
+    ToolErrorContext,
+    ToolErrorHandlerResult,
+    error_of,
+    unwrap_cause,
+)
+from orchestrator.loop.config import LoopConfig
+from orchestrator.loop.state import InvocationState, visible
+from orchestrator.messages import ToolExecutionResultMessage
+from orchestrator.providers import AiServiceTool, ToolRunContext
+from orchestrator.result import ToolExecuted
+from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
+from workers.errors import ToolArgumentsError
+from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
+from workers.results import ToolExecutionResult, convert_result
+from workers.runner import error_outcome
+from workers.specification import ReturnBehavior
+from workers.tools import ToolDefinition
+
+__all__ = ["Call", "CallState", "returns_immediately", "run_batch", "start_call"]
+
+log = logging.getLogger(__name__)
+
+_ABANDONED = (OutcomeKind.TIMED_OUT, OutcomeKind.WORKER_LOST)
+
+
+class CallState(Enum):
+    """Where a tool call stands."""
+
+    PENDING = "pending"  # not finished yet
+    SUCCEEDED = "succeeded"  # the tool's result goes to the model
+    FAILED = "failed"  # the tool failed; the handler's text goes to the model
+    RAISED = "raised"  # a handler (or the hallucinated-name rule) ends the invocation with `error`
+
+
+@dataclass
+class Call:
+    """One tool call of a batch: its request, and what came of it."""
+
+    index: int
+    request: ToolExecutionRequest
+    state: CallState = CallState.PENDING
+    error: BaseException | None = None  # what ends the invocation, when RAISED
+    task: asyncio.Task[None] | None = None  # when dispatched concurrently
+    execution: ToolExecution | None = None
+    message: ToolExecutionResultMessage | None = None
+    behavior: ReturnBehavior = ReturnBehavior.TO_LLM
+    found: list[str] = field(default_factory=list)  # the tools a tool search call found
+    definition: ToolDefinition | None = None  # set for journaled calls (those of ToolDefinitions)
+    row: int | None = None  # the call's journal row
+
+
+async def run_batch(
+    config: LoopConfig,
+    state: InvocationState,
+    requests: Sequence[ToolExecutionRequest],
+    started: dict[int, Call],
+) -> list[Call]:
+    """Run the calls of one response, concurrently (at most `max_fanout` at once) or one by one; calls
+    `started` while the response streamed are awaited, not run again. Returns them in request order."""
+    calls: list[Call] = []
+    for index, request in enumerate(requests):
+        early = started.get(index)
+        calls.append(early if early is not None and early.request.id == request.id else Call(index, request))
+    if config.concurrently:
+        for call in calls:
+            if call.task is None:
+                start_call(config, state, call)
+        await asyncio.gather(*(c.task for c in calls if c.task is not None))
+    else:
+        for call in calls:
+            await _run_call(config, state, call)
+    return calls
+
+
+def start_call(config: LoopConfig, state: InvocationState, call: Call) -> None:
+    """Dispatch `call` now, as a task that waits for a place among the invocation's `max_fanout`."""
+
+    async def gated() -> None:
+        async with state.gate:
+            await _run_call(config, state, call)
+
+    call.task = asyncio.ensure_future(gated())
+
+
+def returns_immediately(batch: Sequence[Call]) -> bool:
+    """SPEC §5: no failure, and the last call is IMMEDIATE_IF_LAST or every call is immediate."""
+    if not batch or any(call.state is CallState.FAILED for call in batch):
+        return False
+    if batch[-1].behavior is ReturnBehavior.IMMEDIATE_IF_LAST:
+        return True
+    return all(
+        call.behavior in (ReturnBehavior.IMMEDIATE, ReturnBehavior.IMMEDIATE_IF_LAST) for call in batch
+    )
+
+
+async def _run_call(config: LoopConfig, state: InvocationState, call: Call) -> None:
+    try:
+        await _execute(config, state, call)
+    except Exception as exc:  # a handler or the hallucination rule ended the invocation
+        call.state, call.error = CallState.RAISED, exc
+
+
+async def _execute(config: LoopConfig, state: InvocationState, call: Call) -> None:
+    request = call.request
+    started_at = datetime.now(UTC)
+    late = False
+    strategy = config.tool_search
+    tool = state.tools.get(request.name)
+    searched = False
+    if strategy is not None and request.name == strategy.search_tool().name and tool is None:
+        searched = True
+        outcome = _search(config, state, strategy, call)
+    elif tool is None:
+        outcome = _hallucinated(config, request)
+    elif isinstance(tool, AiServiceTool):
+        call.behavior = tool.return_behavior
+        outcome = await _run_programmatic(state, tool, request)
+    else:
+        call.behavior = tool.return_behavior
+        invocation = state.invocation()
+        call.row = state.saga.intent(request, tool, invocation)
+        call.definition = tool
+        late = config.compensating and tool.compensation is not None
+        outcome = await config.executor.execute(request, tool, invocation, compensate_if_late=late)
+    if outcome.parameter_changes:
+        state.parameters.merge(outcome.parameter_changes)
+    if call.definition is not None:  # journaled before a handler may end the invocation
+        state.saga.outcome(call.row, outcome, outcome.text)
+        if late and outcome.kind in _ABANDONED and config.journal is not None and call.row is not None:
+            # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
+            config.journal.set_call_state(call.row, "abandoned")
+    text = outcome.text
+    if outcome.is_error:
+        # The search tool's own arguments error goes back to the model, which may search again.
+        text = outcome.text if searched else _handle(state, outcome, request).message
+    call.state = CallState.FAILED if outcome.is_error else CallState.SUCCEEDED
+    finished_at = datetime.now(UTC)
+    call.execution = ToolExecution(
+        request=request,
+        result=text,
+        result_contents=outcome.contents,
+        result_object=outcome.result_object,
+        attributes=dict(outcome.attributes),
+        has_failed=outcome.is_error,
+        status=outcome.kind.value,
+        started_at=started_at,
+        finished_at=finished_at,
+        task_id=outcome.task_id,
+        pool=outcome.pool,
+        worker=outcome.worker,
+    )
+    call.message = ToolExecutionResultMessage(
+        id=request.id,
+        tool_name=request.name,
+        text=text,
+        contents=tuple(outcome.contents) if outcome.contents is not None and not outcome.is_error else None,
+        is_error=outcome.is_error,
+        attributes=dict(outcome.attributes),
+    )
+    log.info(
+        "tool %s call %s: %s in %.0f ms%s",
+        request.name,
+        request.id,
+        outcome.kind.value,
+        (finished_at - started_at).total_seconds() * 1000,
+        f" on {outcome.worker}" if outcome.worker else "",
+    )
+    if state.emit is not None:
+        state.emit(ToolExecuted(call.execution))
+
+
+def _search(
+    config: LoopConfig, state: InvocationState, strategy: ToolSearchStrategy, call: Call
+) -> ToolOutcome:
+    """Search among the tools the model cannot see yet: neither always visible nor found before."""
+    shown = {spec.name for spec in visible(config, state)}
+    candidates = [t.specification for name, t in state.tools.items() if name not in shown]
+    try:
+        found = strategy.search(call.request, candidates)
+    except ToolArgumentsError as exc:
+        return error_outcome(exc, OutcomeKind.ARGUMENTS_ERROR)
+    call.found = found.found
+    return ToolOutcome(OutcomeKind.SUCCESS, found.text, attributes={FOUND_TOOLS_ATTRIBUTE: found.found})
+
+
+def _hallucinated(config: LoopConfig, request: ToolExecutionRequest) -> ToolOutcome:
+    strategy = config.hallucinated_tool_name_strategy
+    if strategy is None:
+        raise HallucinatedToolNameError(
+            f"The LLM is trying to execute the '{request.name}' tool, but no such tool exists. "
+            "Most likely, it is a hallucination. You can override this default strategy by setting the "
+            "hallucinated_tool_name_strategy on the AiService"
+        )
+    answer = strategy(request)
+    text = answer.text if isinstance(answer, ToolExecutionResultMessage) else str(answer)
+    return ToolOutcome(OutcomeKind.SUCCESS, text)
+
+
+async def _run_programmatic(
+    state: InvocationState, tool: AiServiceTool, request: ToolExecutionRequest
+) -> ToolOutcome:
+    context = ToolRunContext(state.context, state.parameters, state.memory_id)
+    try:
+        value: Any = tool.executor(request, context)
+        if inspect.isawaitable(value):
+            value = await value
+        result = convert_result(
+            value if isinstance(value, str | ToolExecutionResult) else str(value), returns_none=False
+        )
+    except Exception as exc:
+        return error_outcome(exc, OutcomeKind.EXECUTION_ERROR)
+    return ToolOutcome(
+        OutcomeKind.SUCCESS, result.text, result.contents, result.result_object, result.attributes
+    )
+
+
+def _handle(
+    state: InvocationState, outcome: ToolOutcome, request: ToolExecutionRequest
+) -> ToolErrorHandlerResult:
+    """The edge's handler decides what the model reads of a failed call (or raises to end the
+    invocation)."""
+    raw = error_of(outcome)
+    context = ToolErrorContext(
+        request=request,
+        invocation_context=state.context,
+        parameters=state.parameters,
+        memory_id=state.memory_id,
+        raw_error=raw,
+    )
+    handlers = state.handlers
+    handler = handlers.arguments if outcome.kind is OutcomeKind.ARGUMENTS_ERROR else handlers.execution
+    return handler(unwrap_cause(raw), context)

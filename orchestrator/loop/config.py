@@ -1,0 +1,130 @@
+"""What every invocation of one `AiService` shares: a frozen configuration, built once by the service.
+
+The loop (`orchestrator.loop.run`) receives a `LoopConfig` and a fresh `InvocationState` per
+invocation; it never reaches back into the service. The error handlers of each edge (`chat`,
+`achat`, `stream`) are chosen here, once, by the defaults of SPEC §6 where none were given.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from orchestrator.executors.base import ToolExecutor
+from orchestrator.handlers import (
+    ToolArgumentsErrorHandler,
+    ToolExecutionErrorHandler,
+    fail_invocation,
+    fail_invocation_unless_visible_to_llm,
+    send_exception_message_to_llm,
+    warn_and_send_exception_message,
+)
+from orchestrator.journal import Journal
+from orchestrator.loop.catalog_tools import LiveCatalogTools
+from orchestrator.loop.toolset import Tool
+from orchestrator.memory import ChatMemory
+from orchestrator.messages import ToolExecutionResultMessage
+from orchestrator.models.base import ChatModel, ToolChoice
+from orchestrator.providers import ToolProvider
+from orchestrator.search import ToolSearchStrategy
+from workers.protocol import ToolExecutionRequest
+
+__all__ = [
+    "EdgeHandlers",
+    "HallucinatedToolNameStrategy",
+    "LoopConfig",
+    "Memories",
+    "Mode",
+    "SystemMessage",
+    "edge_handlers",
+]
+
+Mode = Literal["chat", "achat", "stream"]
+HallucinatedToolNameStrategy: TypeAlias = Callable[[ToolExecutionRequest], "str | ToolExecutionResultMessage"]
+SystemMessage: TypeAlias = str | Callable[[str], str | None] | None
+
+
+@dataclass(frozen=True)
+class EdgeHandlers:
+    """The error handlers of one edge: what an arguments error and an execution error become."""
+
+    arguments: ToolArgumentsErrorHandler
+    execution: ToolExecutionErrorHandler
+
+
+def edge_handlers(
+    arguments: ToolArgumentsErrorHandler | None, execution: ToolExecutionErrorHandler | None
+) -> dict[Mode, EdgeHandlers]:
+    """The handlers of each edge: those given, else SPEC §6's defaults. `chat()`/`stream()`: an
+    arguments error fails the invocation, an execution error's message goes to the model (logged);
+    `achat()`: an arguments error goes to the model, an execution error fails the invocation unless
+    it is a `ToolErrorVisibleToLlm`."""
+    sync = EdgeHandlers(arguments or fail_invocation(), execution or warn_and_send_exception_message)
+    concurrent = EdgeHandlers(
+        arguments or send_exception_message_to_llm(), execution or fail_invocation_unless_visible_to_llm()
+    )
+    return {"chat": sync, "achat": concurrent, "stream": sync}
+
+
+class Memories:
+    """The memory of each memory id: the one `chat_memory`, or one per id from `chat_memory_provider`
+    (made on first use and kept)."""
+
+    def __init__(self, memory: ChatMemory | None, provider: Callable[[str], ChatMemory] | None) -> None:
+        self.memory = memory
+        self.provider = provider
+        self._by_id: dict[str, ChatMemory] = {}
+        self._lock = threading.Lock()
+
+    def get(self, memory_id: str | None) -> ChatMemory | None:
+        """The memory of `memory_id` (`"default"` when None); None when no memory is configured."""
+        if self.memory is not None:
+            return self.memory
+        if self.provider is None:
+            return None
+        key = memory_id or "default"
+        with self._lock:
+            memory = self._by_id.get(key)
+            if memory is None:
+                memory = self.provider(key)
+                if getattr(memory, "id", None) is None:
+                    memory.id = key
+                self._by_id[key] = memory
+            return memory
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """Everything about an `AiService` the loop reads: fixed when the service is built."""
+
+    chat_model: ChatModel
+    executor: ToolExecutor
+    tools: Mapping[str, Tool]  # the service's own tools, by name (providers add more per invocation)
+    arguments_handler: ToolArgumentsErrorHandler | None  # as given
+    execution_handler: ToolExecutionErrorHandler | None  # as given
+    handlers: Mapping[Mode, EdgeHandlers]  # those of each edge, defaults filled in
+    memories: Memories
+    system_message: SystemMessage
+    providers: tuple[ToolProvider, ...]
+    tool_search: ToolSearchStrategy | None
+    hallucinated_tool_name_strategy: HallucinatedToolNameStrategy | None
+    tool_choice: ToolChoice | None
+    max_round_trips: int
+    concurrently: bool
+    max_fanout: int
+    compensating: bool
+    journal: Journal | None
+    name: str | None
+    catalog: LiveCatalogTools | None  # the live catalog, when no tools were given
+
+    @property
+    def handlers_defaulted(self) -> bool:
+        """A handler was left to its default (the service then gives its notice)."""
+        return self.arguments_handler is None or self.execution_handler is None
+
+    def system_message_for(self, memory_id: str) -> str | None:
+        if callable(self.system_message):
+            return self.system_message(memory_id)
+        return self.system_message

@@ -1,0 +1,226 @@
+"""One invocation, top to bottom: ask the model, run the tools it calls, feed the results back.
+
+`run_invocation(config, state)` is the whole loop: the frozen `LoopConfig` of the service, the
+`InvocationState` of this invocation, and the free functions of `orchestrator.loop.calls` that run
+each batch of tool calls through the saga.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.loop.calls import Call, CallState, returns_immediately, run_batch, start_call
+from orchestrator.loop.config import LoopConfig
+from orchestrator.loop.state import InvocationState, ask_providers, visible
+from orchestrator.loop.toolset import unique_id, with_unique_ids
+from orchestrator.messages import ChatMessage, SystemMessage, ToolExecutionResultMessage
+from orchestrator.models.base import (
+    ChatRequest,
+    ChatResponse,
+    CompleteResponse,
+    CompleteToolCall,
+    FinishReason,
+    TokenUsage,
+)
+from orchestrator.result import Result
+from orchestrator.saga import rollback_reason, rolled_back_text
+
+__all__ = ["RoundTripLimitError", "run_invocation"]
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 10.0
+ROLLED_BACK_STATUS = "rolled_back"
+
+
+class RoundTripLimitError(OrchestratorError):
+    """The model kept calling tools past `max_tool_calling_round_trips`."""
+
+
+async def run_invocation(config: LoopConfig, state: InvocationState) -> Result:
+    """Run one invocation to its end: the answer, an immediate return, or an exception (after undoing,
+    when compensating, what succeeded before it)."""
+    journal = config.journal
+    if journal is not None:
+        journal.start_invocation(state.context, state.invocation().to_json())
+    beating = asyncio.ensure_future(_heartbeat(config, state)) if journal is not None else None
+    try:
+        result = await _loop(config, state)
+    except BaseException as exc:
+        await _end_abnormally(config, state, exc)
+        raise
+    finally:
+        if beating is not None:
+            beating.cancel()
+    state.saga.end("succeeded", answer=result.content)
+    return result
+
+
+async def _loop(config: LoopConfig, state: InvocationState) -> Result:
+    ask_providers(config, state, dynamic=False)
+    system = config.system_message_for(state.memory_id)
+    if system is not None:
+        state.add(SystemMessage(system))
+    state.add(state.user_message)
+    while True:
+        state.saga.turn = state.round_trips + 1  # the turn of the calls this response asks for
+        ask_providers(config, state, dynamic=True)
+        request = ChatRequest(
+            messages=state.messages(),
+            tool_specifications=visible(config, state),
+            tool_choice=config.tool_choice,
+        )
+        started: dict[int, Call] = {}  # calls dispatched while the response streams
+        response = await _ask_model(config, state, request, started)
+        if response.token_usage:
+            state.token_usage = (state.token_usage or TokenUsage()) + response.token_usage
+        message = with_unique_ids(response.ai_message, state.round_trips + 1, set(state.used_ids))
+        state.used_ids.update(r.id for r in message.tool_execution_requests if r.id)
+        if not message.tool_execution_requests:
+            state.add(message)
+            return _result(state, message.text, response.finish_reason)
+        state.round_trips += 1
+        _check_round_trips(config, state.round_trips)
+        state.add(message)  # the AI message is stored before its tools run
+        batch = await run_batch(config, state, message.tool_execution_requests, started)
+        for call in batch:  # kept in request order, whatever order they finished in
+            if (
+                call.state is CallState.SUCCEEDED
+                and call.definition is not None
+                and call.execution is not None
+            ):
+                state.saga.keep(call.definition, call.execution, call.row)
+        for call in batch:
+            if call.state is CallState.RAISED and call.error is not None:
+                raise call.error
+        if config.compensating and any(call.state is CallState.FAILED for call in batch):
+            await _compensate_batch(state, batch)
+        for call in batch:
+            assert call.message is not None and call.execution is not None
+            state.add(call.message)
+            state.executions.append(call.execution)
+            state.found += [n for n in call.found if n not in state.found]
+        if returns_immediately(batch):
+            return _result(state, None, FinishReason.TOOL_EXECUTION)
+
+
+async def _ask_model(
+    config: LoopConfig, state: InvocationState, request: ChatRequest, started: dict[int, Call]
+) -> ChatResponse:
+    model = config.chat_model
+    began = time.perf_counter()
+    if state.mode != "stream":
+        response = await model.chat(request)
+    else:
+        response = await _stream_model(config, state, request, started)
+    log.info(
+        "model %s: %d messages, %d tools -> %d tool calls, finish %s in %.0f ms",
+        model.provider,
+        len(request.messages),
+        len(request.tool_specifications),
+        len(response.ai_message.tool_execution_requests),
+        response.finish_reason,
+        (time.perf_counter() - began) * 1000,
+    )
+    return response
+
+
+async def _stream_model(
+    config: LoopConfig, state: InvocationState, request: ChatRequest, started: dict[int, Call]
+) -> ChatResponse:
+    """Pass the model's events on; with concurrency on, dispatch each call as soon as it is complete."""
+    assert state.emit is not None
+    response: ChatResponse | None = None
+    seen = set(state.used_ids)  # the same ids `with_unique_ids` gives the complete response
+    round_trip = state.round_trips + 1
+    async for event in config.chat_model.stream(request):
+        if isinstance(event, CompleteResponse):
+            response = event.response
+            continue
+        state.emit(event)
+        if isinstance(event, CompleteToolCall) and config.concurrently:
+            if not started:
+                _check_round_trips(config, round_trip)
+            call = Call(event.index, unique_id(event.request, event.index, round_trip, seen))
+            start_call(config, state, call)
+            started[event.index] = call
+    if response is None:
+        raise OrchestratorError(f"{config.chat_model.provider} stream ended without a complete response")
+    return response
+
+
+def _check_round_trips(config: LoopConfig, round_trips: int) -> None:
+    if round_trips > config.max_round_trips:
+        raise RoundTripLimitError(
+            f"Something is wrong, exceeded {config.max_round_trips} tool calling round trips "
+            "(max_tool_calling_round_trips)"
+        )
+
+
+def _result(state: InvocationState, content: str | None, reason: FinishReason | None) -> Result:
+    return Result(
+        content=content,
+        tool_executions=list(state.executions),
+        finish_reason=reason,
+        token_usage=state.token_usage,
+        invocation_id=str(state.context.invocation_id),
+    )
+
+
+async def _compensate_batch(state: InvocationState, batch: Sequence[Call]) -> None:
+    """After a failed batch: undo every recorded success and rewrite their result messages."""
+    failed = next(call for call in batch if call.state is CallState.FAILED)
+    undone = await state.saga.compensate_all(
+        state.invocation(), rollback_reason(failed.request.name, failed.request.id)
+    )
+    rolled = {id(step.execution): step for step in undone}
+    if not rolled:
+        return
+    for call in batch:
+        if call.execution is not None and call.message is not None and id(call.execution) in rolled:
+            text = rolled_back_text(call.request.name, failed.request.name)
+            call.execution.result = text
+            call.execution.status = ROLLED_BACK_STATUS
+            call.message = dataclasses.replace(call.message, text=text, is_error=True, contents=None)
+    earlier = {(e.request.id, e.request.name): e for e in state.executions if id(e) in rolled}
+    if not earlier:
+        return
+    for execution in earlier.values():
+        execution.result = rolled_back_text(execution.request.name, failed.request.name)
+        execution.status = ROLLED_BACK_STATUS
+    rewritten: list[ChatMessage] = [
+        dataclasses.replace(m, text=earlier[(m.id, m.tool_name)].result, is_error=True, contents=None)
+        if isinstance(m, ToolExecutionResultMessage) and (m.id, m.tool_name) in earlier
+        else m
+        for m in state.messages()
+    ]
+    state.set_messages(rewritten)
+
+
+async def _end_abnormally(config: LoopConfig, state: InvocationState, error: BaseException) -> None:
+    """Compensate what succeeded before the error propagates (handler raised, round-trip limit,
+    provider failure, caller cancelled), even if the caller cancels again meanwhile."""
+    reason = f"the invocation failed: {type(error).__name__}"
+    if config.compensating and state.saga.steps:
+        undo = asyncio.ensure_future(state.saga.compensate_all(state.invocation(), reason))
+        try:
+            await asyncio.shield(undo)
+        except asyncio.CancelledError:
+            await undo
+    state.saga.end("failed", f"{type(error).__name__}: {error}")
+
+
+async def _heartbeat(config: LoopConfig, state: InvocationState) -> None:
+    """Keep the journal's heartbeat fresh, so `toolfleet recover` never takes over a live saga."""
+    assert config.journal is not None
+    while True:
+        await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+        try:
+            config.journal.heartbeat(str(state.context.invocation_id))
+        except Exception as exc:  # a journal hiccup must not end the invocation
+            log.warning("journal heartbeat failed: %s", exc)

@@ -1,0 +1,120 @@
+"""The state of one invocation: who asked what, the conversation so far, its tools, what ran, its saga."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from orchestrator.loop.config import EdgeHandlers, LoopConfig, Mode
+from orchestrator.loop.toolset import Tool, add_provided_tools, visible_specifications
+from orchestrator.memory import ChatMemory
+from orchestrator.messages import ChatMessage, UserMessage
+from orchestrator.models.base import TokenUsage
+from orchestrator.providers import ToolProviderRequest
+from orchestrator.result import StreamEvent
+from orchestrator.saga import Saga
+from workers.invocation import Invocation, InvocationContext, InvocationParameters
+from workers.protocol import ToolExecution
+from workers.specification import ToolSpecification
+
+__all__ = ["Emit", "InvocationState", "ask_providers", "new_state", "visible"]
+
+Emit = Callable[[StreamEvent], None]
+
+
+@dataclass
+class InvocationState:
+    """What one invocation knows and has done so far; the loop's functions read and update it."""
+
+    mode: Mode
+    handlers: EdgeHandlers  # those of the edge the invocation came through
+    user_message: UserMessage
+    memory_id: str
+    parameters: InvocationParameters
+    context: InvocationContext
+    memory: ChatMemory | None
+    tools: dict[str, Tool]  # the service's, then what providers add
+    saga: Saga
+    gate: asyncio.Semaphore  # at most max_fanout calls of this invocation in flight
+    emit: Emit | None = None  # set when streaming: where the events go
+    transcript: list[ChatMessage] = field(default_factory=list)  # the conversation without memory
+    found: list[str] = field(default_factory=list)  # tools tool search found in this invocation
+    executions: list[ToolExecution] = field(default_factory=list)
+    token_usage: TokenUsage | None = None
+    round_trips: int = 0
+    used_ids: set[str] = field(default_factory=set)  # tool call ids given so far
+
+    def invocation(self) -> Invocation:
+        """The invocation as a tool call sees it: its context and parameters as they are now."""
+        return Invocation(self.context, self.parameters.to_json())
+
+    def messages(self) -> list[ChatMessage]:
+        return self.memory.messages() if self.memory is not None else list(self.transcript)
+
+    def add(self, message: ChatMessage) -> None:
+        if self.memory is not None:
+            self.memory.add(message)
+        else:
+            self.transcript.append(message)
+
+    def set_messages(self, messages: list[ChatMessage]) -> None:
+        if self.memory is not None:
+            self.memory.set_messages(messages)
+        else:
+            self.transcript = messages
+
+
+def new_state(
+    config: LoopConfig,
+    user_message: UserMessage,
+    memory_id: str | None,
+    parameters: InvocationParameters,
+    mode: Mode,
+    emit: Emit | None,
+) -> InvocationState:
+    """The state an invocation starts with: a new id, the memory of `memory_id`, the service's tools."""
+    context = InvocationContext(
+        invocation_id=uuid.uuid4(),
+        service_name=config.name,
+        memory_id=memory_id or "default",
+        user_message=user_message.single_text,
+        timestamp=datetime.now(UTC),
+    )
+    saga = Saga(config.executor, config.journal, str(context.invocation_id), keep=config.compensating)
+    return InvocationState(
+        mode=mode,
+        handlers=config.handlers[mode],
+        user_message=user_message,
+        memory_id=context.memory_id,
+        parameters=parameters,
+        context=context,
+        memory=config.memories.get(memory_id),
+        tools=dict(config.tools),
+        saga=saga,
+        gate=asyncio.Semaphore(config.max_fanout),
+        emit=emit,
+    )
+
+
+def ask_providers(config: LoopConfig, state: InvocationState, *, dynamic: bool) -> None:
+    """Add the tools of the static providers (once, at the start) or the dynamic ones (before every
+    model call)."""
+    providers = [p for p in config.providers if bool(getattr(p, "is_dynamic", False)) == dynamic]
+    if not providers:
+        return
+    request = ToolProviderRequest(
+        user_message=state.user_message,
+        memory_id=state.memory_id,
+        invocation_context=state.context,
+        parameters=state.parameters,
+        messages=state.messages(),
+    )
+    add_provided_tools(providers, request, state.tools, dynamic=dynamic)
+
+
+def visible(config: LoopConfig, state: InvocationState) -> list[ToolSpecification]:
+    """The specifications the model is shown now (all tools, or with tool search those it may see)."""
+    return visible_specifications(state.tools, config.tool_search, state.found, state.messages())
