@@ -8,6 +8,7 @@ Every other `TOOLFLEET_*` variable of the caller is removed before the session s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 import redis
 from celery import Celery
 
+from orchestrator.executors.celery import CeleryExecutor
+from orchestrator.executors.local import LocalExecutor
 from tests._environment import test_redis_url
 from workers.app import make_app
 from workers.process import WorkerProcess
@@ -109,3 +112,23 @@ def pools(redis_url: str, worker_logs: Path) -> Iterator[dict[str, WorkerProcess
     finally:
         for worker in workers.values():
             worker.stop()
+
+
+@pytest.fixture(params=["local", "celery"])
+def executor(request: pytest.FixtureRequest, settings: Settings) -> Iterator[LocalExecutor | CeleryExecutor]:
+    """Where a test's tool calls run: in this process, or on worker processes; every test runs on both.
+
+    A module says what its calls need in two module-level names: `WORKERS`, the fixtures that start
+    the workers its tools live on, and `EXECUTOR_OPTIONS`, options both executors take (retries,
+    backoff), by their names in `LocalExecutor` and `Settings`.
+    """
+    options = getattr(request.module, "EXECUTOR_OPTIONS", {})
+    chosen: LocalExecutor | CeleryExecutor
+    if request.param == "local":
+        chosen = LocalExecutor(**options)
+    else:
+        for name in getattr(request.module, "WORKERS", ()):
+            request.getfixturevalue(name)
+        chosen = CeleryExecutor(settings=dataclasses.replace(settings, **options))
+    yield chosen
+    chosen.close()

@@ -70,6 +70,10 @@ def _worker(
     )
 
 
+# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls.
+WORKERS = ["faults_worker"]
+
+
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("saga-faults")
@@ -103,19 +107,6 @@ def start_heavy(redis_url: str, logs: Path) -> Iterator[Callable[[int], list[Wor
     finally:
         for worker in started:
             worker.stop(timeout_s=5)
-
-
-@pytest.fixture(scope="module", params=["local", "celery"])
-def executor(request: pytest.FixtureRequest, settings: Settings) -> Iterator[LocalExecutor | CeleryExecutor]:
-    """Where the calls run: in this process, or on the `faults` worker."""
-    chosen: LocalExecutor | CeleryExecutor
-    if request.param == "local":
-        chosen = LocalExecutor()
-    else:
-        request.getfixturevalue("faults_worker")
-        chosen = CeleryExecutor(settings=settings)
-    yield chosen
-    chosen.close()
 
 
 @pytest.fixture

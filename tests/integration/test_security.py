@@ -66,6 +66,10 @@ API_KEY = "sk-test-9f8e7d6c5b4a39281706"
 GENERIC = "Tool failed"
 
 
+# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls.
+WORKERS = ["bad_worker"]
+
+
 @pytest.fixture(scope="module")
 def worker_log(worker_logs: Path) -> Path:
     return worker_logs / "security.log"
@@ -83,16 +87,6 @@ def celery(bad_worker: WorkerProcess, settings: Settings) -> Iterator[CeleryExec
     executor = CeleryExecutor(settings=settings)
     yield executor
     executor.close()
-
-
-@pytest.fixture(params=["local", "celery"])
-def executor(request: pytest.FixtureRequest) -> Iterator[LocalExecutor | CeleryExecutor]:
-    if request.param == "celery":
-        yield request.getfixturevalue("celery")
-        return
-    local = LocalExecutor()
-    yield local
-    local.close()
 
 
 def _healthy(worker: WorkerProcess, celery: CeleryExecutor) -> None:

@@ -29,7 +29,6 @@ from orchestrator import (
     CompleteToolCall,
     FinishReason,
     HallucinatedToolNameError,
-    LocalExecutor,
     MessageWindowChatMemory,
     PartialResponse,
     PartialToolCall,
@@ -52,7 +51,6 @@ from orchestrator import (
 from workers import ToolSpecification, tool_specifications_from
 from workers.errors import ToolDefinitionError
 from workers.process import WorkerProcess
-from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +59,10 @@ SEARCH = SimpleToolSearchStrategy.NAME
 
 
 # -- fixtures -------------------------------------------------------------------------------------
+
+
+# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls.
+WORKERS = ["pools", "srch_worker"]
 
 
 @pytest.fixture(scope="module")
@@ -79,22 +81,6 @@ def srch_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
     )
     with worker.running(timeout_s=60):
         yield worker
-
-
-@pytest.fixture(params=["local", "celery"])
-def executor(request: pytest.FixtureRequest) -> Iterator[LocalExecutor | CeleryExecutor]:
-    """Where the tool calls of a test run: in this process, or on the worker processes."""
-    if request.param == "local":
-        local = LocalExecutor()
-        yield local
-        local.close()
-        return
-    request.getfixturevalue("pools")
-    request.getfixturevalue("srch_worker")
-    settings: Settings = request.getfixturevalue("settings")
-    celery = CeleryExecutor(settings=settings)
-    yield celery
-    celery.close()
 
 
 # -- helpers --------------------------------------------------------------------------------------
