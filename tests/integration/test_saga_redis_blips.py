@@ -403,7 +403,10 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     listed = cli(["sagas", "--failed"], private_redis, journal_file)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     rows = [line.split() for line in listed.stdout.splitlines() if line.startswith(result.invocation_id)]
-    assert [row[:3] for row in rows] == [[result.invocation_id, "blip_deposit", "failed"]], listed.stdout
+    assert len(rows) == 1, listed.stdout
+    [row] = rows
+    assert row[:2] == [result.invocation_id, "d1"], row
+    assert row[2].startswith('blip_deposit({"ns":') and "failed" in row[3:], row
 
     # ... and once a worker serves the pool again, `toolfleet recover` completes it, once, and leaves
     # the credit that stands alone
