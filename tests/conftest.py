@@ -13,12 +13,13 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from types import FrameType
 
 import pytest
 
+from orchestrator.saga.journal import Journal
 from tests._environment import make_hermetic
 from workers.settings import redact_url
 
@@ -27,6 +28,20 @@ _removed: list[str] = []
 
 class PropertyTestTimeout(BaseException):
     """A Hypothesis test ran past its per-test timeout (not an example failure: nothing to shrink)."""
+
+
+@pytest.fixture
+def journal_file(tmp_path: Path) -> Path:
+    """Where a test's own SQLite journal lives (a driver process may open it too)."""
+    return tmp_path / "journal.db"
+
+
+@pytest.fixture
+def journal(journal_file: Path) -> Iterator[Journal]:
+    """A fresh journal of this test alone, in `journal_file`."""
+    journal = Journal(f"sqlite:///{journal_file}")
+    yield journal
+    journal.engine.dispose()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -8,6 +8,7 @@ Every other `TOOLFLEET_*` variable of the caller is removed before the session s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,8 @@ import pytest
 import redis
 from celery import Celery
 
+from orchestrator.executors.celery import CeleryExecutor
+from orchestrator.executors.local import LocalExecutor
 from tests._environment import test_redis_url
 from workers.app import make_app
 from workers.runtime.process import WorkerProcess
@@ -47,6 +50,22 @@ def settings(redis_url: str) -> Settings:
             "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
         }
     )
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    """A connection to the test database, answering bytes (as the product's own connections do)."""
+    connection = redis.Redis.from_url(redis_url)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def text_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A connection to the test database that answers `str`, for tests that read what tools wrote."""
+    connection = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield connection
+    connection.close()
 
 
 @pytest.fixture
@@ -93,3 +112,23 @@ def pools(redis_url: str, worker_logs: Path) -> Iterator[dict[str, WorkerProcess
     finally:
         for worker in workers.values():
             worker.stop()
+
+
+@pytest.fixture(params=["local", "celery"])
+def executor(request: pytest.FixtureRequest, settings: Settings) -> Iterator[LocalExecutor | CeleryExecutor]:
+    """Where a test's tool calls run: in this process, or on worker processes; every test runs on both.
+
+    A module says what its calls need in two module-level names: `WORKERS`, the fixtures that start
+    the workers its tools live on, and `EXECUTOR_OPTIONS`, options both executors take (retries,
+    backoff), by their names in `LocalExecutor` and `Settings`.
+    """
+    options = getattr(request.module, "EXECUTOR_OPTIONS", {})
+    chosen: LocalExecutor | CeleryExecutor
+    if request.param == "local":
+        chosen = LocalExecutor(**options)
+    else:
+        for name in getattr(request.module, "WORKERS", ()):
+            request.getfixturevalue(name)
+        chosen = CeleryExecutor(settings=dataclasses.replace(settings, **options))
+    yield chosen
+    chosen.close()

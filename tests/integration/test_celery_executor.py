@@ -82,13 +82,6 @@ def executor(pools: dict[str, WorkerProcess], settings: Settings) -> Iterator[Ce
     executor.close()
 
 
-@pytest.fixture(scope="module")
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
 @pytest.fixture
 def killable(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
     """A fresh prefork worker (one child) for the `killable` pool, for one test to kill."""

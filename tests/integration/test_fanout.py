@@ -35,13 +35,6 @@ def fanout_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
         yield worker
 
 
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
 def _most_in_flight(client: redis.Redis, executor: CeleryExecutor, max_fanout: int | None) -> int:
     """Run one invocation whose model asks for CALLS `occupy` calls at once; the most seen running."""
     run = str(uuid.uuid4())

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,22 +33,8 @@ from workers.settings import Settings
 
 
 @pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    journal = Journal(f"sqlite:///{tmp_path / 'journal.db'}")
-    yield journal
-    journal.engine.dispose()
-
-
-@pytest.fixture
-def cli_settings(settings: Settings, tmp_path: Path) -> Settings:
-    return dataclasses.replace(settings, database_url=f"sqlite:///{tmp_path / 'journal.db'}")
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
+def cli_settings(settings: Settings, journal_file: Path) -> Settings:
+    return dataclasses.replace(settings, database_url=f"sqlite:///{journal_file}")
 
 
 def _abandoned(journal: Journal, invocation_id: str, tool: str) -> CallRecord:

@@ -28,6 +28,7 @@ from orchestrator import (
     send_exception_message_to_llm,
 )
 from orchestrator.loop.catalog_tools import CATALOG_MAX_AGE_S
+from tests._waiting import wait_for
 from workers.runtime.catalog import Catalog
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
@@ -61,14 +62,6 @@ def _calls_what_the_user_names(request: ChatRequest) -> AiMessage | str:
     if wanted in {spec.name for spec in request.tool_specifications}:
         return AiMessage(tool_execution_requests=[ToolExecutionRequest("c1", wanted, '{"question": "q"}')])
     return f"no tool {wanted}"
-
-
-def _wait_until(condition: object, what: str, timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.05)
 
 
 def _past_the_copy_age(last_read_at: float) -> None:
@@ -114,7 +107,7 @@ def test_a_worker_that_joins_adds_its_tools_and_one_that_leaves_takes_them_away(
                 shown_joined = {s.name for s in model.requests[joined_requests].tool_specifications}
 
             # and when: it leaves (a warm shutdown removes it from the catalog)
-            _wait_until(lambda: not catalog.worker_alive(joining.hostname), "the second worker left")
+            wait_for(lambda: not catalog.worker_alive(joining.hostname), 15.0, "the second worker left")
             _past_the_copy_age(before)
             left_requests = len(model.requests)
             left = service.chat("second_answer")

@@ -122,13 +122,6 @@ def journal(tmp_path: Path) -> Iterator[tuple[Journal, str]]:
         chosen.engine.dispose()
 
 
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield connection
-    connection.close()
-
-
 # -- the plan of one invocation ---------------------------------------------------------------------
 
 
@@ -353,12 +346,12 @@ def check_journal(plans: list[Plan], logged: Logged) -> set[str]:
 
 
 def check_side_effects(
-    plans: list[Plan], logged: Logged, compensated: set[str], client: redis.Redis, ns: str
+    plans: list[Plan], logged: Logged, compensated: set[str], text_client: redis.Redis, ns: str
 ) -> None:
     """The workers' counters: each call ran once, each compensated call was undone once; the balances
     and holdings are those of the invocations that were not rolled back."""
-    runs = {key: int(value) for key, value in client.hgetall(load_tools.runs_key(ns)).items()}
-    comps = {key: int(value) for key, value in client.hgetall(load_tools.comps_key(ns)).items()}
+    runs = {key: int(value) for key, value in text_client.hgetall(load_tools.runs_key(ns)).items()}
+    comps = {key: int(value) for key, value in text_client.hgetall(load_tools.comps_key(ns)).items()}
     assert set(runs) == {row["idempotency_key"] for row in logged.calls}
     assert [key for key, value in runs.items() if value != 1] == [], "calls that ran more than once"
     assert set(comps) == compensated
@@ -374,9 +367,9 @@ def check_side_effects(
                 balances[arguments["account"]] += arguments["amount"]
             elif request.name == "load_hold":
                 held.add(arguments["item"])
-    actual = {key: int(value) for key, value in client.hgetall(load_tools.balances_key(ns)).items()}
+    actual = {key: int(value) for key, value in text_client.hgetall(load_tools.balances_key(ns)).items()}
     assert {k: v for k, v in actual.items() if v} == dict(balances)
-    assert set(client.smembers(load_tools.held_key(ns))) == held
+    assert set(text_client.smembers(load_tools.held_key(ns))) == held
 
 
 # -- the tests -------------------------------------------------------------------------------------
@@ -386,7 +379,7 @@ def test_thousand_calls_across_fifty_concurrent_invocations_are_each_run_and_und
     load_pools: dict[str, WorkerProcess],
     settings: Settings,
     journal: tuple[Journal, str],
-    client: redis.Redis,
+    text_client: redis.Redis,
 ) -> None:
     # Given: 50 invocations of 4 rounds x 5 calls on pools loadA and loadB, sharing one executor and
     # one journal; invocations 9, 29, 49 have a hold (prefork pool) fail in their last round, 19 and
@@ -418,14 +411,14 @@ def test_thousand_calls_across_fifty_concurrent_invocations_are_each_run_and_und
     print(f"load: journal states {dict(Counter(row['state'] for row in logged.calls))}")
 
     # ... and the workers' own counters agree: none lost, none run twice, none undone twice
-    check_side_effects(plans, logged, compensated, client, ns)
+    check_side_effects(plans, logged, compensated, text_client, ns)
 
 
 def test_a_call_whose_error_ends_the_invocation_is_logged_failed_and_its_saga_compensated(
     load_pools: dict[str, WorkerProcess],
     settings: Settings,
     journal: tuple[Journal, str],
-    client: redis.Redis,
+    text_client: redis.Redis,
 ) -> None:
     # Given: 3 concurrent invocations whose last round has a hold or a deposit failing with an error
     # the model is not shown (achat's default handler ends the invocation), and 2 plain ones
@@ -448,7 +441,11 @@ def test_a_call_whose_error_ends_the_invocation_is_logged_failed_and_its_saga_co
     check_answers(plans, outcomes)
     logged = read_journal(log, name)
     check_side_effects(
-        plans, logged, {r["idempotency_key"] for r in logged.calls if r["state"] == "compensated"}, client, ns
+        plans,
+        logged,
+        {r["idempotency_key"] for r in logged.calls if r["state"] == "compensated"},
+        text_client,
+        ns,
     )
 
     # ... and the journal holds every call in its state: the failed call as failed, not dispatched

@@ -19,7 +19,6 @@ from orchestrator import (
     AiMessage,
     AiService,
     CeleryExecutor,
-    LocalExecutor,
     RemoteToolError,
     ScriptedChatModel,
     ToolErrorContext,
@@ -31,12 +30,16 @@ from orchestrator.handlers import visible_message
 from workers.calls.invocation import Invocation, InvocationContext
 from workers.calls.runner import qualified_name
 from workers.runtime.process import WorkerProcess
-from workers.settings import Settings
 from workers.tools import discover_tools
 
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls.
+WORKERS = ["ident_worker"]
+EXECUTOR_OPTIONS = {"retry_backoff_s": 0.05, "retry_backoff_max_s": 0.2}
 
 
 @pytest.fixture(scope="module")
@@ -60,22 +63,6 @@ def ident_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
     )
     with worker.running(timeout_s=60):
         yield worker
-
-
-@pytest.fixture(params=["local", "celery"])
-def executor(request: pytest.FixtureRequest) -> Iterator[LocalExecutor | CeleryExecutor]:
-    """Where the tool calls of a test run: in this process, or on the `ident` worker process."""
-    request.getfixturevalue("redis_url")  # the tools record what they receive in the test Redis
-    if request.param == "local":
-        local = LocalExecutor(retry_backoff_s=0.05, retry_backoff_max_s=0.2)
-        yield local
-        local.close()
-        return
-    request.getfixturevalue("ident_worker")
-    settings: Settings = request.getfixturevalue("settings")
-    celery = CeleryExecutor(settings=settings)
-    yield celery
-    celery.close()
 
 
 def _call(call_id: str, name: str, **arguments: Any) -> ToolExecutionRequest:

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import redis
 from celery import Celery
 
 from orchestrator.saga.journal import CallRecord, Journal
+from tests._waiting import wait_until
 from tests.integration.recover_tools import POOL, k, release
 from workers.protocol import call_task_id, compensation_task_id
 from workers.runtime.process import WorkerProcess
@@ -58,37 +58,16 @@ def worker(redis_url: str, logs: Path) -> Iterator[WorkerProcess]:
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield connection
-    connection.close()
-
-
-@pytest.fixture
-def journal_file(tmp_path: Path) -> Path:
-    return tmp_path / "journal.db"
-
-
-@pytest.fixture
-def keys(client: redis.Redis) -> Iterator[list[str]]:
+def keys(text_client: redis.Redis) -> Iterator[list[str]]:
     """The call keys a test uses; every call still blocked is released when the test ends."""
     used: list[str] = []
     yield used
     for key in used:
-        if int(client.get(k(key, "done")) or 0) == 0:
-            release(client, key)
+        if int(text_client.get(k(key, "done")) or 0) == 0:
+            release(text_client, key)
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def _env(redis_url: str, journal_file: Path) -> dict[str, str]:
@@ -150,12 +129,12 @@ def kill_orchestrator_when(
     assert driver.returncode == -signal.SIGKILL
 
 
-def counts(client: redis.Redis, key: str) -> dict[str, int]:
-    return {what: int(client.get(k(key, what)) or 0) for what in ("runs", "done", "comps")}
+def counts(text_client: redis.Redis, key: str) -> dict[str, int]:
+    return {what: int(text_client.get(k(key, what)) or 0) for what in ("runs", "done", "comps")}
 
 
-def status(client: redis.Redis, task_id: str) -> str | None:
-    raw = client.get(f"celery-task-meta-{task_id}")
+def status(text_client: redis.Redis, task_id: str) -> str | None:
+    raw = text_client.get(f"celery-task-meta-{task_id}")
     return str(json.loads(raw)["status"]) if raw else None
 
 
@@ -181,7 +160,7 @@ def new_key(keys: list[str], prefix: str) -> str:
 def test_credit_running_when_its_orchestrator_dies_is_undone_once_after_recover(
     worker: WorkerProcess,
     redis_url: str,
-    client: redis.Redis,
+    text_client: redis.Redis,
     journal_file: Path,
     logs: Path,
     keys: list[str],
@@ -191,13 +170,13 @@ def test_credit_running_when_its_orchestrator_dies_is_undone_once_after_recover(
 
     # When: the orchestrator is SIGKILLed while the credit runs
     kill_orchestrator_when(
-        lambda: counts(client, key)["runs"] == 1, [f"rc_credit:{key}"], redis_url, journal_file, logs
+        lambda: counts(text_client, key)["runs"] == 1, [f"rc_credit:{key}"], redis_url, journal_file, logs
     )
     invocation_id, [call] = left_calls(journal_file)
     # ... the call was journaled, with its task id, before it was published under that id
     assert call.state == "dispatched"
     assert call.task_id == call_task_id(call.idempotency_key)
-    assert wait_until(lambda: status(client, call_task_id(call.idempotency_key)) == "STARTED", 10)
+    assert wait_until(lambda: status(text_client, call_task_id(call.idempotency_key)) == "STARTED", 10)
 
     # ... and `toolfleet recover` runs from another process while the credit still runs
     recovered = recover(redis_url, journal_file)
@@ -206,15 +185,17 @@ def test_credit_running_when_its_orchestrator_dies_is_undone_once_after_recover(
     assert f"invocation {invocation_id}:" in recovered.stdout
     assert "abandoned    rc_credit (1)" in recovered.stdout
     assert "unknown" not in recovered.stdout
-    assert counts(client, key) == {"runs": 1, "done": 0, "comps": 0}
+    assert counts(text_client, key) == {"runs": 1, "done": 0, "comps": 0}
 
     # When: the credit finishes anyway
-    release(client, key)
+    release(text_client, key)
 
     # Then: its worker undoes it, exactly once
-    assert wait_until(lambda: status(client, compensation_task_id(call.idempotency_key)) == "SUCCESS", 30)
-    assert counts(client, key) == {"runs": 1, "done": 1, "comps": 1}
-    assert client.get(k(key, "effect")) is None
+    assert wait_until(
+        lambda: status(text_client, compensation_task_id(call.idempotency_key)) == "SUCCESS", 30
+    )
+    assert counts(text_client, key) == {"runs": 1, "done": 1, "comps": 1}
+    assert text_client.get(k(key, "effect")) is None
     # ... `toolfleet show` says so
     shown = toolfleet(["show", invocation_id], redis_url, journal_file)
     assert shown.returncode == 0, shown.stdout + shown.stderr
@@ -224,7 +205,7 @@ def test_credit_running_when_its_orchestrator_dies_is_undone_once_after_recover(
     # ... and recovering again undoes nothing twice
     again = recover(redis_url, journal_file)
     assert "Nothing to recover" in again.stdout
-    assert counts(client, key) == {"runs": 1, "done": 1, "comps": 1}
+    assert counts(text_client, key) == {"runs": 1, "done": 1, "comps": 1}
 
 
 # -- each state recover finds --------------------------------------------------------------------
@@ -233,7 +214,7 @@ def test_credit_running_when_its_orchestrator_dies_is_undone_once_after_recover(
 def test_credit_that_succeeded_unjournaled_is_compensated_by_recover(
     worker: WorkerProcess,
     redis_url: str,
-    client: redis.Redis,
+    text_client: redis.Redis,
     journal_file: Path,
     logs: Path,
     keys: list[str],
@@ -241,20 +222,20 @@ def test_credit_that_succeeded_unjournaled_is_compensated_by_recover(
     # Given: an orchestrator SIGKILLed while its credit runs, and the credit then succeeds
     key = new_key(keys, "succeeded")
     kill_orchestrator_when(
-        lambda: counts(client, key)["runs"] == 1, [f"rc_credit:{key}"], redis_url, journal_file, logs
+        lambda: counts(text_client, key)["runs"] == 1, [f"rc_credit:{key}"], redis_url, journal_file, logs
     )
     invocation_id, [call] = left_calls(journal_file)
-    release(client, key)
-    assert wait_until(lambda: status(client, call_task_id(call.idempotency_key)) == "SUCCESS", 30)
-    assert counts(client, key) == {"runs": 1, "done": 1, "comps": 0}
+    release(text_client, key)
+    assert wait_until(lambda: status(text_client, call_task_id(call.idempotency_key)) == "SUCCESS", 30)
+    assert counts(text_client, key) == {"runs": 1, "done": 1, "comps": 0}
 
     # When: recover runs
     recovered = recover(redis_url, journal_file)
 
     # Then: the credit is compensated, once
     assert "compensated  rc_credit (1)" in recovered.stdout
-    assert counts(client, key) == {"runs": 1, "done": 1, "comps": 1}
-    assert client.get(k(key, "effect")) is None
+    assert counts(text_client, key) == {"runs": 1, "done": 1, "comps": 1}
+    assert text_client.get(k(key, "effect")) is None
     _, [settled] = left_calls(journal_file)
     assert (settled.state, settled.result) == ("compensated", f"credited {key}")
     shown = toolfleet(["show", invocation_id], redis_url, journal_file)
@@ -264,7 +245,7 @@ def test_credit_that_succeeded_unjournaled_is_compensated_by_recover(
 def test_payment_that_failed_unjournaled_is_left_alone_by_recover(
     worker: WorkerProcess,
     redis_url: str,
-    client: redis.Redis,
+    text_client: redis.Redis,
     journal_file: Path,
     logs: Path,
     keys: list[str],
@@ -272,30 +253,30 @@ def test_payment_that_failed_unjournaled_is_left_alone_by_recover(
     # Given: an orchestrator SIGKILLed while its payment runs, and the payment then fails
     key = new_key(keys, "failed")
     kill_orchestrator_when(
-        lambda: counts(client, key)["runs"] == 1, [f"rc_pay:{key}"], redis_url, journal_file, logs
+        lambda: counts(text_client, key)["runs"] == 1, [f"rc_pay:{key}"], redis_url, journal_file, logs
     )
     invocation_id, [call] = left_calls(journal_file)
-    release(client, key)
-    assert wait_until(lambda: status(client, call_task_id(call.idempotency_key)) == "FAILURE", 30)
+    release(text_client, key)
+    assert wait_until(lambda: status(text_client, call_task_id(call.idempotency_key)) == "FAILURE", 30)
 
     # When: recover runs
     recovered = recover(redis_url, journal_file)
 
     # Then: nothing is undone, and everyone is told why
     assert "not undone   rc_pay (1)  (it failed: nothing to undo)" in recovered.stdout
-    assert counts(client, key) == {"runs": 1, "done": 1, "comps": 0}
+    assert counts(text_client, key) == {"runs": 1, "done": 1, "comps": 0}
     _, [settled] = left_calls(journal_file)
     assert (settled.state, settled.result) == ("failed", f"payment {key} rejected")
     shown = toolfleet(["show", invocation_id], redis_url, journal_file)
     assert "nothing to undo: the call failed" in shown.stdout
-    assert status(client, compensation_task_id(call.idempotency_key)) is None
+    assert status(text_client, compensation_task_id(call.idempotency_key)) is None
 
 
 def test_queued_and_running_credits_are_revoked_and_abandoned_and_undone_once_if_they_finish(
     worker: WorkerProcess,
     worker_app: Celery,
     redis_url: str,
-    client: redis.Redis,
+    text_client: redis.Redis,
     journal_file: Path,
     logs: Path,
     keys: list[str],
@@ -304,14 +285,14 @@ def test_queued_and_running_credits_are_revoked_and_abandoned_and_undone_once_if
     first, second = new_key(keys, "slot-a"), new_key(keys, "slot-b")
 
     def one_runs_one_waits() -> bool:
-        return counts(client, first)["runs"] + counts(client, second)["runs"] == 1
+        return counts(text_client, first)["runs"] + counts(text_client, second)["runs"] == 1
 
     # When: it is SIGKILLed while one credit runs and the other waits in the queue
     kill_orchestrator_when(
         one_runs_one_waits, [f"rc_credit:{first}", f"rc_credit:{second}"], redis_url, journal_file, logs
     )
     invocation_id, calls = left_calls(journal_file)
-    running, queued = (first, second) if counts(client, first)["runs"] else (second, first)
+    running, queued = (first, second) if counts(text_client, first)["runs"] else (second, first)
     by_key = {json.loads(c.arguments)["key"]: c for c in calls}
     queued_task = call_task_id(by_key[queued].idempotency_key)
     recovered = recover(redis_url, journal_file)
@@ -327,13 +308,13 @@ def test_queued_and_running_credits_are_revoked_and_abandoned_and_undone_once_if
     assert wait_until(revoked_on_the_worker, 10)
 
     # When: the running credit finishes anyway, freeing the slot for the queued one
-    release(client, running)
+    release(text_client, running)
 
     # Then: the running one is undone once by its worker; the queued one never runs
-    assert wait_until(lambda: counts(client, running)["comps"] == 1, 30)
-    assert wait_until(lambda: status(client, queued_task) == "REVOKED", 10)
-    assert counts(client, running) == {"runs": 1, "done": 1, "comps": 1}
-    assert counts(client, queued) == {"runs": 0, "done": 0, "comps": 0}
+    assert wait_until(lambda: counts(text_client, running)["comps"] == 1, 30)
+    assert wait_until(lambda: status(text_client, queued_task) == "REVOKED", 10)
+    assert counts(text_client, running) == {"runs": 1, "done": 1, "comps": 1}
+    assert counts(text_client, queued) == {"runs": 0, "done": 0, "comps": 0}
     shown = toolfleet(["show", invocation_id], redis_url, journal_file).stdout
     assert "late compensation: compensated: undone by its worker after it finished late" in shown
     assert "late compensation: not_finished: revoked before it ran: nothing to undo" in shown

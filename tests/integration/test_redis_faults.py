@@ -34,6 +34,7 @@ from orchestrator.handlers import RemoteToolError
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.saga import rolled_back_text
 from orchestrator.saga.journal import Journal
+from tests._waiting import wait_until
 from tests.integration import redis_fault_tools as rft
 from tests.integration.private_redis import PrivateRedis, free_port
 from tests.integration.redis_fault_tools import DECLINED, finished_at, tally
@@ -59,15 +60,6 @@ T = TypeVar("T")
 
 def request(name: str, call_id: str, **arguments: Any) -> ToolExecutionRequest:
     return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
 
 
 def count(ledger: Path, what: str) -> int:

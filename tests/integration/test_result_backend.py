@@ -7,7 +7,6 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,13 +18,6 @@ from tests.integration.states import META, StateRecorder
 from workers.app import make_app
 from workers.runtime._backend import ResultBackend
 from workers.settings import Settings
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 def _stored(client: redis.Redis, task_id: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import redis
 from orchestrator import CeleryExecutor, ToolExecutionRequest
 from orchestrator.executors._collector import ResultCollector
 from orchestrator.executors.celery import CallEvent
+from tests._waiting import wait_until
 from tests.integration import runtime_fault_tools as rt
 from tests.integration.private_redis import PrivateRedis
 from workers import OutcomeKind, ToolExecution, ToolOutcome, ToolRegistry
@@ -47,15 +48,6 @@ RESULT_BOUND_S = 3.0  # from Redis answering again to every result written meanw
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
 
 
 def request(name: str, call_id: str, **arguments: Any) -> ToolExecutionRequest:

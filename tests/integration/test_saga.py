@@ -43,7 +43,6 @@ from orchestrator import (
 from orchestrator.saga.journal import Journal
 from workers import ToolDefinitionError, ToolExecution, compensate_for, tool
 from workers.runtime.process import WorkerProcess
-from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -85,6 +84,11 @@ def rolled_back(tool_name: str, failed: str) -> str:
 # -- fixtures ------------------------------------------------------------------------------------
 
 
+# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls.
+WORKERS = ["saga_worker"]
+EXECUTOR_OPTIONS = {"compensation_retries": COMPENSATION_RETRIES, "retry_backoff_s": RETRY_BACKOFF_S}
+
+
 @pytest.fixture(scope="module")
 def saga_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     """One threads worker serving the saga tools on pool `saga`, with small compensation retries."""
@@ -107,23 +111,6 @@ def saga_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     )
     with worker.running(timeout_s=60):
         yield worker
-
-
-@pytest.fixture(scope="module", params=["local", "celery"])
-def executor(request: pytest.FixtureRequest, settings: Settings) -> Iterator[LocalExecutor | CeleryExecutor]:
-    """Where tool calls and compensations run: in this process, or on the `saga` worker."""
-    chosen: LocalExecutor | CeleryExecutor
-    if request.param == "local":
-        chosen = LocalExecutor(compensation_retries=COMPENSATION_RETRIES, retry_backoff_s=RETRY_BACKOFF_S)
-    else:
-        request.getfixturevalue("saga_worker")
-        chosen = CeleryExecutor(
-            settings=dataclasses.replace(
-                settings, compensation_retries=COMPENSATION_RETRIES, retry_backoff_s=RETRY_BACKOFF_S
-            )
-        )
-    yield chosen
-    chosen.close()
 
 
 @dataclasses.dataclass
@@ -177,11 +164,6 @@ def ledger(redis_url: str) -> Iterator[Ledger]:
     if keys:
         client.delete(*keys)
     client.close()
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Journal:
-    return Journal(f"sqlite:///{tmp_path}/j.db")
 
 
 # -- helpers -------------------------------------------------------------------------------------

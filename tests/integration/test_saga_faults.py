@@ -35,6 +35,7 @@ from orchestrator import (
 from orchestrator.saga import rolled_back_text
 from orchestrator.saga._late import late_compensation
 from orchestrator.saga.journal import Journal
+from tests._waiting import wait_until
 from tests.integration import fault_tools
 from tests.integration.fault_tools import HEAVY_POOL, POOL, k, order_key
 from tests.integration.saga_driver import booking_keys
@@ -67,6 +68,10 @@ def _worker(
         log_path=logs / f"{name}.log",
         loglevel="INFO",
     )
+
+
+# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls.
+WORKERS = ["faults_worker"]
 
 
 @pytest.fixture(scope="module")
@@ -104,41 +109,11 @@ def start_heavy(redis_url: str, logs: Path) -> Iterator[Callable[[int], list[Wor
             worker.stop(timeout_s=5)
 
 
-@pytest.fixture(scope="module", params=["local", "celery"])
-def executor(request: pytest.FixtureRequest, settings: Settings) -> Iterator[LocalExecutor | CeleryExecutor]:
-    """Where the calls run: in this process, or on the `faults` worker."""
-    chosen: LocalExecutor | CeleryExecutor
-    if request.param == "local":
-        chosen = LocalExecutor()
-    else:
-        request.getfixturevalue("faults_worker")
-        chosen = CeleryExecutor(settings=settings)
-    yield chosen
-    chosen.close()
-
-
 @pytest.fixture
 def celery_executor(settings: Settings) -> Iterator[CeleryExecutor]:
     chosen = CeleryExecutor(settings=settings)
     yield chosen
     chosen.close()
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url, decode_responses=True)
-    yield connection
-    connection.close()
-
-
-@pytest.fixture
-def journal_file(tmp_path: Path) -> Path:
-    return tmp_path / "journal.db"
-
-
-@pytest.fixture
-def journal(journal_file: Path) -> Journal:
-    return Journal(f"sqlite:///{journal_file}")
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -166,27 +141,18 @@ def service(model: ScriptedChatModel, executor: Any, journal: Journal) -> AiServ
     )
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()
+def count(text_client: redis.Redis, key: str, what: str) -> int:
+    return int(text_client.get(k(key, what)) or 0)
 
 
-def count(client: redis.Redis, key: str, what: str) -> int:
-    return int(client.get(k(key, what)) or 0)
-
-
-def counts(client: redis.Redis, key: str) -> dict[str, int]:
+def counts(text_client: redis.Redis, key: str) -> dict[str, int]:
     """Tool runs started/finished and compensations started/completed of call `key`."""
-    return {what: count(client, key, what) for what in ("runs", "done", "comp_starts", "comps")}
+    return {what: count(text_client, key, what) for what in ("runs", "done", "comp_starts", "comps")}
 
 
-def undone_after_finish(client: redis.Redis, key: str) -> bool:
+def undone_after_finish(text_client: redis.Redis, key: str) -> bool:
     """The (latest) compensation of `key` started after its tool finished."""
-    finished, compensated = client.get(k(key, "finished_at")), client.get(k(key, "comp_at"))
+    finished, compensated = text_client.get(k(key, "finished_at")), text_client.get(k(key, "comp_at"))
     assert finished is not None and compensated is not None, (finished, compensated)
     return float(compensated) >= float(finished)
 
@@ -283,7 +249,7 @@ def owner_of(pid: int, workers: list[WorkerProcess]) -> WorkerProcess:
 
 
 def test_call_finishing_after_its_deadline_is_compensated_once_after_it_finishes(
-    executor: LocalExecutor | CeleryExecutor, client: redis.Redis, journal: Journal
+    executor: LocalExecutor | CeleryExecutor, text_client: redis.Redis, journal: Journal
 ) -> None:
     # Given: a compensable tool with a 0.3 s deadline that books after 1 s
     key = unique("late")
@@ -303,24 +269,24 @@ def test_call_finishing_after_its_deadline_is_compensated_once_after_it_finishes
     sent = model.requests[1].messages[-1]
     assert isinstance(sent, ToolExecutionResultMessage)
     assert (sent.tool_name, sent.text, sent.is_error) == ("fault_late", LATE_TEXT, True)
-    assert count(client, key, "done") == 0, "the tool finished before its deadline: nothing was late"
+    assert count(text_client, key, "done") == 0, "the tool finished before its deadline: nothing was late"
 
     # ... and once the tool finishes, its booking is undone exactly once, after it finished
-    assert wait_until(lambda: count(client, key, "comps") >= 1, 5.0), counts(client, key)
-    assert client.get(k(key, "effect")) is None
-    assert undone_after_finish(client, key)
+    assert wait_until(lambda: count(text_client, key, "comps") >= 1, 5.0), counts(text_client, key)
+    assert text_client.get(k(key, "effect")) is None
+    assert undone_after_finish(text_client, key)
     time.sleep(2.0)
-    assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}
-    assert client.get(k(key, "effect")) is None
+    assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}
+    assert text_client.get(k(key, "effect")) is None
     # ... and the journal shows the call abandoned; on workers, Redis has its late compensation done
     [record] = journal.abandoned_calls(result.invocation_id)
     assert record.tool == "fault_late"
     if isinstance(executor, CeleryExecutor):
-        assert late_compensation(client, record).state == "compensated"
+        assert late_compensation(text_client, record).state == "compensated"
 
 
 def test_call_finishing_at_its_deadline_is_either_collected_or_compensated(
-    executor: LocalExecutor | CeleryExecutor, client: redis.Redis, journal: Journal
+    executor: LocalExecutor | CeleryExecutor, text_client: redis.Redis, journal: Journal
 ) -> None:
     # Given: a tool with a 0.3 s deadline that finishes at ~0.29 s, on both sides of the deadline
     durations = [0.28, 0.285, 0.29, 0.29, 0.295, 0.297, 0.299, 0.3, 0.302, 0.305, 0.31]
@@ -341,17 +307,17 @@ def test_call_finishing_at_its_deadline_is_either_collected_or_compensated(
     collected = [key for key, late in outcomes.items() if not late]
 
     # Then: every abandoned call is compensated once after it finished; no collected call is
-    assert wait_until(lambda: all(count(client, key, "comps") >= 1 for key in timed_out), 5.0), {
-        key: counts(client, key) for key in timed_out
+    assert wait_until(lambda: all(count(text_client, key, "comps") >= 1 for key in timed_out), 5.0), {
+        key: counts(text_client, key) for key in timed_out
     }
     time.sleep(1.0)  # a wrong compensation of a collected call would have started by now
     for key in collected:
-        assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 0, "comps": 0}, key
-        assert client.get(k(key, "effect")) == "booked"
+        assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 0, "comps": 0}, key
+        assert text_client.get(k(key, "effect")) == "booked"
     for key in timed_out:
-        assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
-        assert client.get(k(key, "effect")) is None
-        assert undone_after_finish(client, key)
+        assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
+        assert text_client.get(k(key, "effect")) is None
+        assert undone_after_finish(text_client, key)
     print(f"collected {len(collected)}, abandoned and compensated {len(timed_out)}")
 
 
@@ -359,7 +325,7 @@ def test_call_finishing_at_its_deadline_is_either_collected_or_compensated(
 
 
 def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
-    faults_worker: WorkerProcess, redis_url: str, client: redis.Redis, journal_file: Path, logs: Path
+    faults_worker: WorkerProcess, redis_url: str, text_client: redis.Redis, journal_file: Path, logs: Path
 ) -> None:
     # Given: an orchestrator process whose saga undoes three bookings (c, b, a), 1.5 s each
     group = unique("kill")
@@ -367,14 +333,14 @@ def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
 
     # When: it is SIGKILLed while the second compensation (b) runs
     kill_driver_when(
-        lambda: client.llen(order_key(group)) >= 2, [str(journal_file), group, "1.5"], redis_url, logs
+        lambda: text_client.llen(order_key(group)) >= 2, [str(journal_file), group, "1.5"], redis_url, logs
     )
     journal = Journal(f"sqlite:///{journal_file}")
     [left] = journal.invocations()
     assert left.state == "compensating"
     states = {row.tool_call_id: row.state for row in journal.compensations(left.id)}
     assert sorted(states.values()) == ["pending", "running", "succeeded"], states
-    assert count(client, a, "comp_starts") == 0
+    assert count(text_client, a, "comp_starts") == 0
 
     recovered = cli(
         ["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], redis_url, journal_file, timeout_s=40
@@ -389,9 +355,9 @@ def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
     assert "FAILED" not in recovered.stdout
     # ... every booking was undone exactly once, latest first, none started twice
     for key in (a, b, c):
-        assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
-        assert client.get(k(key, "effect")) is None
-    assert client.lrange(order_key(group), 0, -1) == [c, b, a]
+        assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
+        assert text_client.get(k(key, "effect")) is None
+    assert text_client.lrange(order_key(group), 0, -1) == [c, b, a]
     # ... the journal shows every compensation succeeded and the invocation failed, recovered
     assert [row.state for row in journal.compensations(left.id)] == ["succeeded"] * 3
     calls = {row.call_id: row.state for row in journal.calls(left.id)}
@@ -409,7 +375,7 @@ def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
     assert again.returncode == 0, again.stdout + again.stderr
     assert "Nothing to recover" in again.stdout
     for key in (a, b, c):
-        assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
+        assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
 
 
 # -- 3. a worker killed during a compensation: redelivered and completed -------------------------
@@ -448,7 +414,7 @@ def test_compensation_whose_prefork_child_is_killed_is_redelivered_and_completed
     faults_worker: WorkerProcess,
     start_heavy: Callable[[int], list[WorkerProcess]],
     celery_executor: CeleryExecutor,
-    client: redis.Redis,
+    text_client: redis.Redis,
     journal: Journal,
 ) -> None:
     # Given: a prefork worker (one child) whose compensation of `heavy_book` takes 1.5 s
@@ -459,26 +425,26 @@ def test_compensation_whose_prefork_child_is_killed_is_redelivered_and_completed
 
     # When: the pool child is SIGKILLed while it undoes the booking
     running = Background(saga, "book heavy")
-    assert wait_until(lambda: count(client, key, "comp_starts") >= 1, 20.0), counts(client, key)
-    child = int(client.get(k(key, "comp_pid")) or 0)
+    assert wait_until(lambda: count(text_client, key, "comp_starts") >= 1, 20.0), counts(text_client, key)
+    child = int(text_client.get(k(key, "comp_pid")) or 0)
     assert child in worker.child_pids()
     os.kill(child, signal.SIGKILL)
 
     # Then: the compensation is delivered again, taken over from the dead child, and completes once
     result = running.join(30.0)
     _assert_heavy_saga_rolled_back(result, journal)
-    assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
-    assert int(client.get(k(key, "comp_pid")) or 0) != child
-    assert client.get(k(key, "effect")) is None
+    assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
+    assert int(text_client.get(k(key, "comp_pid")) or 0) != child
+    assert text_client.get(k(key, "effect")) is None
     time.sleep(1.0)
-    assert count(client, key, "comps") == 1
+    assert count(text_client, key, "comps") == 1
 
 
 def test_compensation_whose_worker_is_killed_completes_on_another_worker(
     faults_worker: WorkerProcess,
     start_heavy: Callable[[int], list[WorkerProcess]],
     celery_executor: CeleryExecutor,
-    client: redis.Redis,
+    text_client: redis.Redis,
     journal: Journal,
 ) -> None:
     # Given: two prefork workers on the same pool; the compensation of `heavy_book` takes 1.5 s
@@ -489,8 +455,8 @@ def test_compensation_whose_worker_is_killed_completes_on_another_worker(
 
     # When: the whole worker that runs the compensation is SIGKILLed
     running = Background(saga, "book heavy")
-    assert wait_until(lambda: count(client, key, "comp_starts") >= 1, 20.0), counts(client, key)
-    first = int(client.get(k(key, "comp_pid")) or 0)
+    assert wait_until(lambda: count(text_client, key, "comp_starts") >= 1, 20.0), counts(text_client, key)
+    first = int(text_client.get(k(key, "comp_pid")) or 0)
     doomed = owner_of(first, workers)
     survivor = next(w for w in workers if w is not doomed)
     doomed.kill()
@@ -498,16 +464,20 @@ def test_compensation_whose_worker_is_killed_completes_on_another_worker(
     # Then: the other worker takes the lock over from the dead holder and completes it, once
     result = running.join(20.0)
     _assert_heavy_saga_rolled_back(result, journal)
-    assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
-    assert owner_of(int(client.get(k(key, "comp_pid")) or 0), workers) is survivor
-    assert client.get(k(key, "effect")) is None
+    assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
+    assert owner_of(int(text_client.get(k(key, "comp_pid")) or 0), workers) is survivor
+    assert text_client.get(k(key, "effect")) is None
 
 
 # -- 4. a compensation that kept failing is listed by `toolfleet sagas --failed` -----------------
 
 
 def test_compensation_that_kept_failing_is_listed_by_sagas_failed(
-    faults_worker: WorkerProcess, redis_url: str, client: redis.Redis, journal: Journal, journal_file: Path
+    faults_worker: WorkerProcess,
+    redis_url: str,
+    text_client: redis.Redis,
+    journal: Journal,
+    journal_file: Path,
 ) -> None:
     # Given: a booking whose compensation always raises, with one retry on worker and orchestrator
     settings = Settings.from_env(
@@ -536,8 +506,8 @@ def test_compensation_that_kept_failing_is_listed_by_sagas_failed(
 
     # Then: the undo was tried twice (one retry), kept failing, and the saga went on
     assert result.content == "sorry"
-    assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 0}
-    assert client.get(k(key, "effect")) == "booked"
+    assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 0}
+    assert text_client.get(k(key, "effect")) == "booked"
     error = f"the booking {key} cannot be cancelled"
     assert result.invocation_id is not None
     [compensation] = journal.compensations(result.invocation_id)
@@ -557,7 +527,7 @@ def test_compensation_that_kept_failing_is_listed_by_sagas_failed(
 
 
 def test_compensations_of_a_concurrent_batch_run_latest_first_in_request_order(
-    executor: LocalExecutor | CeleryExecutor, client: redis.Redis, journal: Journal
+    executor: LocalExecutor | CeleryExecutor, text_client: redis.Redis, journal: Journal
 ) -> None:
     # Given: one batch of three bookings finishing in another order than requested (b, c, a), and a failure
     group = unique("order")
@@ -576,21 +546,21 @@ def test_compensations_of_a_concurrent_batch_run_latest_first_in_request_order(
     # Then: every booking was undone once, latest (in request order) first
     assert [execution.status for execution in result.tool_executions][:3] == ["rolled_back"] * 3
     for key in (a, b, c):
-        assert counts(client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
-    assert client.lrange(order_key(group), 0, -1) == [c, b, a]
+        assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
+    assert text_client.lrange(order_key(group), 0, -1) == [c, b, a]
 
 
 # -- found while writing the above: product bugs, kept as strict xfails ---------------------------
 
 
 def test_recover_waits_for_a_compensation_that_is_still_running(
-    faults_worker: WorkerProcess, redis_url: str, client: redis.Redis, journal_file: Path, logs: Path
+    faults_worker: WorkerProcess, redis_url: str, text_client: redis.Redis, journal_file: Path, logs: Path
 ) -> None:
     # Given: an orchestrator killed right after it dispatched a compensation that takes 8 s
     group = unique("longundo")
     [booked] = booking_keys(group, 1)
     kill_driver_when(
-        lambda: count(client, booked, "comp_starts") >= 1,
+        lambda: count(text_client, booked, "comp_starts") >= 1,
         [str(journal_file), group, "8", "1"],
         redis_url,
         logs,
@@ -605,11 +575,11 @@ def test_recover_waits_for_a_compensation_that_is_still_running(
     journal = Journal(f"sqlite:///{journal_file}")
     [record] = journal.invocations()
     assert [(row.state, row.error) for row in journal.compensations(record.id)] == [("succeeded", None)]
-    assert counts(client, booked) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}
+    assert counts(text_client, booked) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}
 
 
 def test_late_call_is_compensated_even_if_the_local_executor_is_closed_meanwhile(
-    client: redis.Redis, journal: Journal
+    text_client: redis.Redis, journal: Journal
 ) -> None:
     # Given: an in-process compensable call abandoned at its 0.3 s deadline, finishing at 1 s
     key = unique("closed")
@@ -622,6 +592,6 @@ def test_late_call_is_compensated_even_if_the_local_executor_is_closed_meanwhile
     executor.close()
 
     # Then: the late call is still compensated once it finishes
-    assert wait_until(lambda: count(client, key, "done") == 1, 3.0)
-    assert wait_until(lambda: count(client, key, "comps") == 1, 3.0), counts(client, key)
-    assert client.get(k(key, "effect")) is None
+    assert wait_until(lambda: count(text_client, key, "done") == 1, 3.0)
+    assert wait_until(lambda: count(text_client, key, "comps") == 1, 3.0), counts(text_client, key)
+    assert text_client.get(k(key, "effect")) is None

@@ -4,8 +4,9 @@
 - A worker runs only registered tools: a forged task name runs nothing.
 - With `send_generic_message_to_llm_unless_visible_to_llm`, an exception's text and its cause never
   reach the model.
-- API keys and passwords never appear in logs, reprs, CLI output or Flower's view of a task, and
-  invocation parameters (they may hold credentials) never appear in a task's `kwargsrepr`.
+- Invocation parameters (they may hold credentials) never appear in Flower's view of a task (its
+  `kwargsrepr`) nor stay in Redis. API keys and passwords in logs, reprs and CLI output:
+  tests/test_secrets.py.
 """
 
 from __future__ import annotations
@@ -13,44 +14,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import hypothesis
 import pytest
 import redis
 from celery.states import READY_STATES
-from hypothesis import given
-from hypothesis import strategies as st
 from kombu import Connection, Exchange, Queue
 
 import tests.integration.badinput_tools as bad
 from orchestrator import (
     AiMessage,
     AiService,
-    AnthropicChatModel,
     CeleryExecutor,
     LocalExecutor,
-    ModelAuthenticationError,
-    OpenAiChatModel,
     ScriptedChatModel,
     ToolExecutionResultMessage,
-    UserMessage,
     send_generic_message_to_llm_unless_visible_to_llm,
 )
 from orchestrator.messages import message_to_json
-from orchestrator.models._http import RetryPolicy
-from orchestrator.models.base import ChatRequest
+from tests._waiting import wait_for
 from workers import OutcomeKind, ToolExecutionRequest
 from workers.app import make_publisher
 from workers.calls.invocation import Invocation, InvocationContext
@@ -60,10 +46,12 @@ from workers.tools.registry import ToolRegistry
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 HOSTNAME = "bad@security"
-API_KEY = "sk-test-9f8e7d6c5b4a39281706"
 GENERIC = "Tool failed"
+
+
+# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls.
+WORKERS = ["bad_worker"]
 
 
 @pytest.fixture(scope="module")
@@ -83,33 +71,6 @@ def celery(bad_worker: WorkerProcess, settings: Settings) -> Iterator[CeleryExec
     executor = CeleryExecutor(settings=settings)
     yield executor
     executor.close()
-
-
-@pytest.fixture(params=["local", "celery"])
-def executor(request: pytest.FixtureRequest) -> Iterator[LocalExecutor | CeleryExecutor]:
-    if request.param == "celery":
-        yield request.getfixturevalue("celery")
-        return
-    local = LocalExecutor()
-    yield local
-    local.close()
-
-
-@pytest.fixture(scope="module")
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url)
-    yield connection
-    connection.close()
-
-
-def _wait_for(condition: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def _healthy(worker: WorkerProcess, celery: CeleryExecutor) -> None:
@@ -206,11 +167,11 @@ def test_a_pickled_task_message_is_refused_unread_and_never_runs(
     # when: then the same call as JSON (the control), behind it in the queue
     json_id = _publish(redis_url, "tool.bad_mark", _mark_call(json_key), "json")
     # then: the JSON message ran
-    control = _wait_for(lambda: _final(client, json_id), what="the JSON control's result")
+    control = wait_for(lambda: _final(client, json_id), what="the JSON control's result")
     assert control["status"] == "SUCCESS" and control["result"]["text"] == f"marked {json_key}"
     assert client.get(f"badinput:ran:{json_key}") == b"1"
     # and the pickled one was refused unread: the worker logged the refusal, nothing ran or was stored
-    _wait_for(lambda: _log_count(worker_log, refusal) > refusals_before, what="the refusal in the log")
+    wait_for(lambda: _log_count(worker_log, refusal) > refusals_before, what="the refusal in the log")
     assert "kombu.exceptions.ContentDisallowed" in worker_log.read_text(errors="replace")
     assert not marker.exists(), "the pickle was deserialized"
     assert client.get(f"badinput:ran:{pickled_key}") is None
@@ -233,10 +194,10 @@ def test_a_forged_task_name_runs_nothing(
     # when
     task_id = _publish(redis_url, "tool.os_system", {"command": f"touch {marker}"}, "json")
     # then: Celery records it as not registered; the worker logged it and ran nothing
-    stored = _wait_for(lambda: _final(client, task_id), what="the refusal's stored state")
+    stored = wait_for(lambda: _final(client, task_id), what="the refusal's stored state")
     assert stored["status"] == "FAILURE"
     assert stored["result"]["exc_type"] == "NotRegistered"
-    _wait_for(lambda: _log_count(worker_log, unregistered) > before, what="the refusal in the log")
+    wait_for(lambda: _log_count(worker_log, unregistered) > before, what="the refusal in the log")
     assert not marker.exists()
     _healthy(bad_worker, celery)
 
@@ -247,7 +208,7 @@ def test_a_forged_message_for_a_real_tool_without_a_call_runs_nothing(
     # given: a message for `tool.bad_mark` whose kwargs are not a call at all
     task_id = _publish(redis_url, "tool.bad_mark", {"key": "direct"}, "json")
     # then: it fails before binding anything; the tool did not run
-    stored = _wait_for(lambda: _final(client, task_id), what="the failure")
+    stored = wait_for(lambda: _final(client, task_id), what="the failure")
     assert (stored["status"], stored["result"]["exc_type"]) == ("FAILURE", "KeyError")
     assert client.get("badinput:ran:direct") is None
     _healthy(bad_worker, celery)
@@ -327,171 +288,6 @@ def test_a_visible_message_reaches_the_model_but_its_cause_does_not(
     assert bad.SECRET not in _everything_sent(model)
 
 
-# ---- API keys and passwords ---------------------------------------------------------------------------
-
-_OPENAI_TOOL_CALL = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "model": "gpt-4o-mini",
-    "choices": [
-        {
-            "index": 0,
-            "message": {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "call_1",
-                        "type": "function",
-                        "function": {"name": "bad_plain", "arguments": '{"text": "hi"}'},
-                    }
-                ],
-            },
-            "finish_reason": "tool_calls",
-        }
-    ],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
-}
-_OPENAI_ANSWER = {
-    "id": "chatcmpl-2",
-    "object": "chat.completion",
-    "model": "gpt-4o-mini",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
-}
-_ANTHROPIC_TOOL_CALL = {
-    "id": "msg_1",
-    "type": "message",
-    "role": "assistant",
-    "model": "claude-test",
-    "content": [{"type": "tool_use", "id": "toolu_1", "name": "bad_plain", "input": {"text": "hi"}}],
-    "stop_reason": "tool_use",
-    "usage": {"input_tokens": 5, "output_tokens": 5},
-}
-_ANTHROPIC_ANSWER = {
-    "id": "msg_2",
-    "type": "message",
-    "role": "assistant",
-    "model": "claude-test",
-    "content": [{"type": "text", "text": "done"}],
-    "stop_reason": "end_turn",
-    "usage": {"input_tokens": 5, "output_tokens": 1},
-}
-
-
-def _echo(status: int) -> httpx.Response:
-    """An error that echoes the key back, as some compatible servers do."""
-    message = f"key {API_KEY} rejected" if status == 401 else f"upstream failed for key {API_KEY}"
-    return httpx.Response(status, json={"type": "error", "error": {"type": "x", "message": message}})
-
-
-def _model(provider: str, replies: list[httpx.Response], seen: list[str]) -> Any:
-    def answer(request: httpx.Request) -> httpx.Response:
-        seen.append(request.headers.get("authorization") or request.headers.get("x-api-key") or "")
-        return replies.pop(0)
-
-    transport = httpx.MockTransport(answer)
-    retry = RetryPolicy(max_retries=1, backoff_s=0.001, backoff_max_s=0.001)
-    if provider == "openai":
-        return OpenAiChatModel("gpt-4o-mini", api_key=API_KEY, transport=transport, retry=retry)
-    return AnthropicChatModel("claude-test", api_key=API_KEY, transport=transport, retry=retry)
-
-
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_an_api_key_never_reaches_logs_errors_or_reprs(
-    provider: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.DEBUG)
-    tool_call, answer = (
-        (_OPENAI_TOOL_CALL, _OPENAI_ANSWER)
-        if provider == "openai"
-        else (_ANTHROPIC_TOOL_CALL, _ANTHROPIC_ANSWER)
-    )
-    seen: list[str] = []
-    # given: a server that fails once echoing the key (logged as a retry), then calls a tool, then answers
-    replies = [_echo(500), httpx.Response(200, json=tool_call), httpx.Response(200, json=answer)]
-    model = _model(provider, replies, seen)
-    service = AiService(chat_model=model, tools=[bad.bad_plain], executor=LocalExecutor())
-    # when: a whole invocation, then a call the server rejects echoing the key
-    assert service.chat("go").content == "done"
-    rejecting = _model(provider, [_echo(401)], seen)
-    with pytest.raises(ModelAuthenticationError) as raised:
-        asyncio.run(rejecting.chat(ChatRequest(messages=[UserMessage("hi")])))
-    # then: the key was sent every time, and appears nowhere else
-    assert len(seen) == 4 and all(API_KEY in header for header in seen)
-    logged = caplog.text + "".join(f"{r.getMessage()} {r.exc_text or ''} {r.args!r}" for r in caplog.records)
-    assert "upstream failed for key ***; retry 1/1" in logged  # the echoing error was logged, masked
-    assert API_KEY not in logged
-    error = raised.value
-    assert "key *** rejected" in str(error)
-    assert API_KEY not in str(error) and API_KEY not in repr(error) and API_KEY not in repr(error.args)
-    assert API_KEY not in repr(model) and API_KEY not in str(model)
-
-
-_PASSWORDS = st.text(
-    alphabet=st.characters(codec="ascii", categories=["L", "N"], include_characters="-_.~!$&()*+,;=@:"),
-    min_size=6,
-    max_size=30,
-).map(lambda text: f"PW{text}")
-
-
-@hypothesis.settings(max_examples=60, deadline=None, database=None)
-@given(
-    password=_PASSWORDS,
-    user=st.sampled_from(["", "default", "admin"]),
-    scheme=st.sampled_from(["redis", "rediss", "postgresql+psycopg"]),
-)
-def test_settings_reprs_mask_every_password(password: str, user: str, scheme: str) -> None:
-    url = f"{scheme}://{user}:{password}@db.internal:6379/0"
-    redis_url = url if scheme.startswith("redis") else "redis://db.internal:6379/0"  # Redis URLs only
-    values = Settings(redis_url=redis_url, broker_url=url, result_backend=url, database_url=url)
-    for text in (repr(values), str(values), str(values.redacted())):
-        assert password not in text
-        assert f"{scheme}://{user}:***@db.internal:6379/0" in text
-
-
-def test_settings_repr_masks_a_password_in_the_query_string() -> None:
-    values = Settings(redis_url="redis://db.internal:6379/0?password=PW-query-secret")
-    assert "PW-query-secret" not in repr(values)
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [["tools"], ["tools", "--json"], ["-v", "tools"], ["runs"]],
-    ids=["tools", "tools-json", "tools-verbose", "runs"],
-)
-def test_cli_output_never_shows_a_password(argv: list[str]) -> None:
-    # given: URLs with passwords, pointing at a port where nothing listens
-    port = _closed_port()
-    redis_url = f"redis://admin:PW-redis-secret@127.0.0.1:{port}/0"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "TOOLFLEET_REDIS_URL": redis_url,
-        "TOOLFLEET_BROKER_URL": redis_url,
-        "TOOLFLEET_RESULT_BACKEND": redis_url,
-        "TOOLFLEET_DATABASE_URL": f"postgresql+psycopg://admin:PW-db-secret@127.0.0.1:{port}/toolfleet",
-    }
-    # when
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *argv], env=env, capture_output=True, text=True, timeout=30
-    )
-    # then: it fails, saying where it looked, with the passwords masked
-    output = done.stdout + done.stderr
-    assert done.returncode != 0
-    assert "PW-redis-secret" not in output and "PW-db-secret" not in output
-    if "tools" in argv:
-        assert done.returncode == 2
-        assert f"redis://admin:***@127.0.0.1:{port}/0" in done.stderr
-
-
 # ---- Flower's view of a task: kwargsrepr -------------------------------------------------------------
 
 
@@ -523,7 +319,7 @@ def _task_events(settings: Settings, celery: CeleryExecutor) -> Iterator[list[di
             )
             return _wait_quietly(lambda: any(e.get("uuid") == probe.task_id for e in events), 1.0)
 
-        _wait_for(probe_seen, 10.0, "the event receiver")
+        wait_for(probe_seen, 10.0, "the event receiver")
         yield events
     finally:
         stop.set()
@@ -533,7 +329,7 @@ def _task_events(settings: Settings, celery: CeleryExecutor) -> Iterator[list[di
 
 def _wait_quietly(condition: Callable[[], bool], timeout_s: float) -> bool:
     try:
-        _wait_for(condition, timeout_s)
+        wait_for(condition, timeout_s)
     except AssertionError:
         return False
     return True
@@ -579,7 +375,7 @@ def test_invocation_parameters_never_reach_flower_or_stay_in_redis(
         result = service.chat("go", parameters={"api_key": secret})
         task_id = result.tool_executions[0].task_id
         assert result.tool_executions[0].result == "present"  # the tool did receive the parameters
-        _wait_for(
+        wait_for(
             lambda: {e["type"] for e in _events_of(events, task_id)} >= {"task-sent", "task-received"},
             what="the call's task events",
         )
@@ -605,7 +401,7 @@ def test_a_retried_call_keeps_its_parameters_out_of_flower(
         result = service.chat("go", parameters={"api_key": secret})
         task_id = result.tool_executions[0].task_id
         assert result.tool_executions[0].result == "2"  # failed once, retried on the worker, succeeded
-        _wait_for(
+        wait_for(
             lambda: sum(e["type"] == "task-received" for e in _events_of(events, task_id)) >= 2,
             what="both deliveries' events",
         )
@@ -624,8 +420,8 @@ def test_a_late_compensation_keeps_its_parameters_out_of_flower(
     with _task_events(settings, celery) as events:
         outcome = asyncio.run(celery.execute(request, None, invocation, compensate_if_late=True))
         assert outcome.kind is OutcomeKind.TIMED_OUT
-        _wait_for(lambda: client.get(f"badinput:undone:{key}") == b"1", what="the late compensation")
-        compensations = _wait_for(
+        wait_for(lambda: client.get(f"badinput:undone:{key}") == b"1", what="the late compensation")
+        compensations = wait_for(
             lambda: [e for e in events if str(e.get("name", "")).startswith("compensate.bad_late")],
             what="the compensation's events",
         )

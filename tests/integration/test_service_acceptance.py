@@ -77,6 +77,10 @@ HALLUCINATION_TEXT = (
 # -- fixtures ------------------------------------------------------------------------------------
 
 
+# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls.
+WORKERS = ["acc_worker"]
+
+
 @pytest.fixture(scope="module")
 def acc_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     """One threads worker serving the acceptance tools on pool `acc`."""
@@ -95,31 +99,11 @@ def acc_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield worker
 
 
-@pytest.fixture(scope="module", params=["local", "celery"])
-def executor(request: pytest.FixtureRequest, settings: Settings) -> Iterator[LocalExecutor | CeleryExecutor]:
-    """Where tool calls run: in this process, or on the `acc` worker (definitions stay local)."""
-    chosen: LocalExecutor | CeleryExecutor
-    if request.param == "local":
-        chosen = LocalExecutor()
-    else:
-        request.getfixturevalue("acc_worker")
-        chosen = CeleryExecutor(settings=settings)
-    yield chosen
-    chosen.close()
-
-
 @pytest.fixture(scope="module")
 def celery_executor(acc_worker: WorkerProcess, settings: Settings) -> Iterator[CeleryExecutor]:
     chosen = CeleryExecutor(settings=settings)
     yield chosen
     chosen.close()
-
-
-@pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
 
 
 @pytest.fixture(autouse=True)
@@ -353,7 +337,7 @@ def test_programmatic_tool_defaults_to_to_llm(executor: Any, mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["chat", "stream"])
 def test_round_trip_limit_is_exceeded_by_a_third_tool_round(
-    executor: Any, mode: str, redis_client: redis.Redis
+    executor: Any, mode: str, client: redis.Redis
 ) -> None:
     # given a limit of 2 and a model that asks for tools three times
     key = uuid.uuid4().hex
@@ -365,12 +349,12 @@ def test_round_trip_limit_is_exceeded_by_a_third_tool_round(
         invoke(service, mode)
     assert str(raised.value) == ROUND_TRIPS_TEXT
     assert len(model.requests) == 3
-    assert redis_client.get(f"acc:count:{key}") == b"2"  # the third round's call never ran
+    assert client.get(f"acc:count:{key}") == b"2"  # the third round's call never ran
 
 
 @pytest.mark.parametrize("mode", ["chat", "stream"])
 def test_round_trip_limit_allows_n_tool_rounds_and_a_final_answer(
-    executor: Any, mode: str, redis_client: redis.Redis
+    executor: Any, mode: str, client: redis.Redis
 ) -> None:
     # given a limit of 2 and a model that asks for tools twice, then answers
     key = uuid.uuid4().hex
@@ -387,7 +371,7 @@ def test_round_trip_limit_allows_n_tool_rounds_and_a_final_answer(
         ("r2", "acc_count", "2", False, "success"),
     ]
     assert len(model.requests) == 3
-    assert redis_client.get(f"acc:count:{key}") == b"2"
+    assert client.get(f"acc:count:{key}") == b"2"
 
 
 # -- 3. concurrency and order (SPEC §4) ----------------------------------------------------------

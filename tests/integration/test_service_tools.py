@@ -21,7 +21,6 @@ import tests.integration.tools as T
 from orchestrator import (
     AiMessage,
     AiService,
-    AiServiceTool,
     CeleryExecutor,
     ChatRequest,
     ChatResponse,
@@ -29,7 +28,6 @@ from orchestrator import (
     CompleteToolCall,
     FinishReason,
     HallucinatedToolNameError,
-    LocalExecutor,
     MessageWindowChatMemory,
     PartialResponse,
     PartialToolCall,
@@ -41,18 +39,18 @@ from orchestrator import (
     ToolErrorContext,
     ToolErrorHandlerResult,
     ToolExecuted,
-    ToolExecutionRequest,
     ToolExecutionResultMessage,
-    ToolProviderRequest,
-    ToolProviderResult,
     UserMessage,
     VectorToolSearchStrategy,
     send_exception_message_to_llm,
 )
+from tests.orchestrator._service import RecordingProvider
+from tests.orchestrator._service import call as _call
+from tests.orchestrator._service import calls as _calls
+from tests.orchestrator._service import impostor as _impostor
+from tests.orchestrator._service import names as _names
 from workers import ToolSpecification, tool_specifications_from
-from workers.errors import ToolDefinitionError
 from workers.runtime.process import WorkerProcess
-from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +59,10 @@ SEARCH = SimpleToolSearchStrategy.NAME
 
 
 # -- fixtures -------------------------------------------------------------------------------------
+
+
+# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls.
+WORKERS = ["pools", "srch_worker"]
 
 
 @pytest.fixture(scope="module")
@@ -81,35 +83,7 @@ def srch_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
         yield worker
 
 
-@pytest.fixture(params=["local", "celery"])
-def executor(request: pytest.FixtureRequest) -> Iterator[LocalExecutor | CeleryExecutor]:
-    """Where the tool calls of a test run: in this process, or on the worker processes."""
-    if request.param == "local":
-        local = LocalExecutor()
-        yield local
-        local.close()
-        return
-    request.getfixturevalue("pools")
-    request.getfixturevalue("srch_worker")
-    settings: Settings = request.getfixturevalue("settings")
-    celery = CeleryExecutor(settings=settings)
-    yield celery
-    celery.close()
-
-
 # -- helpers --------------------------------------------------------------------------------------
-
-
-def _call(name: str, call_id: str | None = None, **arguments: Any) -> ToolExecutionRequest:
-    return ToolExecutionRequest(call_id or f"call-{uuid.uuid4().hex[:8]}", name, json.dumps(arguments))
-
-
-def _calls(*requests: ToolExecutionRequest, text: str | None = None) -> AiMessage:
-    return AiMessage(text, list(requests))
-
-
-def _names(request: ChatRequest) -> list[str]:
-    return [spec.name for spec in request.tool_specifications]
 
 
 def _spec(function: Any) -> ToolSpecification:
@@ -140,31 +114,6 @@ def _logging_model(log: list[str], responses: list[Any]) -> ScriptedChatModel:
         return remaining.pop(0)
 
     return ScriptedChatModel(answer)
-
-
-class RecordingProvider:
-    """A tool provider answering from a list (one entry per call, then nothing), recording requests."""
-
-    def __init__(self, label: str, *, dynamic: bool, answers: list[list[Any]], log: list[str]) -> None:
-        self.label = label
-        self.is_dynamic = dynamic
-        self.answers = answers
-        self.log = log
-        self.requests: list[ToolProviderRequest] = []
-
-    def provide_tools(self, request: ToolProviderRequest) -> ToolProviderResult:
-        self.requests.append(request)
-        self.log.append(self.label)
-        number = len(self.requests) - 1
-        return ToolProviderResult(tools=self.answers[number] if number < len(self.answers) else [])
-
-
-def _impostor(name: str) -> AiServiceTool:
-    """A programmatic tool reusing an existing tool's name: it must never be offered or run."""
-    return AiServiceTool(
-        ToolSpecification(name=name, description=f"an impostor {name}", parameters=None),
-        lambda request, context: "impostor ran",
-    )
 
 
 # -- 1. tool providers ----------------------------------------------------------------------------
@@ -258,42 +207,6 @@ def test_provider_tools_last_one_invocation_only(executor: Any) -> None:
     assert [_names(r) for r in model.requests] == [["echo", "whereami"], ["echo", "whereami"], ["echo"]]
 
 
-def test_duplicate_between_tools_and_static_provider_fails_before_the_model_is_asked() -> None:
-    # given: `echo` given both as a tool of the service and by a static provider
-    log: list[str] = []
-    model = ScriptedChatModel(["never"])
-    service = AiService(
-        chat_model=model,
-        tools=[T.echo],
-        tool_providers=[RecordingProvider("static", dynamic=False, answers=[[T.echo]], log=log)],
-    )
-
-    # when / then
-    with pytest.raises(ToolDefinitionError) as raised:
-        service.chat("hi")
-    assert str(raised.value) == "Duplicated definition for tool: echo"
-    assert model.requests == []
-
-
-def test_duplicate_between_two_static_providers_fails() -> None:
-    # given: two static providers both giving a tool named `whereami`
-    log: list[str] = []
-    model = ScriptedChatModel(["never"])
-    service = AiService(
-        chat_model=model,
-        tool_providers=[
-            RecordingProvider("a", dynamic=False, answers=[[T.whereami]], log=log),
-            RecordingProvider("b", dynamic=False, answers=[[_impostor("whereami")]], log=log),
-        ],
-    )
-
-    # when / then
-    with pytest.raises(ToolDefinitionError) as raised:
-        service.chat("hi")
-    assert str(raised.value) == "Duplicated definition for tool: whereami"
-    assert model.requests == []
-
-
 # -- 2. tool search -------------------------------------------------------------------------------
 
 FOUND_WEATHER = ["get_weather", "weather_forecast", "weather_alerts", "uv_index"]
@@ -380,72 +293,6 @@ def test_simple_tool_search_reveals_tools_accumulates_and_remembers_them(executo
     # then: nothing found elsewhere is offered
     assert third.content == "fresh"
     assert _names(model.requests[7]) == base
-
-
-def test_tools_found_in_an_evicted_search_are_not_offered_to_the_next_invocation() -> None:
-    # given: a window of 3 messages, and a first invocation that finds `book_flight`
-    model = ScriptedChatModel(
-        [
-            _calls(_call(SEARCH, terms=["flight"])),
-            _calls(_call("book_flight", origin="OSL", destination="ROM")),
-            "booked",
-            "hello again",
-        ]
-    )
-    service = AiService(
-        chat_model=model,
-        tools=[st.current_time, *st.SEARCHABLE],
-        tool_search_strategy=SimpleToolSearchStrategy(),
-        chat_memory=MessageWindowChatMemory(3),
-    )
-    first = service.chat("book a flight", memory_id="short")
-
-    # then: within the invocation the found tool stayed, though its search result left the window
-    assert [e.result for e in first.tool_executions] == ["Tools found: book_flight", "booked OSL-ROM"]
-    assert not any(
-        isinstance(m, ToolExecutionResultMessage) and m.tool_name == SEARCH
-        for m in model.requests[2].messages
-    )
-    assert _names(model.requests[2]) == ["current_time", SEARCH, "book_flight"]
-
-    # when: the next invocation, with the search result no longer in memory
-    service.chat("hi", memory_id="short")
-
-    # then: only the base tools are offered
-    assert _names(model.requests[3]) == ["current_time", SEARCH]
-
-
-@pytest.mark.parametrize(
-    ("terms", "expected"),
-    [
-        # +2 name, +1 description: 3, 3 (catalog order breaks the tie), 2, 1
-        (["weather"], "Tools found: get_weather, weather_forecast, weather_alerts, uv_index"),
-        # lower-cased, split on spaces: weather_forecast scores 6
-        (["Weather FORECAST"], "Tools found: weather_forecast, get_weather, weather_alerts, uv_index"),
-        # six tools match "a": at most five, best first (convert_currency, the last 1, is cut)
-        (["a"], "Tools found: weather_alerts, get_weather, weather_forecast, uv_index, book_flight"),
-        # scores add up over terms: book_flight 3 + convert_currency 3, then get_weather 1
-        (["flight", "currency city"], "Tools found: book_flight, convert_currency, get_weather"),
-        (["submarine"], "No matching tools found"),
-        ([], "No matching tools found"),
-    ],
-)
-def test_simple_tool_search_scoring(terms: list[str], expected: str) -> None:
-    # given: the search catalog in a known order
-    model = ScriptedChatModel([_calls(_call(SEARCH, terms=terms)), "ok"])
-    service = AiService(
-        chat_model=model,
-        tools=[st.current_time, *st.SEARCHABLE],
-        tool_search_strategy=SimpleToolSearchStrategy(),
-    )
-
-    # when
-    result = service.chat("find")
-
-    # then: the exact text, and the next request offers exactly the found tools after the base ones
-    assert result.tool_executions[0].result == expected
-    found = expected.removeprefix("Tools found: ").split(", ") if expected.startswith("Tools") else []
-    assert _names(model.requests[1]) == ["current_time", SEARCH, *found]
 
 
 def test_vector_tool_search_finds_a_weather_tool(executor: Any) -> None:
@@ -862,38 +709,3 @@ def test_result_holds_every_execution_in_request_order_with_timings_and_placemen
         ToolExecutionResultMessage("r1", "slow", "slept 0.3"),
         ToolExecutionResultMessage("r2", "echo", "x"),
     ]
-
-
-@pytest.mark.parametrize(
-    ("usages", "expected"),
-    [
-        ([None, None], None),
-        ([TokenUsage(4, 1), None], TokenUsage(4, 1)),
-        ([None, TokenUsage(2, None)], TokenUsage(2, None)),
-        ([TokenUsage(4, 1), TokenUsage(2, 3)], TokenUsage(6, 4)),
-    ],
-)
-def test_token_usage_is_summed_over_responses(
-    usages: list[TokenUsage | None], expected: TokenUsage | None
-) -> None:
-    # given: a tool round and a final answer, carrying the given usages
-    model = ScriptedChatModel(
-        [
-            ChatResponse(_calls(_call("whoami_local")), FinishReason.TOOL_EXECUTION, usages[0]),
-            ChatResponse(AiMessage("ok"), FinishReason.STOP, usages[1]),
-        ]
-    )
-    service = AiService(chat_model=model, tools=[_local_tool()])
-
-    # when
-    result = service.chat("hi")
-
-    # then
-    assert result.token_usage == expected
-
-
-def _local_tool() -> AiServiceTool:
-    return AiServiceTool(
-        ToolSpecification(name="whoami_local", description="who am I", parameters=None),
-        lambda request, context: "me",
-    )

@@ -9,26 +9,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Iterator
 
 import pytest
 import redis
 from celery import Celery, states
 
 from orchestrator.saga._inflight import Settled, settle
-from workers.protocol import call_task_id
-from workers.runtime.tasks import call_state_key
+from workers.protocol import call_state_key, call_task_id
 
 pytestmark = pytest.mark.integration
 
 TTL_S = 120
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url)
-    yield connection
-    connection.close()
 
 
 def attempts(count: int) -> list[str]:

@@ -4,8 +4,6 @@ that set off a rollback, and the final answer."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -44,13 +42,6 @@ class Bank:
 
 def call(call_id: str, name: str, **arguments: object) -> ToolExecutionRequest:
     return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    journal = Journal(f"sqlite:///{tmp_path / 'journal.db'}")
-    yield journal
-    journal.engine.dispose()
 
 
 def _run(journal: Journal, script: list[AiMessage | str], message: str) -> str:

@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -65,13 +64,6 @@ class Desk:
 
 def call(call_id: str, name: str, **arguments: object) -> ToolExecutionRequest:
     return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    journal = Journal(f"sqlite:///{tmp_path / 'journal.db'}")
-    yield journal
-    journal.engine.dispose()
 
 
 def test_an_invocation_owing_a_compensation_is_left_compensating_and_recover_retries_only_that(

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import types
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,13 +53,6 @@ def bank_module(ledger: list[str]) -> types.ModuleType:
 
 def call(call_id: str, tool_name: str, **arguments: object) -> ToolExecutionRequest:
     return ToolExecutionRequest(id=call_id, name=tool_name, arguments=json.dumps(arguments))
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    journal = Journal(f"sqlite:///{tmp_path / 'journal.db'}")
-    yield journal
-    journal.engine.dispose()
 
 
 # -- module-level compensations ---------------------------------------------------------------------

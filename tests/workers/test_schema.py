@@ -2,7 +2,9 @@
 
 Every test declares a tool with `@tool` and reads `tool_specifications_from(fn)[0].parameters`, so the
 root object shape (`type`, `properties`, `required`, and `$defs` only when needed) is pinned with the
-schema of the type under test. Whole dicts are compared with `==`.
+schema of the type under test. Most types are rows of one table: a tool with one parameter `x` of the
+type, and the schema it must get, compared as JSON text (so the order of keys is pinned too: a tag
+comes first in each option of a union).
 
 This module deliberately does not use `from __future__ import annotations`: annotations of tools
 declared inside tests are evaluated eagerly, so local helper types resolve.
@@ -10,6 +12,7 @@ declared inside tests are evaluated eagerly, so local helper types resolve.
 
 import collections.abc
 import datetime as dt
+import json
 import typing
 import uuid
 from dataclasses import dataclass, field
@@ -155,6 +158,11 @@ class Branch:
 
 
 @dataclass
+class Blob:
+    data: bytes
+
+
+@dataclass
 class Route:
     origin: Address
     destination: Address
@@ -168,174 +176,171 @@ ADDRESS_SCHEMA: dict[str, Any] = {
 }
 
 
-# ---------------------------------------------------------------------------------------------------
-# Scalars
-# ---------------------------------------------------------------------------------------------------
+def one_parameter_tool(annotation: Any) -> Any:
+    """The tool `t(x)`, with `x` of type `annotation`."""
 
-
-def test_str_is_a_string() -> None:
-    # given
-    @tool
-    def t(x: str) -> None: ...
-
-    # when / then
-    assert parameters_of(t) == {
-        "type": "object",
-        "properties": {"x": {"type": "string"}},
-        "required": ["x"],
-    }
-
-
-def test_uuid_is_a_string_described_as_a_uuid() -> None:
-    @tool
-    def t(x: uuid.UUID) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "string", "description": "String in a UUID format"})
-
-
-def test_uuid_description_is_replaced_by_the_parameter_description() -> None:
-    @tool
-    def t(x: Annotated[uuid.UUID, Param("The order id")]) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "string", "description": "The order id"})
-
-
-def test_int_is_an_integer() -> None:
-    @tool
-    def t(x: int) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "integer"})
-
-
-def test_float_is_a_number() -> None:
-    @tool
-    def t(x: float) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "number"})
-
-
-def test_decimal_is_a_number() -> None:
-    @tool
-    def t(x: Decimal) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "number"})
-
-
-def test_bool_is_a_boolean() -> None:
-    @tool
-    def t(x: bool) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "boolean"})
-
-
-def test_date_is_a_string_in_date_format() -> None:
-    @tool
-    def t(x: dt.date) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "string", "format": "date"})
-
-
-def test_datetime_is_a_string_in_date_time_format() -> None:
-    @tool
-    def t(x: dt.datetime) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "string", "format": "date-time"})
-
-
-def test_enum_is_a_string_enum_of_member_names_ignoring_values() -> None:
-    @tool
-    def t(x: Color) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "string", "enum": ["RED", "GREEN", "BLUE"]})
-
-
-def test_string_literal_is_a_string_enum() -> None:
-    @tool
-    def t(x: Literal["small", "large"]) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "string", "enum": ["small", "large"]})
-
-
-def test_integer_literal_is_an_integer_enum() -> None:
-    @tool
-    def t(x: Literal[1, 2, 3]) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "integer", "enum": [1, 2, 3]})
-
-
-def test_literal_of_enum_members_uses_member_names() -> None:
-    @tool
-    def t(x: Literal[Color.RED, Color.BLUE]) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "string", "enum": ["RED", "BLUE"]})
-
-
-# ---------------------------------------------------------------------------------------------------
-# Collections
-# ---------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "annotation",
-    [
-        list[int],
-        set[int],
-        frozenset[int],
-        tuple[int, ...],
-        collections.abc.Sequence[int],
-        typing.Sequence[int],
-    ],
-    ids=["list", "set", "frozenset", "tuple-ellipsis", "abc-Sequence", "typing-Sequence"],
-)
-def test_homogeneous_collections_are_arrays_with_items(annotation: Any) -> None:
-    # given
-    def t(x: int) -> None: ...
+    def t(x: Any) -> None: ...
 
     t.__annotations__["x"] = annotation
-    tool(t)
-
-    # when / then
-    assert parameters_of(t) == single("x", {"type": "array", "items": {"type": "integer"}})
+    return tool(t)
 
 
-def test_list_of_models_has_object_items() -> None:
-    @tool
-    def t(x: list[Address]) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "array", "items": ADDRESS_SCHEMA})
-
-
-def test_dict_with_str_keys_is_an_object_with_additional_properties() -> None:
-    @tool
-    def t(x: dict[str, int]) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "object", "additionalProperties": {"type": "integer"}})
-
-
-def test_dict_with_model_values_has_object_additional_properties() -> None:
-    @tool
-    def t(x: dict[str, Address]) -> None: ...
-
-    assert parameters_of(t) == single("x", {"type": "object", "additionalProperties": ADDRESS_SCHEMA})
+TAGGED_PETS: dict[str, Any] = {
+    "anyOf": [
+        {
+            "type": "object",
+            "properties": {"kind": {"type": "string", "enum": ["cat"]}, "lives": {"type": "integer"}},
+            "required": ["kind", "lives"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {"kind": {"type": "string", "enum": ["dog"]}, "good": {"type": "boolean"}},
+            "required": ["kind", "good"],
+            "additionalProperties": False,
+        },
+    ]
+}
 
 
-def test_dict_with_non_str_keys_is_a_definition_error() -> None:
-    # given
-    @tool
-    def t(x: dict[int, str]) -> None: ...
-
-    # when / then
-    with pytest.raises(ToolDefinitionError) as caught:
-        parameters_of(t)
-    assert (
-        str(caught.value)
-        == 'Parameter "x" of tool "t": Mapping keys must be str to be JSON object keys, got int'
-    )
+def obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """The schema of a model (dataclass, pydantic model, TypedDict): no keys beyond its fields."""
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
-# ---------------------------------------------------------------------------------------------------
-# Optional
-# ---------------------------------------------------------------------------------------------------
+COUNT_AND_LABEL = {"count": {"type": "integer"}, "label": {"type": "string"}}
+INTEGER_ARRAY = {"type": "array", "items": {"type": "integer"}}
+
+SCHEMAS = [
+    # scalars
+    pytest.param(str, {"type": "string"}, id="str"),
+    pytest.param(uuid.UUID, {"type": "string", "description": "String in a UUID format"}, id="uuid"),
+    pytest.param(
+        Annotated[uuid.UUID, Param("The order id")],
+        {"type": "string", "description": "The order id"},
+        id="uuid's description replaced by the parameter's",
+    ),
+    pytest.param(int, {"type": "integer"}, id="int"),
+    pytest.param(float, {"type": "number"}, id="float"),
+    pytest.param(Decimal, {"type": "number"}, id="Decimal"),
+    pytest.param(bool, {"type": "boolean"}, id="bool"),
+    pytest.param(dt.date, {"type": "string", "format": "date"}, id="date"),
+    pytest.param(dt.datetime, {"type": "string", "format": "date-time"}, id="datetime"),
+    pytest.param(
+        Color, {"type": "string", "enum": ["RED", "GREEN", "BLUE"]}, id="Enum: member names, not values"
+    ),
+    pytest.param(Literal["small", "large"], {"type": "string", "enum": ["small", "large"]}, id="str Literal"),
+    pytest.param(Literal[1, 2, 3], {"type": "integer", "enum": [1, 2, 3]}, id="int Literal"),
+    pytest.param(
+        Literal[Color.RED, Color.BLUE], {"type": "string", "enum": ["RED", "BLUE"]}, id="Literal of members"
+    ),
+    # collections
+    pytest.param(list[int], INTEGER_ARRAY, id="list"),
+    pytest.param(set[int], INTEGER_ARRAY, id="set"),
+    pytest.param(frozenset[int], INTEGER_ARRAY, id="frozenset"),
+    pytest.param(tuple[int, ...], INTEGER_ARRAY, id="tuple-ellipsis"),
+    pytest.param(collections.abc.Sequence[int], INTEGER_ARRAY, id="abc-Sequence"),
+    pytest.param(typing.Sequence[int], INTEGER_ARRAY, id="typing-Sequence"),
+    pytest.param(list[Address], {"type": "array", "items": ADDRESS_SCHEMA}, id="list of models"),
+    pytest.param(dict[str, int], {"type": "object", "additionalProperties": {"type": "integer"}}, id="dict"),
+    pytest.param(
+        dict[str, Address], {"type": "object", "additionalProperties": ADDRESS_SCHEMA}, id="dict of models"
+    ),
+    # objects: dataclasses, pydantic models, TypedDicts
+    pytest.param(Address, ADDRESS_SCHEMA, id="dataclass: fields without default required"),
+    pytest.param(
+        Person,
+        obj({"name": {"type": "string", "description": "Full name"}, "age": {"type": "integer"}}, ["name"]),
+        id="pydantic model with field descriptions",
+    ),
+    pytest.param(Totals, obj(COUNT_AND_LABEL, ["count", "label"]), id="TypedDict: total"),
+    pytest.param(PartialTotals, obj(COUNT_AND_LABEL, []), id="TypedDict: total=False"),
+    pytest.param(MixedTotals, obj(COUNT_AND_LABEL, ["count"]), id="TypedDict: NotRequired"),
+    # the form every module with `from __future__ import annotations` produces
+    pytest.param(StringNotRequired, obj(COUNT_AND_LABEL, ["count"]), id="TypedDict: NotRequired as a string"),
+    # field descriptions
+    pytest.param(
+        AnnotatedFields,
+        obj(
+            {
+                "city": {"type": "string", "description": "The city"},
+                "days": {"type": "integer", "description": "How many days"},
+            },
+            ["city"],
+        ),
+        id="descriptions from Param and field metadata",
+    ),
+    pytest.param(
+        DocumentedFields,
+        obj(
+            {
+                "street": {"type": "string", "description": "The street and number."},
+                "floor": {"type": "integer", "description": "Floor, 0 is the ground floor."},
+            },
+            ["street"],
+        ),
+        id="dataclass descriptions from attribute docstrings",
+    ),
+    pytest.param(
+        DocumentedModel,
+        obj({"title": {"type": "string", "description": "The title of the book."}}, ["title"]),
+        id="pydantic description from an attribute docstring",
+    ),
+    pytest.param(
+        DescriptionPriority,
+        obj({"value": {"type": "integer", "description": "from metadata"}}, ["value"]),
+        id="field metadata wins over Param and the attribute docstring",
+    ),
+    # nesting and unions
+    pytest.param(
+        Order,
+        obj(
+            {
+                "shipping": ADDRESS_SCHEMA,
+                "items": {
+                    "type": "array",
+                    "items": obj({"sku": {"type": "string"}, "quantity": {"type": "integer"}}, ["sku"]),
+                },
+                "note": {"type": "string"},
+            },
+            ["shipping", "items"],
+        ),
+        id="nested models are inlined",
+    ),
+    pytest.param(
+        Cat | Dog,
+        {
+            "anyOf": [
+                obj(
+                    {"type": {"type": "string", "enum": ["Cat"]}, "lives": {"type": "integer"}},
+                    ["type", "lives"],
+                ),
+                obj({"type": {"type": "string", "enum": ["Dog"]}, "good": {"type": "boolean"}}, ["type"]),
+            ]
+        },
+        id="union of models: a type tag with class names, first",
+    ),
+    pytest.param(
+        Annotated[PCat | PDog, Field(discriminator="kind")],
+        TAGGED_PETS,
+        id="pydantic union: the declared tags",
+    ),
+    pytest.param(PetOwner, obj({"pet": TAGGED_PETS}, ["pet"]), id="pydantic union inside a model"),
+    pytest.param(int | str, {"anyOf": [{"type": "integer"}, {"type": "string"}]}, id="union of primitives"),
+]
+
+
+@pytest.mark.parametrize(("annotation", "schema"), SCHEMAS)
+def test_a_parameter_type_has_its_schema(annotation: Any, schema: dict[str, Any]) -> None:
+    # given a tool `t(x)` with `x` of the type, when its specification is read
+    parameters = parameters_of(one_parameter_tool(annotation))
+    # then
+    assert json.dumps(parameters) == json.dumps(single("x", schema))
+
+
+def test_optional_union_of_primitives_is_any_of_and_not_required() -> None:
+    parameters = parameters_of(one_parameter_tool(int | str | None))
+    assert parameters == single("x", {"anyOf": [{"type": "integer"}, {"type": "string"}]}, required=False)
 
 
 def test_pipe_none_has_the_schema_of_its_type_and_is_not_required() -> None:
@@ -358,337 +363,6 @@ def test_typing_optional_has_the_schema_of_its_type_and_is_not_required() -> Non
         "properties": {"a": {"type": "string"}, "x": ADDRESS_SCHEMA},
         "required": ["a"],
     }
-
-
-# ---------------------------------------------------------------------------------------------------
-# Objects: dataclasses, pydantic models, TypedDicts
-# ---------------------------------------------------------------------------------------------------
-
-
-def test_dataclass_is_an_object_requiring_fields_without_default() -> None:
-    @tool
-    def t(x: Address) -> None: ...
-
-    assert parameters_of(t) == single("x", ADDRESS_SCHEMA)
-
-
-def test_pydantic_model_is_an_object_with_field_descriptions() -> None:
-    @tool
-    def t(x: Person) -> None: ...
-
-    assert parameters_of(t) == single(
-        "x",
-        {
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "description": "Full name"},
-                "age": {"type": "integer"},
-            },
-            "required": ["name"],
-            "additionalProperties": False,
-        },
-    )
-
-
-def test_typeddict_requires_every_key_when_total() -> None:
-    @tool
-    def t(x: Totals) -> None: ...
-
-    assert parameters_of(t) == single(
-        "x",
-        {
-            "type": "object",
-            "properties": {"count": {"type": "integer"}, "label": {"type": "string"}},
-            "required": ["count", "label"],
-            "additionalProperties": False,
-        },
-    )
-
-
-def test_typeddict_total_false_requires_nothing() -> None:
-    @tool
-    def t(x: PartialTotals) -> None: ...
-
-    assert parameters_of(t) == single(
-        "x",
-        {
-            "type": "object",
-            "properties": {"count": {"type": "integer"}, "label": {"type": "string"}},
-            "required": [],
-            "additionalProperties": False,
-        },
-    )
-
-
-def test_typeddict_not_required_key_is_not_required() -> None:
-    @tool
-    def t(x: MixedTotals) -> None: ...
-
-    assert parameters_of(t) == single(
-        "x",
-        {
-            "type": "object",
-            "properties": {"count": {"type": "integer"}, "label": {"type": "string"}},
-            "required": ["count"],
-            "additionalProperties": False,
-        },
-    )
-
-
-def test_typeddict_not_required_key_with_string_annotation_is_not_required() -> None:
-    # given: the form every module with `from __future__ import annotations` produces
-    @tool
-    def t(x: StringNotRequired) -> None: ...
-
-    # when / then
-    assert parameters_of(t) == single(
-        "x",
-        {
-            "type": "object",
-            "properties": {"count": {"type": "integer"}, "label": {"type": "string"}},
-            "required": ["count"],
-            "additionalProperties": False,
-        },
-    )
-
-
-# ---------------------------------------------------------------------------------------------------
-# Field descriptions
-# ---------------------------------------------------------------------------------------------------
-
-
-def test_dataclass_field_descriptions_from_param_and_field_metadata() -> None:
-    @tool
-    def t(x: AnnotatedFields) -> None: ...
-
-    assert parameters_of(t) == single(
-        "x",
-        {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "description": "The city"},
-                "days": {"type": "integer", "description": "How many days"},
-            },
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    )
-
-
-def test_dataclass_field_descriptions_from_attribute_docstrings() -> None:
-    @tool
-    def t(x: DocumentedFields) -> None: ...
-
-    assert parameters_of(t) == single(
-        "x",
-        {
-            "type": "object",
-            "properties": {
-                "street": {"type": "string", "description": "The street and number."},
-                "floor": {"type": "integer", "description": "Floor, 0 is the ground floor."},
-            },
-            "required": ["street"],
-            "additionalProperties": False,
-        },
-    )
-
-
-def test_pydantic_field_description_from_attribute_docstring() -> None:
-    @tool
-    def t(x: DocumentedModel) -> None: ...
-
-    assert parameters_of(t) == single(
-        "x",
-        {
-            "type": "object",
-            "properties": {"title": {"type": "string", "description": "The title of the book."}},
-            "required": ["title"],
-            "additionalProperties": False,
-        },
-    )
-
-
-def test_field_metadata_description_wins_over_param_and_attribute_docstring() -> None:
-    @tool
-    def t(x: DescriptionPriority) -> None: ...
-
-    assert parameters_of(t) == single(
-        "x",
-        {
-            "type": "object",
-            "properties": {"value": {"type": "integer", "description": "from metadata"}},
-            "required": ["value"],
-            "additionalProperties": False,
-        },
-    )
-
-
-# ---------------------------------------------------------------------------------------------------
-# Nesting, unions, recursion
-# ---------------------------------------------------------------------------------------------------
-
-
-def test_nested_models_are_inlined() -> None:
-    @tool
-    def t(order: Order) -> None: ...
-
-    assert parameters_of(t) == single(
-        "order",
-        {
-            "type": "object",
-            "properties": {
-                "shipping": ADDRESS_SCHEMA,
-                "items": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {"sku": {"type": "string"}, "quantity": {"type": "integer"}},
-                        "required": ["sku"],
-                        "additionalProperties": False,
-                    },
-                },
-                "note": {"type": "string"},
-            },
-            "required": ["shipping", "items"],
-            "additionalProperties": False,
-        },
-    )
-
-
-def test_union_of_models_gets_default_type_discriminator_with_class_names() -> None:
-    # given
-    @tool
-    def t(pet: Cat | Dog) -> None: ...
-
-    # when
-    parameters = parameters_of(t)
-
-    # then
-    assert parameters == single(
-        "pet",
-        {
-            "anyOf": [
-                {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string", "enum": ["Cat"]},
-                        "lives": {"type": "integer"},
-                    },
-                    "required": ["type", "lives"],
-                    "additionalProperties": False,
-                },
-                {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string", "enum": ["Dog"]},
-                        "good": {"type": "boolean"},
-                    },
-                    "required": ["type"],
-                    "additionalProperties": False,
-                },
-            ]
-        },
-    )
-    assert parameters is not None
-    for option in parameters["properties"]["pet"]["anyOf"]:
-        assert next(iter(option["properties"])) == "type"
-        assert option["required"][0] == "type"
-
-
-def test_pydantic_discriminated_union_uses_the_declared_tags() -> None:
-    # given
-    @tool
-    def t(pet: Annotated[PCat | PDog, Field(discriminator="kind")]) -> None: ...
-
-    # when
-    parameters = parameters_of(t)
-
-    # then
-    assert parameters == single(
-        "pet",
-        {
-            "anyOf": [
-                {
-                    "type": "object",
-                    "properties": {
-                        "kind": {"type": "string", "enum": ["cat"]},
-                        "lives": {"type": "integer"},
-                    },
-                    "required": ["kind", "lives"],
-                    "additionalProperties": False,
-                },
-                {
-                    "type": "object",
-                    "properties": {
-                        "kind": {"type": "string", "enum": ["dog"]},
-                        "good": {"type": "boolean"},
-                    },
-                    "required": ["kind", "good"],
-                    "additionalProperties": False,
-                },
-            ]
-        },
-    )
-    assert parameters is not None
-    for option in parameters["properties"]["pet"]["anyOf"]:
-        assert next(iter(option["properties"])) == "kind"
-        assert option["required"][0] == "kind"
-
-
-def test_pydantic_discriminated_union_inside_a_model_uses_the_declared_tags() -> None:
-    # given
-    @tool
-    def t(owner: PetOwner) -> None: ...
-
-    # when / then
-    assert parameters_of(t) == single(
-        "owner",
-        {
-            "type": "object",
-            "properties": {
-                "pet": {
-                    "anyOf": [
-                        {
-                            "type": "object",
-                            "properties": {
-                                "kind": {"type": "string", "enum": ["cat"]},
-                                "lives": {"type": "integer"},
-                            },
-                            "required": ["kind", "lives"],
-                            "additionalProperties": False,
-                        },
-                        {
-                            "type": "object",
-                            "properties": {
-                                "kind": {"type": "string", "enum": ["dog"]},
-                                "good": {"type": "boolean"},
-                            },
-                            "required": ["kind", "good"],
-                            "additionalProperties": False,
-                        },
-                    ]
-                }
-            },
-            "required": ["pet"],
-            "additionalProperties": False,
-        },
-    )
-
-
-def test_union_of_primitives_is_any_of() -> None:
-    @tool
-    def t(x: int | str) -> None: ...
-
-    assert parameters_of(t) == single("x", {"anyOf": [{"type": "integer"}, {"type": "string"}]})
-
-
-def test_optional_union_of_primitives_is_any_of_and_not_required() -> None:
-    @tool
-    def t(x: int | str | None) -> None: ...
-
-    assert parameters_of(t) == single(
-        "x", {"anyOf": [{"type": "integer"}, {"type": "string"}]}, required=False
-    )
 
 
 def test_recursive_model_is_a_ref_into_root_defs() -> None:
@@ -770,30 +444,19 @@ def test_model_used_twice_without_recursion_is_inlined_both_times() -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_bytes_is_a_definition_error() -> None:
-    # given
-    @tool
-    def t(x: bytes) -> None: ...
-
-    # when / then
+@pytest.mark.parametrize(
+    ("annotation", "message"),
+    [
+        (bytes, 'Parameter "x" of tool "t": Type bytes cannot be described to the model as JSON'),
+        (Blob, 'Parameter "x" of tool "t": Type bytes cannot be described to the model as JSON'),
+        (
+            dict[int, str],
+            'Parameter "x" of tool "t": Mapping keys must be str to be JSON object keys, got int',
+        ),
+    ],
+    ids=["bytes", "bytes inside a model", "dict with non-str keys"],
+)
+def test_a_type_json_cannot_describe_is_a_definition_error(annotation: Any, message: str) -> None:
     with pytest.raises(ToolDefinitionError) as caught:
-        parameters_of(t)
-    assert (
-        str(caught.value) == 'Parameter "x" of tool "t": Type bytes cannot be described to the model as JSON'
-    )
-
-
-def test_unsupported_type_nested_in_a_model_is_a_definition_error() -> None:
-    # given
-    @dataclass
-    class Blob:
-        data: bytes
-
-    @tool
-    def t(x: Blob) -> None: ...
-
-    # when / then
-    with pytest.raises(
-        ToolDefinitionError, match=r"^Parameter \"x\" of tool \"t\": Type bytes cannot be described"
-    ):
-        parameters_of(t)
+        parameters_of(one_parameter_tool(annotation))
+    assert str(caught.value) == message
