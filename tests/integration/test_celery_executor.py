@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from orchestrator.executors.celery import CeleryExecutor
+from tests._waiting import wait_until
 from tests.integration.states import META, StateRecorder
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome
 from workers.app import make_publisher
@@ -284,6 +285,7 @@ def test_a_killed_prefork_child_is_a_lost_worker(
     assert outcome.worker == killable.hostname
     assert after_kill < 6.0, after_kill
     # and then: it is not run again, and never finishes (checked past the end of its 2 s sleep)
+    # (a non-event: waited out, there is nothing to await)
     time.sleep(max(0.0, started + 2.5 - time.monotonic()))
     assert client.get(f"test:runs:{key}") == b"1"
     assert client.get(f"test:done:{key}") is None
@@ -490,8 +492,12 @@ def test_a_forged_task_name_never_runs(
     recorder = StateRecorder(redis_url)
     try:
         # when: it sends `tool.not_registered` to the alpha queue
+        sent_at = time.monotonic()
         task_id = publisher.send_task("tool.not_registered", queue="alpha").id
-        time.sleep(1.0)
+        # the FAILURE the worker stores when it rejects the message, awaited; and 1 s waited out in
+        # all, for what a run would publish (a non-event: nothing to await)
+        window_ends = sent_at + 1.0
+        wait_until(lambda: time.monotonic() >= window_ends and recorder.statuses(task_id, final=False), 15)
         statuses = recorder.statuses(task_id, final=False)
     finally:
         recorder.close()

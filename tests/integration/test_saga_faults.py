@@ -275,7 +275,7 @@ def test_call_finishing_after_its_deadline_is_compensated_once_after_it_finishes
     assert wait_until(lambda: count(text_client, key, "comps") >= 1, 5.0), counts(text_client, key)
     assert text_client.get(k(key, "effect")) is None
     assert undone_after_finish(text_client, key)
-    time.sleep(2.0)
+    time.sleep(2.0)  # a non-event (no second run, no second undo): waited out, there is nothing to await
     assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}
     assert text_client.get(k(key, "effect")) is None
     # ... and the journal shows the call abandoned; on workers, Redis has its late compensation done
@@ -436,7 +436,7 @@ def test_compensation_whose_prefork_child_is_killed_is_redelivered_and_completed
     assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
     assert int(text_client.get(k(key, "comp_pid")) or 0) != child
     assert text_client.get(k(key, "effect")) is None
-    time.sleep(1.0)
+    time.sleep(1.0)  # a non-event (no second completion): waited out, there is nothing to await
     assert count(text_client, key, "comps") == 1
 
 
