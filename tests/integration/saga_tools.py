@@ -1,4 +1,4 @@
-"""Tools of the saga acceptance tests (SPEC §7), served on pool `saga` by `test_saga.py`'s own worker.
+"""Tools of the saga acceptance tests (SPEC §7), served on pool `saga` by the `saga/` tests' own worker.
 
 Every side effect lives in the test Redis (`TOOLFLEET_REDIS_URL`), so the worker process and the test
 see the same state, under a namespace the test passes as the argument `ns` (a fresh uuid per test):

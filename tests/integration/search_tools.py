@@ -1,4 +1,4 @@
-"""Tools of the `srch` pool: served by the throw-away worker of `test_service_tools.py`.
+"""Tools of the `srch` pool, served by the throw-away worker of the service tools and streaming tests.
 
 A small catalog for tool search (names and descriptions chosen so the scores are known exactly), and
 a probe that reports where it ran and the whole invocation context it received.

@@ -1,5 +1,6 @@
 """`AiService` tool providers, tool search and token usage in-process: the parts of the loop that need
-no worker and no Redis (the same features end to end on workers: tests/integration/test_service_tools.py)."""
+no worker and no Redis (the same features end to end on workers: tests/integration/test_service_tools.py
+and test_service_streaming.py)."""
 
 from __future__ import annotations
 
