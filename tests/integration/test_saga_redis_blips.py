@@ -3,8 +3,10 @@ catalog just before one, and a compensation that cannot run at all until `toolfl
 
 Each test runs its own redis-server (`PrivateRedis`, restarted by the test) for the broker, the
 results and the catalog, and real worker processes against it. The tools (`saga_blip_tools.py`)
-count every side effect and every undo in the shared test Redis, which is never restarted, so
-"undone exactly once" is read from counters that no restart can lose.
+count every side effect and every undo in a second redis-server of the test's own, which is never
+restarted, so "undone exactly once" is read from counters that no restart can lose. It is not the
+shared test database: every pytest session flushes that at its start, so a session started meanwhile
+by anyone on the same database number would erase a deposit the test then reads as undone.
 """
 
 from __future__ import annotations
@@ -62,9 +64,21 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 
 
 @pytest.fixture
-def counts(redis_url: str) -> Iterator[redis.Redis]:
-    """The Redis that counts side effects: the shared test Redis, never restarted."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+def counts_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """The redis-server that counts side effects: this test's own, never restarted."""
+    directory = tmp_path / "counts"
+    directory.mkdir()
+    server = PrivateRedis(directory)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def counts(counts_redis: PrivateRedis) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(counts_redis.url, decode_responses=True)
     yield client
     client.close()
 
@@ -88,22 +102,24 @@ def journal(journal_file: Path) -> Iterator[Journal]:
 
 @pytest.fixture
 def start_worker(
-    private_redis: PrivateRedis, redis_url: str, tmp_path: Path
+    private_redis: PrivateRedis, counts_redis: PrivateRedis, tmp_path: Path
 ) -> Iterator[Callable[..., WorkerProcess]]:
     """Start a threads worker on the private Redis; every one started is stopped after the test."""
     started: list[WorkerProcess] = []
 
     def start(*pools: str, heartbeat_ttl_s: float = 6.0) -> WorkerProcess:
+        hostname = f"{pools[0]}-{len(started)}-{os.getpid()}-{uuid.uuid4().hex[:6]}@blips"
         worker = WorkerProcess(
             pools=list(pools),
             modules=[TOOLS_MODULE],
             redis_url=private_redis.url,
             kind="threads",
             concurrency=8,
-            hostname=f"{pools[0]}-{len(started)}-{os.getpid()}-{uuid.uuid4().hex[:6]}@blips",
+            hostname=hostname,
             env={
                 "PYTHONPATH": REPO_ROOT,
-                "SAGA_BLIP_COUNTS_URL": redis_url,
+                "SAGA_BLIP_WORKER": hostname,
+                "SAGA_BLIP_COUNTS_URL": counts_redis.url,
                 "TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
                 "TOOLFLEET_COMPENSATION_RETRIES": "1",
                 "TOOLFLEET_RETRY_BACKOFF_S": "0.05",
@@ -167,6 +183,17 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: floa
 
 def number(counts: redis.Redis, ns: str, what: str) -> int:
     return int(counts.get(blip.key(ns, what)) or 0)
+
+
+def side_effects(counts: redis.Redis, ns: str) -> dict[str, object]:
+    """Everything the tools recorded under `ns`, to say what ran where when an assertion fails."""
+    return {
+        "balance": number(counts, ns, "balance"),
+        "undo_starts": number(counts, ns, "undo_starts"),
+        "undos": number(counts, ns, "undos"),
+        "done_by": counts.lrange(blip.key(ns, "done_by"), 0, -1),
+        "undone_by": counts.lrange(blip.key(ns, "undone_by"), 0, -1),
+    }
 
 
 def restart_empty(server: PrivateRedis, down_s: float) -> None:
@@ -369,6 +396,7 @@ def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
 # -- 3. a compensation that cannot run: not `succeeded`, listed, then completed by `recover` --------
 
 
+@pytest.mark.timeout(180)  # waits out the compensation's 30 s deadline, then runs the CLI twice
 def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     private_redis: PrivateRedis,
     start_worker: Callable[..., WorkerProcess],
@@ -411,7 +439,7 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
         ("f1", "execution_error"),
         ("c1", "success"),
     ]
-    assert number(counts, ns, "balance") == 45 and number(counts, ns, "undos") == 0
+    assert (number(counts, ns, "balance"), number(counts, ns, "undos")) == (45, 0), side_effects(counts, ns)
     assert result.invocation_id is not None
     record = journal.invocation(result.invocation_id)
     assert record is not None and record.state != "succeeded", record
