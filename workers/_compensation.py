@@ -24,8 +24,10 @@ from workers.settings import Settings
 from workers.tools import ToolDefinition
 
 __all__ = [
+    "ABANDONED",
     "COMPENSATION_PREFIX",
     "call_state_key",
+    "compensation_lock_key",
     "compensation_task_id",
     "compensation_timeout_s",
 ]
@@ -47,6 +49,15 @@ _MIN_COMPENSATION_ATTEMPT_S = 30.0
 def call_state_key(task_id: str) -> str:
     """The per-call state in Redis that decides between "collected" and "abandoned"."""
     return f"toolfleet:call:{task_id}"
+
+
+def compensation_lock_key(idempotency_key: str) -> str:
+    """The compensation's state in Redis: the delivery undoing it (`host|pid|nonce`), `done` once it
+    ran, or `abandoned` once the orchestrator that awaited it recorded it failed (`ABANDONED`)."""
+    return f"toolfleet:compensation:{idempotency_key}"
+
+
+ABANDONED = "abandoned"  # no delivery may undo the call until an orchestrator dispatches it again
 
 
 def compensation_task_id(idempotency_key: str) -> str:
@@ -183,7 +194,7 @@ def _run_compensation(
     invocation = Invocation.from_json(kwargs["invocation"])
     key = str(kwargs["idempotency_key"])
     deadline = float(kwargs.get("deadline") or 0) or None
-    lock = f"toolfleet:compensation:{key}"
+    lock = compensation_lock_key(key)
     lock_ttl = int((definition.timeout or settings.default_tool_timeout_s) + 30)
     mine = f"{task.request.hostname}|{os.getpid()}|{uuid.uuid4().hex}"
     bookkeeping_until = (deadline or time.time()) + settings.retry_backoff_max_s
@@ -196,6 +207,18 @@ def _run_compensation(
     )
     if taken == "done":
         return {"kind": "success", "text": "Already compensated", "worker": task.request.hostname}
+    if taken == ABANDONED:
+        # A copy still queued after its orchestrator gave up and recorded the compensation failed:
+        # running it now would be an undo the journal does not show. `toolfleet recover` runs it.
+        raise failure_for(
+            ToolOutcome(
+                kind=OutcomeKind.EXECUTION_ERROR,
+                text="Compensation abandoned at its deadline by its orchestrator; "
+                "`toolfleet recover` runs it",
+                error_type="CompensationAbandoned",
+            ),
+            task.request.hostname,
+        )
     if taken == "busy":
         _wait_for_other_delivery(task, kwargs, deadline)
     identity = call_identity(
@@ -245,12 +268,15 @@ _DONE_MARK_MIN_S = 30.0
 
 def _take_lock(client: redis.Redis, lock: str, mine: str, lock_ttl: int, hostname: str | None) -> str:
     """ "mine" when this delivery may undo the call, "done" when it was undone, "busy" when another
-    live delivery is undoing it. Safe to run again after a lost reply: a lock already ours is ours."""
+    live delivery is undoing it, `ABANDONED` when its orchestrator gave up on it. Safe to run again
+    after a lost reply: a lock already ours is ours."""
     if client.set(lock, mine, nx=True, ex=lock_ttl):
         return "mine"
     holder = client.get(lock)
     if holder == b"done":
         return "done"
+    if holder == ABANDONED.encode():
+        return ABANDONED
     if holder == mine.encode():
         return "mine"
     if holder is not None and not _holder_is_gone(client, _text(holder), hostname):

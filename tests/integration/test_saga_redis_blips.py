@@ -469,3 +469,42 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     assert states["d1"] == "compensated" and states["c1"] != "compensated", states
     again = cli(["sagas", "--failed"], private_redis, journal_file)
     assert "No failed compensations." in again.stdout, again.stdout
+
+
+# -- 4. a compensation that outlives its deadline: awaited, never recorded failed while it runs -----
+
+
+@pytest.mark.timeout(150)  # waits out the compensation's 30 s deadline
+def test_a_compensation_still_running_at_its_deadline_is_awaited_and_recorded_as_it_ended(
+    private_redis: PrivateRedis,
+    start_worker: Callable[..., WorkerProcess],
+    counts: redis.Redis,
+    journal: Journal,
+    ns: str,
+) -> None:
+    # Given: a credit whose undo takes longer than the compensation's deadline (30.5 s: 30 s for one
+    # attempt, no retries, plus the longest backoff)
+    start_worker(blip.POOL, blip.FAIL_POOL)
+    settings = settings_for(private_redis, TOOLFLEET_COMPENSATION_RETRIES="0")
+    executor = CeleryExecutor(settings=settings, tools=[blip.bank])
+    model = ScriptedChatModel(
+        [
+            ask(call("c1", "blip_credit", ns=ns, amount=7, undo_s=33.0)),
+            ask(call("f1", "blip_fail", ns=ns)),
+            "done",
+        ]
+    )
+
+    # When: the payment fails, so the saga undoes the credit
+    try:
+        result = Background(service(model, executor, journal), "credit, then pay").join(120)
+    finally:
+        executor.close()
+
+    # Then: the undo ran once, after the deadline, and the journal says the compensation succeeded
+    # rather than failed: the saga waited for the worker that was undoing the call
+    assert (number(counts, ns, "undo_starts"), number(counts, ns, "undos")) == (1, 1), side_effects(
+        counts, ns
+    )
+    assert number(counts, ns, "balance") == 0
+    assert_rolled_back(result, journal)
