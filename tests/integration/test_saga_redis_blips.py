@@ -34,9 +34,13 @@ from orchestrator.journal import Journal
 from orchestrator.saga import rolled_back_text
 from tests.integration import saga_blip_tools as blip
 from tests.integration.private_redis import PrivateRedis
+from workers.app import make_publisher
 from workers.catalog import Catalog
+from workers.invocation import Invocation
 from workers.process import WorkerProcess
+from workers.protocol import ToolExecution
 from workers.settings import Settings
+from workers.tasks import COMPENSATION_PREFIX, compensation_task_id
 
 pytestmark = pytest.mark.integration
 
@@ -508,3 +512,46 @@ def test_a_compensation_still_running_at_its_deadline_is_awaited_and_recorded_as
     )
     assert number(counts, ns, "balance") == 0
     assert_rolled_back(result, journal)
+
+
+def test_a_queued_compensation_its_orchestrator_abandoned_does_not_run(
+    private_redis: PrivateRedis, start_worker: Callable[..., WorkerProcess], counts: redis.Redis, ns: str
+) -> None:
+    # Given: a compensation its orchestrator recorded failed and marked abandoned, and a copy of it
+    # that a worker takes from the queue afterwards
+    start_worker(blip.POOL, blip.FAIL_POOL)
+    key = f"{uuid.uuid4()}:c1"
+    broker = redis.Redis.from_url(private_redis.url)
+    broker.set(f"toolfleet:compensation:{key}", "abandoned")
+    credit = call("c1", "blip_credit", ns=ns, amount=3)
+    publisher = make_publisher(settings_for(private_redis))
+    task_id = compensation_task_id(key)
+
+    # When
+    try:
+        publisher.send_task(
+            COMPENSATION_PREFIX + "blip_credit",
+            kwargs={
+                "execution": ToolExecution(request=credit, result="Credited 3").to_json(),
+                "invocation": Invocation().to_json(),
+                "idempotency_key": key,
+                "deadline": time.time() + 30,
+            },
+            task_id=task_id,
+            queue=blip.POOL,
+        )
+
+        def final_state() -> dict[str, Any]:
+            meta: dict[str, Any] = json.loads(broker.get(f"celery-task-meta-{task_id}") or b"{}")
+            return meta if meta.get("status") in ("SUCCESS", "FAILURE") else {}
+
+        assert wait_until(lambda: bool(final_state()), 30), "the copy never ended"
+        meta = final_state()
+    finally:
+        publisher.close()
+        broker.close()
+
+    # Then: the copy refused to undo the call, saying why, and the mark stays for `toolfleet recover`
+    assert number(counts, ns, "undo_starts") == 0, side_effects(counts, ns)
+    assert meta["status"] == "FAILURE", meta
+    assert "abandoned at its deadline by its orchestrator" in json.dumps(meta["result"]), meta
