@@ -23,6 +23,7 @@ from workers.contents import Content, content_from_json, content_to_json
 __all__ = [
     "CALL_ABANDONED",
     "CALL_FINISHED",
+    "COMPENSATION_ABANDONED",
     "COMPENSATION_DONE",
     "COMPENSATION_PREFIX",
     "FAILURE_MODULE",
@@ -56,6 +57,9 @@ META_PREFIX = "celery-task-meta-"  # Celery's Redis result backend: key and chan
 CALL_ABANDONED = "abandoned"  # per-call state written by the orchestrator at the call's deadline
 CALL_FINISHED = "finished"  # per-call state written by the worker when a late-compensable call succeeds
 COMPENSATION_DONE = "done"  # the compensation lock's value once the undo ran
+# the lock's value once the orchestrator that awaited it recorded it failed: no queued copy may run it
+# until an orchestrator dispatches it again (`toolfleet recover`)
+COMPENSATION_ABANDONED = "abandoned"
 WORKER_KEY = "toolfleet:worker:{}"  # a live worker's catalog entry, by hostname (JSON, expiring)
 POOL_KEY = "toolfleet:pool:{}"  # a pool's live workers: hostname -> expiry time (sorted set)
 POOLS_KEY = "toolfleet:pools"  # every pool a worker ever announced (set)

@@ -18,6 +18,7 @@ from kombu.exceptions import OperationalError
 from orchestrator.executors._attempts import Attempts
 from orchestrator.executors._call_events import CallEvent, call_notifier
 from orchestrator.executors._collector import FINAL_STATES, ResultCollector
+from orchestrator.executors._compensation_state import reopen, settle_unfinished
 from orchestrator.executors._outcomes import (
     failed_outcome,
     no_worker_outcome,
@@ -219,10 +220,31 @@ class CeleryExecutor:
         never undoes a call twice. Retries with backoff happen on the worker, within the deadline. A
         pool with no live worker, or a broker out of reach, is waited for within that deadline too: after
         a Redis restart the catalog is empty until the workers beat again.
+
+        A dispatch that ends without a collected result leaves the compensation's state in Redis to
+        decide (`_compensation_state.settle_unfinished`): a copy that ran is a success, one running is
+        awaited, and one that never started is marked abandoned so that no queued copy runs it after
+        it is recorded failed.
         """
         key = idempotency_key(invocation, execution.request)
         timeout_s = compensation_timeout_s(definition, self.settings)
         deadline = time.monotonic() + timeout_s
+        reopen(self._redis, key)
+        outcome = await self._compensate_until(definition, execution, invocation, key, deadline, timeout_s)
+        if not outcome.is_error:
+            return outcome
+        hold_s = (definition.timeout or self.settings.default_tool_timeout_s) + 30  # a worker's lock
+        return await settle_unfinished(self._redis, key, outcome, hold_s)
+
+    async def _compensate_until(
+        self,
+        definition: ToolDefinition,
+        execution: ToolExecution,
+        invocation: Invocation,
+        key: str,
+        deadline: float,
+        timeout_s: float,
+    ) -> ToolOutcome:
         lost = waits = 0
         while True:
             outcome = await self._dispatch(

@@ -213,10 +213,18 @@ def test_an_invocation_calls_two_mcp_tools_in_parallel_and_one_fails(
         (f"{server}_add", "5"),
         (f"{server}_fail", f"Error executing tool fail: {server} refused: disk full"),
     ]
-    # and: each call was its own Celery task `tool.<name>`, both dispatched before either ended
+    # and: each call was its own Celery task `tool.<name>`, queued, started, then ended, in that order
     assert {e.task_name for e in events} == {f"tool.{server}_add", f"tool.{server}_fail"}
-    states = [e.state for e in events]
-    assert states[:2] == ["queued", "queued"]
+    steps = {name: [e.state for e in events if e.task_name == name] for name in {e.task_name for e in events}}
+    assert steps == {
+        f"tool.{server}_add": ["queued", "started", "success"],
+        f"tool.{server}_fail": ["queued", "started", "execution_error"],
+    }, [(e.task_name, e.state) for e in events]
+    # ... and both were dispatched before either ended. The calls of a batch are published one after
+    # the other, so the first may already have started when the second is queued.
+    last_queued = max(i for i, e in enumerate(events) if e.state == "queued")
+    first_ended = min(i for i, e in enumerate(events) if e.state not in ("queued", "started"))
+    assert last_queued < first_ended, [(e.task_name, e.state) for e in events]
 
 
 def test_the_same_invocation_in_process_behaves_the_same() -> None:

@@ -3,8 +3,10 @@ catalog just before one, and a compensation that cannot run at all until `toolfl
 
 Each test runs its own redis-server (`PrivateRedis`, restarted by the test) for the broker, the
 results and the catalog, and real worker processes against it. The tools (`saga_blip_tools.py`)
-count every side effect and every undo in the shared test Redis, which is never restarted, so
-"undone exactly once" is read from counters that no restart can lose.
+count every side effect and every undo in a second redis-server of the test's own, which is never
+restarted, so "undone exactly once" is read from counters that no restart can lose. It is not the
+shared test database: every pytest session flushes that at its start, so a session started meanwhile
+by anyone on the same database number would erase a deposit the test then reads as undone.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from orchestrator.saga.journal import Journal
 from tests._waiting import wait_until
 from tests.integration import saga_blip_tools as blip
 from tests.integration.private_redis import PrivateRedis
+from workers.app import make_publisher
+from workers.calls.invocation import Invocation
+from workers.protocol import COMPENSATION_PREFIX, ToolExecution, compensation_task_id
 from workers.runtime.catalog import Catalog
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
@@ -63,9 +68,21 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 
 
 @pytest.fixture
-def counts(redis_url: str) -> Iterator[redis.Redis]:
-    """The Redis that counts side effects: the shared test Redis, never restarted."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+def counts_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """The redis-server that counts side effects: this test's own, never restarted."""
+    directory = tmp_path / "counts"
+    directory.mkdir()
+    server = PrivateRedis(directory)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def counts(counts_redis: PrivateRedis) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(counts_redis.url, decode_responses=True)
     yield client
     client.close()
 
@@ -77,22 +94,24 @@ def ns() -> str:
 
 @pytest.fixture
 def start_worker(
-    private_redis: PrivateRedis, redis_url: str, tmp_path: Path
+    private_redis: PrivateRedis, counts_redis: PrivateRedis, tmp_path: Path
 ) -> Iterator[Callable[..., WorkerProcess]]:
     """Start a threads worker on the private Redis; every one started is stopped after the test."""
     started: list[WorkerProcess] = []
 
     def start(*pools: str, heartbeat_ttl_s: float = 6.0) -> WorkerProcess:
+        hostname = f"{pools[0]}-{len(started)}-{os.getpid()}-{uuid.uuid4().hex[:6]}@blips"
         worker = WorkerProcess(
             pools=list(pools),
             modules=[TOOLS_MODULE],
             redis_url=private_redis.url,
             kind="threads",
             concurrency=8,
-            hostname=f"{pools[0]}-{len(started)}-{os.getpid()}-{uuid.uuid4().hex[:6]}@blips",
+            hostname=hostname,
             env={
                 "PYTHONPATH": REPO_ROOT,
-                "SAGA_BLIP_COUNTS_URL": redis_url,
+                "SAGA_BLIP_WORKER": hostname,
+                "SAGA_BLIP_COUNTS_URL": counts_redis.url,
                 "TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
                 "TOOLFLEET_COMPENSATION_RETRIES": "1",
                 "TOOLFLEET_RETRY_BACKOFF_S": "0.05",
@@ -147,6 +166,17 @@ def service(model: ScriptedChatModel, executor: CeleryExecutor, journal: Journal
 
 def number(counts: redis.Redis, ns: str, what: str) -> int:
     return int(counts.get(blip.key(ns, what)) or 0)
+
+
+def side_effects(counts: redis.Redis, ns: str) -> dict[str, object]:
+    """Everything the tools recorded under `ns`, to say what ran where when an assertion fails."""
+    return {
+        "balance": number(counts, ns, "balance"),
+        "undo_starts": number(counts, ns, "undo_starts"),
+        "undos": number(counts, ns, "undos"),
+        "done_by": counts.lrange(blip.key(ns, "done_by"), 0, -1),
+        "undone_by": counts.lrange(blip.key(ns, "undone_by"), 0, -1),
+    }
 
 
 def restart_empty(server: PrivateRedis, down_s: float) -> None:
@@ -349,6 +379,7 @@ def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
 # -- 3. a compensation that cannot run: not `succeeded`, listed, then completed by `recover` --------
 
 
+@pytest.mark.timeout(180)  # waits out the compensation's 30 s deadline, then runs the CLI twice
 def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     private_redis: PrivateRedis,
     start_worker: Callable[..., WorkerProcess],
@@ -391,7 +422,7 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
         ("f1", "execution_error"),
         ("c1", "success"),
     ]
-    assert number(counts, ns, "balance") == 45 and number(counts, ns, "undos") == 0
+    assert (number(counts, ns, "balance"), number(counts, ns, "undos")) == (45, 0), side_effects(counts, ns)
     assert result.invocation_id is not None
     record = journal.invocation(result.invocation_id)
     assert record is not None and record.state != "succeeded", record
@@ -424,3 +455,85 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     assert states["d1"] == "compensated" and states["c1"] != "compensated", states
     again = cli(["sagas", "--failed"], private_redis, journal_file)
     assert "No failed compensations." in again.stdout, again.stdout
+
+
+# -- 4. a compensation that outlives its deadline: awaited, never recorded failed while it runs -----
+
+
+@pytest.mark.timeout(150)  # waits out the compensation's 30 s deadline
+def test_a_compensation_still_running_at_its_deadline_is_awaited_and_recorded_as_it_ended(
+    private_redis: PrivateRedis,
+    start_worker: Callable[..., WorkerProcess],
+    counts: redis.Redis,
+    journal: Journal,
+    ns: str,
+) -> None:
+    # Given: a credit whose undo takes longer than the compensation's deadline (30.5 s: 30 s for one
+    # attempt, no retries, plus the longest backoff)
+    start_worker(blip.POOL, blip.FAIL_POOL)
+    settings = settings_for(private_redis, TOOLFLEET_COMPENSATION_RETRIES="0")
+    executor = CeleryExecutor(settings=settings, tools=[blip.bank])
+    model = ScriptedChatModel(
+        [
+            ask(call("c1", "blip_credit", ns=ns, amount=7, undo_s=33.0)),
+            ask(call("f1", "blip_fail", ns=ns)),
+            "done",
+        ]
+    )
+
+    # When: the payment fails, so the saga undoes the credit
+    try:
+        result = Background(service(model, executor, journal), "credit, then pay").join(120)
+    finally:
+        executor.close()
+
+    # Then: the undo ran once, after the deadline, and the journal says the compensation succeeded
+    # rather than failed: the saga waited for the worker that was undoing the call
+    assert (number(counts, ns, "undo_starts"), number(counts, ns, "undos")) == (1, 1), side_effects(
+        counts, ns
+    )
+    assert number(counts, ns, "balance") == 0
+    assert_rolled_back(result, journal)
+
+
+def test_a_queued_compensation_its_orchestrator_abandoned_does_not_run(
+    private_redis: PrivateRedis, start_worker: Callable[..., WorkerProcess], counts: redis.Redis, ns: str
+) -> None:
+    # Given: a compensation its orchestrator recorded failed and marked abandoned, and a copy of it
+    # that a worker takes from the queue afterwards
+    start_worker(blip.POOL, blip.FAIL_POOL)
+    key = f"{uuid.uuid4()}:c1"
+    broker = redis.Redis.from_url(private_redis.url)
+    broker.set(f"toolfleet:compensation:{key}", "abandoned")
+    credit = call("c1", "blip_credit", ns=ns, amount=3)
+    publisher = make_publisher(settings_for(private_redis))
+    task_id = compensation_task_id(key)
+
+    # When
+    try:
+        publisher.send_task(
+            COMPENSATION_PREFIX + "blip_credit",
+            kwargs={
+                "execution": ToolExecution(request=credit, result="Credited 3").to_json(),
+                "invocation": Invocation().to_json(),
+                "idempotency_key": key,
+                "deadline": time.time() + 30,
+            },
+            task_id=task_id,
+            queue=blip.POOL,
+        )
+
+        def final_state() -> dict[str, Any]:
+            meta: dict[str, Any] = json.loads(broker.get(f"celery-task-meta-{task_id}") or b"{}")
+            return meta if meta.get("status") in ("SUCCESS", "FAILURE") else {}
+
+        assert wait_until(lambda: bool(final_state()), 30), "the copy never ended"
+        meta = final_state()
+    finally:
+        publisher.close()
+        broker.close()
+
+    # Then: the copy refused to undo the call, saying why, and the mark stays for `toolfleet recover`
+    assert number(counts, ns, "undo_starts") == 0, side_effects(counts, ns)
+    assert meta["status"] == "FAILURE", meta
+    assert "abandoned at its deadline by its orchestrator" in json.dumps(meta["result"]), meta

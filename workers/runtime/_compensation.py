@@ -21,6 +21,7 @@ from workers.calls.runner import call_identity, run_compensation
 from workers.protocol import (
     CALL_ABANDONED,
     CALL_FINISHED,
+    COMPENSATION_ABANDONED,
     COMPENSATION_DONE,
     IDEMPOTENCY_HEADER,
     WORKER_KEY,
@@ -176,6 +177,18 @@ def run_compensation_task(
     if taken == COMPENSATION_DONE:
         done = ToolOutcome(kind=OutcomeKind.SUCCESS, text="Already compensated")
         return {**done.to_json(), "worker": task.request.hostname}
+    if taken == COMPENSATION_ABANDONED:
+        # A copy still queued after its orchestrator gave up and recorded the compensation failed:
+        # running it now would be an undo the journal does not show. `toolfleet recover` runs it.
+        raise failure_for(
+            ToolOutcome(
+                kind=OutcomeKind.EXECUTION_ERROR,
+                text="Compensation abandoned at its deadline by its orchestrator; "
+                "`toolfleet recover` runs it",
+                error_type="CompensationAbandoned",
+            ),
+            task.request.hostname,
+        )
     if taken == "busy":
         _wait_for_other_delivery(task, envelope)
     identity = call_identity(invocation, execution.request, attempt=1 + envelope.failures, key=key)
@@ -223,12 +236,15 @@ _DONE_MARK_MIN_S = 30.0
 
 def _take_lock(client: redis.Redis, lock: str, mine: str, lock_ttl: int, hostname: str | None) -> str:
     """ "mine" when this delivery may undo the call, "done" when it was undone, "busy" when another
-    live delivery is undoing it. Safe to run again after a lost reply: a lock already ours is ours."""
+    live delivery is undoing it, `ABANDONED` when its orchestrator gave up on it. Safe to run again
+    after a lost reply: a lock already ours is ours."""
     if client.set(lock, mine, nx=True, ex=lock_ttl):
         return "mine"
     holder = client.get(lock)
     if holder == COMPENSATION_DONE.encode():
         return COMPENSATION_DONE
+    if holder == COMPENSATION_ABANDONED.encode():
+        return COMPENSATION_ABANDONED
     if holder == mine.encode():
         return "mine"
     if holder is not None and not _holder_is_gone(client, _text(holder), hostname):
