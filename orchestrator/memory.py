@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from orchestrator._database_url import database_url
+from orchestrator._memory_tables import memory_table
 from orchestrator.messages import (
     AiMessage,
     ChatMessage,
@@ -60,16 +61,6 @@ class InMemoryChatMemoryStore:
             self._messages.pop(memory_id, None)
 
 
-_metadata = sa.MetaData()
-_memory_table = sa.Table(
-    "toolfleet_chat_memory",
-    _metadata,
-    sa.Column("memory_id", sa.String(255), primary_key=True),
-    sa.Column("messages", sa.Text, nullable=False),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
-)
-
-
 class SqlChatMemoryStore:
     """Messages as JSON in one SQL row per memory id (SQLAlchemy 2; SQLite by default).
 
@@ -89,7 +80,7 @@ class SqlChatMemoryStore:
     def get_messages(self, memory_id: str) -> list[ChatMessage]:
         with self.engine.connect() as connection:
             raw = connection.execute(
-                sa.select(_memory_table.c.messages).where(_memory_table.c.memory_id == memory_id)
+                sa.select(memory_table.c.messages).where(memory_table.c.memory_id == memory_id)
             ).scalar_one_or_none()
         return messages_from_json(json.loads(raw)) if raw else []
 
@@ -98,18 +89,18 @@ class SqlChatMemoryStore:
         now = datetime.now(UTC)
         with self.engine.begin() as connection:
             updated = connection.execute(
-                sa.update(_memory_table)
-                .where(_memory_table.c.memory_id == memory_id)
+                sa.update(memory_table)
+                .where(memory_table.c.memory_id == memory_id)
                 .values(messages=payload, updated_at=now)
             ).rowcount
             if not updated:
                 connection.execute(
-                    sa.insert(_memory_table).values(memory_id=memory_id, messages=payload, updated_at=now)
+                    sa.insert(memory_table).values(memory_id=memory_id, messages=payload, updated_at=now)
                 )
 
     def delete_messages(self, memory_id: str) -> None:
         with self.engine.begin() as connection:
-            connection.execute(sa.delete(_memory_table).where(_memory_table.c.memory_id == memory_id))
+            connection.execute(sa.delete(memory_table).where(memory_table.c.memory_id == memory_id))
 
 
 class ChatMemory(Protocol):

@@ -41,6 +41,18 @@ from workers.contents import Content, Image, ImageContent, TextContent
 from workers.protocol import ToolExecutionRequest
 from workers.tools.specification import ToolNameAliases, ToolSpecification
 
+__all__ = [
+    "ANTHROPIC_TOOL_NAME",
+    "PROVIDER",
+    "RESERVED",
+    "StreamState",
+    "log_call",
+    "parse_response",
+    "wire_messages",
+    "wire_tool",
+    "wire_tool_choice",
+]
+
 log = logging.getLogger(__name__)
 
 PROVIDER = "Anthropic"
@@ -48,7 +60,7 @@ ANTHROPIC_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 """Tool names Anthropic accepts; others are aliased."""
 
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
-_RESERVED = frozenset({"model", "messages", "system", "tools", "tool_choice", "stream"})
+RESERVED = frozenset({"model", "messages", "system", "tools", "tool_choice", "stream"})
 _FINISH = {
     "end_turn": FinishReason.STOP,
     "stop_sequence": FinishReason.STOP,
@@ -67,7 +79,7 @@ _STREAM_ERRORS: dict[str, type[ModelError]] = {
 }
 
 
-def _messages(
+def wire_messages(
     messages: Iterable[ChatMessage], aliases: ToolNameAliases
 ) -> tuple[str | None, list[dict[str, Any]]]:
     """`system` text and the alternating user/assistant turns."""
@@ -176,7 +188,7 @@ def _image_source(image: Image) -> dict[str, Any]:
     return {"type": "base64", "media_type": mime, "data": data}
 
 
-def _tool(spec: ToolSpecification, aliases: ToolNameAliases) -> dict[str, Any]:
+def wire_tool(spec: ToolSpecification, aliases: ToolNameAliases) -> dict[str, Any]:
     tool: dict[str, Any] = {"name": aliases.alias(spec.name)}
     if spec.description is not None:
         tool["description"] = spec.description
@@ -184,7 +196,7 @@ def _tool(spec: ToolSpecification, aliases: ToolNameAliases) -> dict[str, Any]:
     return tool
 
 
-def _tool_choice(choice: ToolChoice | None, parallel_tool_calls: bool | None) -> dict[str, Any] | None:
+def wire_tool_choice(choice: ToolChoice | None, parallel_tool_calls: bool | None) -> dict[str, Any] | None:
     if choice is ToolChoice.NONE:
         return {"type": "none"}
     if choice is None and parallel_tool_calls is not False:
@@ -198,7 +210,7 @@ def _tool_choice(choice: ToolChoice | None, parallel_tool_calls: bool | None) ->
 # --- response --------------------------------------------------------------------------------------
 
 
-def _parse_response(data: dict[str, Any], aliases: ToolNameAliases) -> ChatResponse:
+def parse_response(data: dict[str, Any], aliases: ToolNameAliases) -> ChatResponse:
     content = data.get("content")
     if not isinstance(content, list):
         raise ModelResponseError(
@@ -246,7 +258,7 @@ def _finish(stop_reason: Any) -> FinishReason | None:
     return _FINISH.get(str(stop_reason), FinishReason.OTHER)
 
 
-def _log_call(response: ChatResponse, started: float) -> None:
+def log_call(response: ChatResponse, started: float) -> None:
     log.info(
         "%s %s: id=%s finish=%s tool_calls=%d in %.0f ms",
         PROVIDER,
@@ -267,7 +279,7 @@ class _ToolBlock:
     parts: list[str] = field(default_factory=list)
 
 
-class _StreamState:
+class StreamState:
     """Folds Anthropic's stream events into `ChatEvent`s and the final response."""
 
     def __init__(self, aliases: ToolNameAliases) -> None:

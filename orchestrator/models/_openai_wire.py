@@ -35,12 +35,23 @@ from workers.contents import Content, ImageContent, TextContent
 from workers.protocol import ToolExecutionRequest
 from workers.tools.specification import ToolNameAliases, ToolSpecification, strict_schema
 
+__all__ = [
+    "OPENAI_BASE_URL",
+    "PROVIDER",
+    "RESERVED",
+    "StreamAssembler",
+    "parse_response",
+    "tool_aliases",
+    "wire_messages",
+    "wire_tool",
+]
+
 log = logging.getLogger(__name__)
 
 PROVIDER = "OpenAI"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 # Keys a request builds itself; `ChatRequest.parameters` may override anything else.
-_RESERVED = frozenset({"messages", "tools", "stream", "stream_options"})
+RESERVED = frozenset({"messages", "tools", "stream", "stream_options"})
 _FINISH_REASONS = {
     "stop": FinishReason.STOP,
     "length": FinishReason.LENGTH,
@@ -50,7 +61,7 @@ _FINISH_REASONS = {
 }
 
 
-def _aliases(specifications: Iterable[ToolSpecification]) -> ToolNameAliases:
+def tool_aliases(specifications: Iterable[ToolSpecification]) -> ToolNameAliases:
     return ToolNameAliases(spec.name for spec in specifications)
 
 
@@ -63,7 +74,7 @@ def _stable_id(index: int, name: str, arguments: str) -> str:
 # ---- requests ---------------------------------------------------------------------------------------
 
 
-def _messages(messages: Iterable[ChatMessage], aliases: ToolNameAliases) -> list[dict[str, Any]]:
+def wire_messages(messages: Iterable[ChatMessage], aliases: ToolNameAliases) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     # Calls of the last AI message that had no id, so their results (also without id) can be paired.
     unanswered: list[tuple[str, str]] = []
@@ -146,7 +157,7 @@ def _tool_message(message: ToolExecutionResultMessage, unanswered: list[tuple[st
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
-def _tool(spec: ToolSpecification, aliases: ToolNameAliases, strict: bool) -> dict[str, Any]:
+def wire_tool(spec: ToolSpecification, aliases: ToolNameAliases, strict: bool) -> dict[str, Any]:
     parameters: dict[str, Any] = dict(spec.parameters or {})
     parameters.setdefault("type", "object")
     if parameters["type"] == "object":
@@ -172,7 +183,7 @@ def _raise_if_error(data: Mapping[str, Any]) -> None:
         raise ModelError(f"{PROVIDER} answered with an error: {message or error}", provider=PROVIDER)
 
 
-def _parse_response(data: Mapping[str, Any], aliases: ToolNameAliases) -> ChatResponse:
+def parse_response(data: Mapping[str, Any], aliases: ToolNameAliases) -> ChatResponse:
     _raise_if_error(data)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
@@ -237,7 +248,7 @@ class _StreamedCall:
     request: ToolExecutionRequest | None = None  # set once the call is complete
 
 
-class _StreamAssembler:
+class StreamAssembler:
     """Builds the answer from stream chunks; tool-call deltas are assembled by index.
 
     A call is complete when a later index has started and its arguments parse as JSON (so calls whose

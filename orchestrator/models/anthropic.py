@@ -32,15 +32,15 @@ from orchestrator.errors import (
     ModelInvalidRequestError,
 )
 from orchestrator.models._anthropic_wire import (
-    _RESERVED,
     ANTHROPIC_TOOL_NAME,
     PROVIDER,
-    _log_call,
-    _messages,
-    _parse_response,
-    _StreamState,
-    _tool,
-    _tool_choice,
+    RESERVED,
+    StreamState,
+    log_call,
+    parse_response,
+    wire_messages,
+    wire_tool,
+    wire_tool_choice,
 )
 from orchestrator.models._http import RetryPolicy, loads, post_json, post_stream
 from orchestrator.models.base import (
@@ -128,15 +128,15 @@ class AnthropicChatModel:
         data = await post_json(
             self._client(), self._url, body, headers=self._headers(), provider=PROVIDER, policy=self.retry
         )
-        response = _parse_response(data, aliases)
-        _log_call(response, started)
+        response = parse_response(data, aliases)
+        log_call(response, started)
         return response
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatEvent]:
         """The answer as events; each tool call is complete at its block's end, before the message's."""
         body, aliases = self._body(request, stream=True)
         started = time.perf_counter()
-        state = _StreamState(aliases)
+        state = StreamState(aliases)
         events = post_stream(
             self._client(), self._url, body, headers=self._headers(), provider=PROVIDER, policy=self.retry
         )
@@ -146,7 +146,7 @@ class AnthropicChatModel:
                 for event in state.feed(name, loads(data, PROVIDER)):
                     yield event
         response = state.finish()
-        _log_call(response, started)
+        log_call(response, started)
         yield CompleteResponse(response)
 
     async def aclose(self) -> None:
@@ -173,7 +173,7 @@ class AnthropicChatModel:
     def _body(self, request: ChatRequest, *, stream: bool) -> tuple[dict[str, Any], ToolNameAliases]:
         specs = request.tool_specifications
         aliases = ToolNameAliases((s.name for s in specs), pattern=ANTHROPIC_TOOL_NAME)
-        system, messages = _messages(request.messages, aliases)
+        system, messages = wire_messages(request.messages, aliases)
         body: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens}
         if system:
             body["system"] = system
@@ -181,15 +181,15 @@ class AnthropicChatModel:
         if self.temperature is not None:
             body["temperature"] = self.temperature
         if specs:
-            body["tools"] = [_tool(s, aliases) for s in specs]
-            choice = _tool_choice(request.tool_choice, self.parallel_tool_calls)
+            body["tools"] = [wire_tool(s, aliases) for s in specs]
+            choice = wire_tool_choice(request.tool_choice, self.parallel_tool_calls)
             if choice is not None:
                 body["tool_choice"] = choice
         elif request.tool_choice is ToolChoice.REQUIRED:
             raise ModelInvalidRequestError(
                 "tool_choice REQUIRED needs at least one tool specification", provider=PROVIDER
             )
-        reserved = _RESERVED.intersection(request.parameters)
+        reserved = RESERVED.intersection(request.parameters)
         if reserved:
             raise ModelInvalidRequestError(
                 f"ChatRequest.parameters cannot set {sorted(reserved)}: the Anthropic model builds them",

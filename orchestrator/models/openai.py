@@ -26,14 +26,14 @@ from orchestrator.errors import (
 )
 from orchestrator.models._http import RetryPolicy, loads, post_json, post_stream, redact_headers
 from orchestrator.models._openai_wire import (
-    _RESERVED,
     OPENAI_BASE_URL,
     PROVIDER,
-    _aliases,
-    _messages,
-    _parse_response,
-    _StreamAssembler,
-    _tool,
+    RESERVED,
+    StreamAssembler,
+    parse_response,
+    tool_aliases,
+    wire_messages,
+    wire_tool,
 )
 from orchestrator.models.base import (
     ChatEvent,
@@ -106,7 +106,7 @@ class OpenAiChatModel:
 
     async def chat(self, request: ChatRequest) -> ChatResponse:
         """The whole answer to `request`, from one POST to `/chat/completions`."""
-        aliases = _aliases(request.tool_specifications)
+        aliases = tool_aliases(request.tool_specifications)
         body = self._body(request, aliases)
         started = time.perf_counter()
         self._log_request(body)
@@ -119,7 +119,7 @@ class OpenAiChatModel:
                 provider=PROVIDER,
                 policy=self.retry,
             )
-            response = _parse_response(data, aliases)
+            response = parse_response(data, aliases)
         except ModelError as exc:
             self._scrub(exc)
             raise
@@ -128,13 +128,13 @@ class OpenAiChatModel:
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ChatEvent]:
         """The answer to `request` as events, ending with one `CompleteResponse`."""
-        aliases = _aliases(request.tool_specifications)
+        aliases = tool_aliases(request.tool_specifications)
         body = self._body(request, aliases)
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         started = time.perf_counter()
         self._log_request(body)
-        assembler = _StreamAssembler(aliases)
+        assembler = StreamAssembler(aliases)
         try:
             events = post_stream(
                 self._client(), self._url, body, headers=self._headers(), provider=PROVIDER, policy=self.retry
@@ -190,15 +190,17 @@ class OpenAiChatModel:
         return headers
 
     def _body(self, request: ChatRequest, aliases: ToolNameAliases) -> dict[str, Any]:
-        reserved = _RESERVED & request.parameters.keys()
+        reserved = RESERVED & request.parameters.keys()
         if reserved:
             raise ValueError(
                 f"ChatRequest.parameters cannot set {sorted(reserved)}: they are built from the request"
             )
-        body: dict[str, Any] = {"model": self.model, "messages": _messages(request.messages, aliases)}
+        body: dict[str, Any] = {"model": self.model, "messages": wire_messages(request.messages, aliases)}
         # OpenAI rejects tool_choice and parallel_tool_calls when no tools are given.
         if request.tool_specifications:
-            body["tools"] = [_tool(spec, aliases, self.strict_tools) for spec in request.tool_specifications]
+            body["tools"] = [
+                wire_tool(spec, aliases, self.strict_tools) for spec in request.tool_specifications
+            ]
             if request.tool_choice is not None:
                 body["tool_choice"] = request.tool_choice.value.lower()
             if self.parallel_tool_calls is not None:

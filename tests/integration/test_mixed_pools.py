@@ -107,7 +107,8 @@ def test_with_allow_mixed_pool_it_starts_warns_is_flagged_and_a_call_it_lacks_sa
     partial = _worker(redis_url, worker_logs, PARTIAL, PARTIAL_HOST, "--allow-mixed-pool")
     with partial.running(timeout_s=60):
         # Then: it warned, naming both tool sets
-        assert f"WARNING workers.worker: {CONFLICT} Starting anyway (--allow-mixed-pool)." in _log(partial)
+        warning = f"WARNING workers.runtime.worker: {CONFLICT} Starting anyway (--allow-mixed-pool)."
+        assert warning in _log(partial)
 
         # And: `toolfleet tools` flags the pool, in text and in JSON
         text = _toolfleet_tools(redis_url)

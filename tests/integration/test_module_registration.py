@@ -80,7 +80,8 @@ def test_the_worker_log_names_the_tool_class_it_left_out_and_how_to_serve_it(
     log = reg_worker.log_path.read_text(errors="replace")
 
     assert (
-        f"WARNING workers.tools: Module '{MODULE}' serves no tool of its tool classes whose constructors "
+        "WARNING workers.tools._modules: "
+        f"Module '{MODULE}' serves no tool of its tool classes whose constructors "
         "need arguments: RegVault (tools reg_open_vault; RegVault.__init__() missing 1 required positional "
         "argument: 'secret'). To serve one, make an instance in the module (`reg_vault = RegVault(...)`): "
         f"the module's tool objects are served, or name that instance alone: --tools {MODULE}:reg_vault"

@@ -15,8 +15,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from orchestrator import SqlChatMemoryStore, UserMessage
+from orchestrator._memory_tables import metadata as memory_metadata
 from orchestrator.cli import main
-from orchestrator.memory import _metadata as memory_metadata
 from orchestrator.saga._journal_tables import invocations, tool_calls
 from orchestrator.saga._journal_tables import metadata as journal_metadata
 from orchestrator.saga.journal import Journal

@@ -35,7 +35,7 @@ __all__ = [
     "utf8_size",
 ]
 
-log = logging.getLogger("workers.runner")  # the name its log lines have always had
+log = logging.getLogger(__name__)
 
 
 def call_identity(

@@ -56,7 +56,7 @@ __all__ = [
     "sessions",
 ]
 
-log = logging.getLogger("workers._mcp_session")  # the name its log lines have always had
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -40,7 +40,7 @@ from workers.tools import ToolDefinition
 
 __all__ = ["finish_or_compensate_late", "run_compensation_task"]
 
-log = logging.getLogger("workers._compensation")  # the name its log lines have always had
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _clients: dict[str, redis.Redis] = {}

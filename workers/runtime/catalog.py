@@ -41,7 +41,7 @@ __all__ = [
     "served_text",
 ]
 
-log = logging.getLogger("workers.catalog")  # the name its log lines have always had
+log = logging.getLogger(__name__)
 
 RETRY_INTERVAL_S = 0.25  # between heartbeats while Redis is unreachable
 

@@ -40,7 +40,7 @@ from workers.tools.registry import ToolRegistry
 
 __all__ = ["register_tasks"]
 
-log = logging.getLogger("workers.tasks")  # the name its log lines have always had
+log = logging.getLogger(__name__)
 
 
 def _run_call(

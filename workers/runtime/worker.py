@@ -27,7 +27,7 @@ from workers.tools.registry import ToolRegistry
 
 __all__ = ["POOL_KINDS", "ToolModuleError", "load_tools", "run_worker"]
 
-log = logging.getLogger("workers.worker")  # the name its log lines have always had
+log = logging.getLogger(__name__)
 
 POOL_KINDS = ("threads", "prefork", "solo")
 

@@ -23,7 +23,7 @@ from workers.tools._inspection import build_definition, build_parameters
 
 __all__ = ["module_compensations", "module_function_tools", "module_tool_classes", "module_tools"]
 
-log = logging.getLogger("workers.tools")
+log = logging.getLogger(__name__)
 
 
 def module_tools(module: types.ModuleType) -> list[ToolDefinition]:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from orchestrator import _memory_tables
+from orchestrator.saga import _journal_tables
+
 __all__ = ["TABLES", "VERSION_TABLE", "target_metadata"]
 
 # Named for toolfleet, so an application's own Alembic history can live in the same database.
@@ -19,7 +22,4 @@ TABLES = (
 
 def target_metadata() -> list[sa.MetaData]:
     """The models the revisions must produce: the journal's tables and the conversation store's."""
-    from orchestrator import memory
-    from orchestrator.saga import _journal_tables
-
-    return [_journal_tables.metadata, memory._metadata]
+    return [_journal_tables.metadata, _memory_tables.metadata]

@@ -1,0 +1,223 @@
+"""One dispatch of a task: publish it on its pool's queue, await its final state under the call's
+deadline, and abandon it (revoke, terminate where the pool can) when the deadline passes first."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from celery import Celery
+from kombu.exceptions import OperationalError
+
+from orchestrator.executors._call_events import CallEvent, call_notifier
+from orchestrator.executors._collector import FINAL_STATES, ResultCollector
+from orchestrator.executors._outcomes import (
+    failed_outcome,
+    no_worker_outcome,
+    outcome_of_meta,
+    seconds_text,
+    worker_of,
+)
+from orchestrator.executors.celery._pools import OUTAGE_HOLD_S, Pools
+from workers import OutcomeKind, ToolDefinition, ToolOutcome
+from workers.protocol import (
+    CALL_ABANDONED,
+    IDEMPOTENCY_HEADER,
+    META_PREFIX,
+    CallTask,
+    CompensationTask,
+    call_state_key,
+)
+from workers.settings import Settings
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger(__name__)
+
+LATE_RESULT_GRACE_S = 5.0  # how long a result a worker marked finished may take to reach the backend
+
+
+class Dispatcher:
+    """Publishes tasks through one Celery app and awaits them on the shared `ResultCollector`."""
+
+    def __init__(self, settings: Settings, publisher: Celery, client: redis.Redis, pools: Pools) -> None:
+        self.settings = settings
+        self.publisher = publisher
+        self.redis = client
+        self.pools = pools
+        self._broker_down_until = 0.0
+        self._broker_error = ""
+
+    @property
+    def collector(self) -> ResultCollector:
+        return ResultCollector.shared(
+            self.settings.redis_url,
+            check_interval_s=self.settings.liveness_check_interval_s,
+            heartbeat_ttl_s=self.settings.heartbeat_ttl_s,
+        )
+
+    async def dispatch(
+        self,
+        task_name: str,
+        task_id: str,
+        envelope: CallTask | CompensationTask,
+        definition: ToolDefinition,
+        deadline: float,
+        timeout_s: float,
+        *,
+        key: str,
+        on_call: Callable[[CallEvent], None] | None,
+        abandon_atomically: bool = False,
+    ) -> ToolOutcome:
+        """Run one task to its outcome: `NO_WORKER` at once for a pool with no live worker,
+        `BrokerUnavailable` when it cannot be published, `TIMED_OUT` (abandoned) at the deadline.
+
+        With `abandon_atomically`, the call's state in Redis decides between abandoned and finished, so
+        a call its worker completes at the deadline is collected rather than abandoned."""
+        pool = definition.pool
+        if not self.pools.has_workers(pool):
+            return no_worker_outcome(definition)
+        collector = self.collector
+        request = envelope.request if isinstance(envelope, CallTask) else envelope.execution.request
+        notify = call_notifier(on_call, task_id, task_name, pool, request.arguments)
+        redispatch = None
+        if definition.options.idempotent and isinstance(envelope, CallTask):
+            # A worker lost mid-call: the same message again, for another worker of the pool.
+            def redispatch() -> None:
+                self.publish(task_name, task_id, envelope, pool, deadline - time.monotonic(), key=key)
+
+        future = collector.watch(
+            task_id,
+            pool,
+            (lambda worker: notify("started", worker)) if notify else None,
+            redispatch=redispatch,
+        )
+        if notify:
+            notify("queued", None)
+        remaining = deadline - time.monotonic()
+        try:
+            if time.monotonic() < self._broker_down_until:
+                raise OperationalError(self._broker_error)
+            self.publish(task_name, task_id, envelope, pool, remaining, key=key)
+        except OperationalError as exc:
+            collector.forget(task_id)
+            self._broker_down_until = time.monotonic() + OUTAGE_HOLD_S  # fail the batch's others fast
+            self._broker_error = str(exc)
+            return failed_outcome(
+                OutcomeKind.EXECUTION_ERROR,
+                f"Tool '{definition.name}' could not be dispatched: the broker is unreachable ({exc})",
+                "BrokerUnavailable",
+            )
+        waiting = asyncio.wrap_future(future)
+        try:
+            meta = await asyncio.wait_for(asyncio.shield(waiting), max(remaining, 0.0))
+        except TimeoutError:
+            if abandon_atomically and not self._mark_abandoned(task_id):
+                # The worker finished first: the call succeeded and its result is on its way.
+                meta = await asyncio.wait_for(waiting, LATE_RESULT_GRACE_S)
+            else:
+                collector.forget(task_id)
+                self.abandon(task_id, pool)
+                if notify:
+                    notify(OutcomeKind.TIMED_OUT.value, None)
+                outcome = failed_outcome(
+                    OutcomeKind.TIMED_OUT,
+                    f"Tool '{definition.name}' did not finish within {seconds_text(timeout_s)} s",
+                    "TimeoutError",
+                )
+                return dataclasses.replace(outcome, task_id=task_id, pool=pool)
+        except asyncio.CancelledError:
+            collector.forget(task_id)
+            self.abandon(task_id, pool)
+            raise
+        outcome = outcome_of_meta(meta, definition, timeout_s)
+        if (
+            outcome.kind is OutcomeKind.WORKER_LOST
+            and abandon_atomically
+            and not self._mark_abandoned(task_id)
+        ):
+            # Declared lost, yet its worker marked it finished: the result is on its way.
+            collector.forget(task_id)
+            stored = await self._stored_result(task_id)
+            if stored is not None:
+                meta = stored
+                outcome = outcome_of_meta(meta, definition, timeout_s)
+        if notify:
+            notify(outcome.kind.value, worker_of(meta))
+        return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=worker_of(meta))
+
+    def publish(
+        self,
+        task_name: str,
+        task_id: str,
+        envelope: CallTask | CompensationTask,
+        pool: str,
+        remaining_s: float,
+        *,
+        key: str,
+    ) -> None:
+        """Send the task to `pool`'s queue, expiring (and on prefork pools time-limited) at the deadline."""
+        options: dict[str, Any] = {
+            "task_id": task_id,
+            "queue": pool,
+            # An absolute time: spares Celery's own timezone arithmetic on the hot path.
+            "expires": datetime.fromtimestamp(time.time() + max(remaining_s, 0.001), UTC),
+            "headers": {IDEMPOTENCY_HEADER: key},
+            # What Flower shows as the call's arguments: the model's arguments and ids, never the
+            # invocation parameters (they may hold credentials). Also spares Celery's saferepr.
+            **envelope.reprs(),
+            "retry": True,
+            "retry_policy": {
+                "max_retries": 2,
+                "interval_start": 0.05,
+                "interval_step": 0.2,
+                "interval_max": 0.5,
+            },
+        }
+        if self.pools.kind(pool) == "prefork":
+            options["soft_time_limit"] = max(remaining_s, 0.05)
+            options["time_limit"] = max(remaining_s, 0.05) + 1.0
+        sent = dataclasses.replace(envelope, deadline=time.time() + remaining_s)
+        self.publisher.send_task(task_name, kwargs=sent.to_json(), **options)
+
+    def abandon(self, task_id: str, pool: str | None = None, *, terminate: bool | None = None) -> None:
+        """Revoke a call past its deadline; terminate it where the worker's pool can (prefork)."""
+        if terminate is None:
+            terminate = pool is not None and self.pools.kind(pool) == "prefork"
+        try:
+            self.publisher.control.revoke(task_id, terminate=terminate, signal="SIGKILL")
+        except OperationalError as exc:
+            log.warning("could not revoke %s: %s", task_id, exc)
+
+    async def _stored_result(self, task_id: str) -> dict[str, Any] | None:
+        """The final state of a task, read from the result backend for up to a few seconds."""
+        deadline = time.monotonic() + LATE_RESULT_GRACE_S
+        while time.monotonic() < deadline:
+            try:
+                raw = self.redis.get(META_PREFIX + task_id)
+            except redis.RedisError:
+                raw = None
+            if raw:
+                meta: dict[str, Any] = json.loads(raw)
+                if meta.get("status") in FINAL_STATES:
+                    return meta
+            await asyncio.sleep(0.05)
+        return None
+
+    def _mark_abandoned(self, task_id: str) -> bool:
+        """Claim a call as abandoned, unless its worker already marked it finished."""
+        ttl = int(max(self.settings.result_expires_s, 60))
+        try:
+            return bool(self.redis.set(call_state_key(task_id), CALL_ABANDONED, nx=True, ex=ttl))
+        except redis.RedisError as exc:
+            log.warning(
+                "could not mark %s abandoned (%s); it will not be compensated if it finishes", task_id, exc
+            )
+            return True
