@@ -8,9 +8,11 @@ read from counters the worker, the orchestrator and the test share.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -24,7 +26,7 @@ from celery import Celery
 from orchestrator.saga.journal import CallRecord, Journal
 from tests._waiting import wait_until
 from tests.integration.recover_tools import POOL, k, release
-from workers.protocol import call_task_id, compensation_task_id
+from workers.protocol import META_PREFIX, call_task_id, compensation_task_id
 from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -146,6 +148,28 @@ def left_calls(journal_file: Path) -> tuple[str, list[CallRecord]]:
         return left.id, journal.calls(left.id)
     finally:
         journal.engine.dispose()
+
+
+def journaled_task_ids(journal_file: Path) -> list[str]:
+    """The task ids the orchestrator journaled so far, read without creating or migrating the file."""
+    if not journal_file.exists():
+        return []
+    try:
+        with contextlib.closing(sqlite3.connect(journal_file, timeout=1.0)) as db:
+            rows = db.execute("SELECT task_id FROM toolfleet_tool_calls WHERE task_id IS NOT NULL").fetchall()
+    except sqlite3.Error:  # the schema is not there yet
+        return []
+    return [str(task_id) for (task_id,) in rows]
+
+
+def published(client: redis.Redis, task_id: str) -> bool:
+    """Whether `task_id` reached the broker: stored state, a message in its pool's queue, or reserved."""
+    if client.exists(META_PREFIX + task_id):
+        return True
+    queues = [q for q in client.scan_iter(match=f"{POOL}*") if client.type(q) == "list"]
+    if any(task_id in message for queue in queues for message in client.lrange(queue, 0, -1)):
+        return True
+    return any(task_id in message for message in client.hvals("unacked"))
 
 
 def new_key(keys: list[str], prefix: str) -> str:
@@ -285,7 +309,10 @@ def test_queued_and_running_credits_are_revoked_and_abandoned_and_undone_once_if
     first, second = new_key(keys, "slot-a"), new_key(keys, "slot-b")
 
     def one_runs_one_waits() -> bool:
-        return counts(text_client, first)["runs"] + counts(text_client, second)["runs"] == 1
+        # one credit ran, and both left the orchestrator: journaled, then in the broker or started
+        running = counts(text_client, first)["runs"] + counts(text_client, second)["runs"] == 1
+        task_ids = journaled_task_ids(journal_file)
+        return running and len(task_ids) == 2 and all(published(text_client, t) for t in task_ids)
 
     # When: it is SIGKILLed while one credit runs and the other waits in the queue
     kill_orchestrator_when(
