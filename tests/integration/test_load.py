@@ -350,8 +350,12 @@ def check_side_effects(
 ) -> None:
     """The workers' counters: each call ran once, each compensated call was undone once; the balances
     and holdings are those of the invocations that were not rolled back."""
-    runs = {key: int(value) for key, value in text_client.hgetall(load_tools.runs_key(ns)).items()}
-    comps = {key: int(value) for key, value in text_client.hgetall(load_tools.comps_key(ns)).items()}
+
+    def counts(what: str) -> dict[str, int]:
+        return {key: int(value) for key, value in text_client.hgetall(load_tools.ns_key(ns, what)).items()}
+
+    runs = counts("runs")
+    comps = counts("comps")
     assert set(runs) == {row["idempotency_key"] for row in logged.calls}
     assert [key for key, value in runs.items() if value != 1] == [], "calls that ran more than once"
     assert set(comps) == compensated
@@ -367,9 +371,9 @@ def check_side_effects(
                 balances[arguments["account"]] += arguments["amount"]
             elif request.name == "load_hold":
                 held.add(arguments["item"])
-    actual = {key: int(value) for key, value in text_client.hgetall(load_tools.balances_key(ns)).items()}
+    actual = counts("balances")
     assert {k: v for k, v in actual.items() if v} == dict(balances)
-    assert set(text_client.smembers(load_tools.held_key(ns))) == held
+    assert set(text_client.smembers(load_tools.ns_key(ns, "held"))) == held
 
 
 # -- the tests -------------------------------------------------------------------------------------

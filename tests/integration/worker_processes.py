@@ -1,0 +1,43 @@
+"""The worker processes integration tests start for pools of their own: one way to build them.
+
+Every such worker imports its tool modules from the repository root, reports a 2 s heartbeat unless
+told otherwise, and logs at INFO to a file of the test's; a test names only what differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from workers.runtime.process import WorkerProcess
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def tool_worker(
+    redis_url: str,
+    pools: Sequence[str],
+    modules: Sequence[str],
+    log_path: Path,
+    hostname: str,
+    *,
+    kind: str = "threads",
+    concurrency: int = 4,
+    env: Mapping[str, str] | None = None,
+    loglevel: str = "INFO",
+    extra_args: Sequence[str] = (),
+) -> WorkerProcess:
+    """A worker process serving `pools` with the tools of `modules` (not started yet: wait for it with
+    `wait_ready` or `running`); `env` adds variables to, or overrides, the defaults above."""
+    return WorkerProcess(
+        pools=pools,
+        modules=modules,
+        redis_url=redis_url,
+        kind=kind,
+        concurrency=concurrency,
+        hostname=hostname,
+        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": REPO_ROOT, **(env or {})},
+        log_path=log_path,
+        loglevel=loglevel,
+        extra_args=extra_args,
+    )
