@@ -6,7 +6,8 @@ told otherwise, and logs at INFO to a file of the test's; a test names only what
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from workers.runtime.process import WorkerProcess
@@ -41,3 +42,21 @@ def tool_worker(
         loglevel=loglevel,
         extra_args=extra_args,
     )
+
+
+@contextlib.contextmanager
+def all_running(
+    starts: Mapping[str, Callable[[], WorkerProcess]], timeout_s: float = 60.0
+) -> Iterator[dict[str, WorkerProcess]]:
+    """Start every worker of `starts` (name -> how to start it) and wait until each is ready; yields them
+    by name. Every worker started is stopped when the block ends, whatever happened."""
+    workers: dict[str, WorkerProcess] = {}
+    try:
+        for name, start in starts.items():
+            workers[name] = start()
+        for worker in workers.values():
+            worker.wait_ready(timeout_s=timeout_s)
+        yield workers
+    finally:
+        for worker in workers.values():
+            worker.stop()
