@@ -139,6 +139,13 @@ def test_one_question_streams_the_answer_and_shows_the_in_process_call(tmp_path:
     assert '"city":"Lisbon"' in second["messages"][-1]["content"]
 
 
+def prompt_loop(tmp_path: Path, server: FakeOpenAi, stdin: str) -> subprocess.CompletedProcess[str]:
+    """`toolfleet chat` without a question, reading `stdin`, with the example weather tool in process."""
+    return run_chat(
+        chat_env(tmp_path), "--base-url", server.base_url, "--tools", "workers.examples.weather", stdin=stdin
+    )
+
+
 def test_the_prompt_loop_answers_each_line_until_exit(tmp_path: Path) -> None:
     # given: three questions on stdin, `/exit` before the third, and a blank line between
     lines = "\n".join(
@@ -146,14 +153,7 @@ def test_the_prompt_loop_answers_each_line_until_exit(tmp_path: Path) -> None:
     )
     with FakeOpenAi() as server:
         # when
-        result = run_chat(
-            chat_env(tmp_path),
-            "--base-url",
-            server.base_url,
-            "--tools",
-            "workers.examples.weather",
-            stdin=lines,
-        )
+        result = prompt_loop(tmp_path, server, lines)
     # then: two answers, in order, each after its own call; Tokyo was never asked
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -169,14 +169,7 @@ def test_the_prompt_loop_answers_each_line_until_exit(tmp_path: Path) -> None:
 
 def test_end_of_input_ends_the_prompt_loop(tmp_path: Path) -> None:
     with FakeOpenAi() as server:
-        result = run_chat(
-            chat_env(tmp_path),
-            "--base-url",
-            server.base_url,
-            "--tools",
-            "workers.examples.weather",
-            stdin=f"{QUESTION}\n",
-        )
+        result = prompt_loop(tmp_path, server, f"{QUESTION}\n")
     assert result.returncode == 0, result.stderr
     assert "Forecast for Lisbon: " in result.stdout
     assert len(server.requests) == 2

@@ -1,5 +1,5 @@
-"""HTTP calls to model providers: retries with backoff on 429/5xx and connection errors, and one
-mapping of failures to the package's error types, with the provider's own message."""
+"""HTTP calls to model providers: retries with backoff on 429/5xx and connection errors, one mapping
+of failures to the package's error types, with the provider's own message, and a client per event loop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator
+import weakref
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +26,45 @@ from orchestrator.errors import (
     ModelTimeoutError,
 )
 
-__all__ = ["RetryPolicy", "loads", "post_json", "post_stream", "provider_message", "redact_headers"]
+__all__ = [
+    "LoopClients",
+    "RetryPolicy",
+    "loads",
+    "post_json",
+    "post_stream",
+    "provider_message",
+    "redact_headers",
+]
 
 log = logging.getLogger(__name__)
 
 _SECRET_HEADERS = frozenset({"authorization", "x-api-key", "api-key"})
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+class LoopClients:
+    """One HTTP client per event loop, made by `make` on first use: an httpx client must not be shared
+    across loops; the client of a finished loop is dropped with it."""
+
+    def __init__(self, make: Callable[[], httpx.AsyncClient]) -> None:
+        self._make = make
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def current(self) -> httpx.AsyncClient:
+        """The running loop's client: a new one when it has none yet, or closed it."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None or client.is_closed:
+            client = self._clients[loop] = self._make()
+        return client
+
+    async def aclose(self) -> None:
+        """Close the running loop's client, if it has one (a new one is made if used again)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,10 @@ retries and error mapping are `_http`'s. Mapping choices worth knowing:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import time
-import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -42,7 +40,7 @@ from orchestrator.models._anthropic_wire import (
     wire_tool,
     wire_tool_choice,
 )
-from orchestrator.models._http import RetryPolicy, loads, post_json, post_stream
+from orchestrator.models._http import LoopClients, RetryPolicy, loads, post_json, post_stream
 from orchestrator.models.base import (
     ChatEvent,
     ChatRequest,
@@ -114,8 +112,8 @@ class AnthropicChatModel:
         self.anthropic_version = anthropic_version
         self._api_key = _Secret(key)
         self._transport = transport
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
+        self._clients = LoopClients(
+            lambda: httpx.AsyncClient(transport=self._transport, timeout=self.timeout_s)
         )
 
     def __repr__(self) -> str:
@@ -151,9 +149,7 @@ class AnthropicChatModel:
 
     async def aclose(self) -> None:
         """Close the HTTP client of the running event loop (a new one is made if the model is used again)."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
+        await self._clients.aclose()
 
     @property
     def _url(self) -> str:
@@ -163,12 +159,7 @@ class AnthropicChatModel:
         return {"x-api-key": self._api_key.reveal(), "anthropic-version": self.anthropic_version}
 
     def _client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None or client.is_closed:
-            client = httpx.AsyncClient(transport=self._transport, timeout=self.timeout_s)
-            self._clients[loop] = client
-        return client
+        return self._clients.current()
 
     def _body(self, request: ChatRequest, *, stream: bool) -> tuple[dict[str, Any], ToolNameAliases]:
         specs = request.tool_specifications

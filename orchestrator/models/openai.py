@@ -7,11 +7,9 @@ safe aliases and come back under their own names; tool calls without ids get sta
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
-import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from types import TracebackType
@@ -24,7 +22,7 @@ from orchestrator.errors import (
     ModelAuthenticationError,
     ModelError,
 )
-from orchestrator.models._http import RetryPolicy, loads, post_json, post_stream, redact_headers
+from orchestrator.models._http import LoopClients, RetryPolicy, loads, post_json, post_stream, redact_headers
 from orchestrator.models._openai_wire import (
     OPENAI_BASE_URL,
     PROVIDER,
@@ -96,9 +94,8 @@ class OpenAiChatModel:
         self.retry = retry
         self._transport = transport
         self._extra_headers = dict(extra_headers or {})
-        # One client per event loop: an httpx client must not be shared across loops.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
+        self._clients = LoopClients(
+            lambda: httpx.AsyncClient(transport=self._transport, timeout=httpx.Timeout(self.timeout_s))
         )
 
     def __repr__(self) -> str:
@@ -156,9 +153,7 @@ class OpenAiChatModel:
 
     async def aclose(self) -> None:
         """Close the HTTP client of the running event loop (clients of finished loops are dropped)."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
+        await self._clients.aclose()
 
     async def __aenter__(self) -> OpenAiChatModel:
         return self
@@ -173,12 +168,7 @@ class OpenAiChatModel:
         return f"{self.base_url}/chat/completions"
 
     def _client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None or client.is_closed:
-            client = httpx.AsyncClient(transport=self._transport, timeout=httpx.Timeout(self.timeout_s))
-            self._clients[loop] = client
-        return client
+        return self._clients.current()
 
     def _headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}

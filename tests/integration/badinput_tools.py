@@ -210,20 +210,7 @@ def bad_param_reader(name: str, params: InvocationParameters) -> str:
 
 def start_worker(redis_url: str, log_path: Path, hostname: str, *, loglevel: str = "INFO") -> WorkerProcess:
     """A threads worker serving pool `bad` with this module's tools (wait for it with `wait_ready`)."""
-    from workers.runtime.process import WorkerProcess
+    from tests.integration.worker_processes import tool_worker
 
-    return WorkerProcess(
-        pools=[POOL],
-        modules=[__name__],
-        redis_url=redis_url,
-        kind="threads",
-        concurrency=4,
-        hostname=hostname,
-        env={
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            "TOOLFLEET_HEARTBEAT_TTL_S": "2",
-            "TOOLFLEET_MAX_RESULT_BYTES": str(MAX_RESULT_BYTES),
-        },
-        log_path=log_path,
-        loglevel=loglevel,
-    )
+    limit = {"TOOLFLEET_MAX_RESULT_BYTES": str(MAX_RESULT_BYTES)}
+    return tool_worker(redis_url, [POOL], [__name__], log_path, hostname, env=limit, loglevel=loglevel)

@@ -20,6 +20,7 @@ from celery import Celery
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.executors.local import LocalExecutor
 from tests._environment import test_redis_url
+from tests.integration.worker_processes import all_running, tool_worker
 from workers.app import make_app
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
@@ -84,34 +85,27 @@ def worker_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _start(
     redis_url: str, logs: Path, pools: list[str], kind: str, concurrency: int, name: str
 ) -> WorkerProcess:
-    return WorkerProcess(
-        pools=pools,
-        modules=[TOOLS],
-        redis_url=redis_url,
+    return tool_worker(
+        redis_url,
+        pools,
+        [TOOLS],
+        logs / f"{name}.log",
+        f"{name}@integration",
         kind=kind,
         concurrency=concurrency,
-        hostname=f"{name}@integration",
-        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-        log_path=logs / f"{name}.log",
-        loglevel="INFO",
     )
 
 
 @pytest.fixture(scope="session")
 def pools(redis_url: str, worker_logs: Path) -> Iterator[dict[str, WorkerProcess]]:
     """Three worker processes: `alpha` and `beta` (threads) and `heavy` (prefork)."""
-    workers = {
-        "alpha": _start(redis_url, worker_logs, ["alpha"], "threads", 100, "alpha"),
-        "beta": _start(redis_url, worker_logs, ["beta"], "threads", 8, "beta"),
-        "heavy": _start(redis_url, worker_logs, ["heavy"], "prefork", 2, "heavy"),
+    starts = {
+        "alpha": lambda: _start(redis_url, worker_logs, ["alpha"], "threads", 100, "alpha"),
+        "beta": lambda: _start(redis_url, worker_logs, ["beta"], "threads", 8, "beta"),
+        "heavy": lambda: _start(redis_url, worker_logs, ["heavy"], "prefork", 2, "heavy"),
     }
-    try:
-        for worker in workers.values():
-            worker.wait_ready(timeout_s=60)
+    with all_running(starts) as workers:
         yield workers
-    finally:
-        for worker in workers.values():
-            worker.stop()
 
 
 @pytest.fixture(params=["local", "celery"])

@@ -46,16 +46,6 @@ def occupy(run: str, seconds: float) -> int:
 
 def start_worker(redis_url: str, log_path: Path, hostname: str, concurrency: int) -> WorkerProcess:
     """A threads worker serving pool `fanout` (wait for it with `running()`)."""
-    from workers.runtime.process import WorkerProcess
+    from tests.integration.worker_processes import tool_worker
 
-    return WorkerProcess(
-        pools=[POOL],
-        modules=[__name__],
-        redis_url=redis_url,
-        kind="threads",
-        concurrency=concurrency,
-        hostname=hostname,
-        env={"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TOOLFLEET_HEARTBEAT_TTL_S": "2"},
-        log_path=log_path,
-        loglevel="INFO",
-    )
+    return tool_worker(redis_url, [POOL], [__name__], log_path, hostname, concurrency=concurrency)

@@ -17,22 +17,11 @@ from __future__ import annotations
 import os
 import time
 
-import redis
-
+from tests.integration.side_effects import process_client as _redis
 from workers import compensate_for, tool
 
 POOL = "faults"
 HEAVY_POOL = "faults-heavy"
-
-_clients: dict[int, redis.Redis] = {}
-
-
-def _redis() -> redis.Redis:
-    # One client per process: prefork children must not share their parent's sockets.
-    client = _clients.get(os.getpid())
-    if client is None:
-        client = _clients[os.getpid()] = redis.Redis.from_url(os.environ["TOOLFLEET_REDIS_URL"])
-    return client
 
 
 def k(key: str, what: str) -> str:

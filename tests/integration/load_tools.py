@@ -17,10 +17,9 @@ failed run is counted too.
 
 from __future__ import annotations
 
-import os
-
 import redis
 
+from tests.integration.side_effects import process_client
 from workers import InvocationContext, ToolErrorVisibleToLlm, compensate_for, tool
 
 POOL_A = "loadA"
@@ -28,37 +27,18 @@ POOL_B = "loadB"
 REFUSED = "{what} refused: {subject}"
 BROKEN = "{what} is on fire: {subject}"
 
-_clients: dict[int, redis.Redis] = {}
-
 
 def _redis() -> redis.Redis:
-    # One client per process: prefork children must not share their parent's sockets.
-    client = _clients.get(os.getpid())
-    if client is None:
-        client = _clients[os.getpid()] = redis.Redis.from_url(
-            os.environ["TOOLFLEET_REDIS_URL"], socket_timeout=10
-        )
-    return client
+    return process_client(socket_timeout=10)
 
 
 def key_of(context: InvocationContext, call: str) -> str:
     return f"{context.invocation_id}:{call}"
 
 
-def runs_key(ns: str) -> str:
-    return f"load:{ns}:runs"
-
-
-def comps_key(ns: str) -> str:
-    return f"load:{ns}:comps"
-
-
-def balances_key(ns: str) -> str:
-    return f"load:{ns}:balances"
-
-
-def held_key(ns: str) -> str:
-    return f"load:{ns}:held"
+def ns_key(ns: str, what: str) -> str:
+    """The Redis key of `what` (`runs`, `comps`, `balances`, `held`) under the namespace `ns`."""
+    return f"load:{ns}:{what}"
 
 
 class Refused(ToolErrorVisibleToLlm, Exception):
@@ -72,7 +52,7 @@ class OnFire(Exception):
 def _fail_if_told(fail: str, ns: str, key: str, what: str, subject: str) -> None:
     if not fail:
         return
-    _redis().hincrby(runs_key(ns), key, 1)
+    _redis().hincrby(ns_key(ns, "runs"), key, 1)
     if fail == "visible":
         raise Refused(REFUSED.format(what=what, subject=subject))
     raise OnFire(BROKEN.format(what=what, subject=subject))
@@ -87,8 +67,8 @@ class LoadTools:
     ) -> str:
         _fail_if_told(fail, ns, key_of(context, call), "the bank", account)
         pipe = _redis().pipeline(transaction=True)
-        pipe.hincrby(runs_key(ns), key_of(context, call), 1)
-        pipe.hincrby(balances_key(ns), account, amount)
+        pipe.hincrby(ns_key(ns, "runs"), key_of(context, call), 1)
+        pipe.hincrby(ns_key(ns, "balances"), account, amount)
         balance = pipe.execute()[1]
         return f"deposited {amount} into {account}; balance {balance}"
 
@@ -97,15 +77,15 @@ class LoadTools:
         self, ns: str, call: str, account: str, amount: int, context: InvocationContext, fail: str = ""
     ) -> None:
         pipe = _redis().pipeline(transaction=True)
-        pipe.hincrby(comps_key(ns), key_of(context, call), 1)
-        pipe.hincrby(balances_key(ns), account, -amount)
+        pipe.hincrby(ns_key(ns, "comps"), key_of(context, call), 1)
+        pipe.hincrby(ns_key(ns, "balances"), account, -amount)
         pipe.execute()
 
     @tool("Reads the balance of an account", pool=POOL_A, timeout=30)
     def load_lookup(self, ns: str, call: str, account: str, context: InvocationContext) -> str:
         pipe = _redis().pipeline(transaction=True)
-        pipe.hincrby(runs_key(ns), key_of(context, call), 1)
-        pipe.hget(balances_key(ns), account)
+        pipe.hincrby(ns_key(ns, "runs"), key_of(context, call), 1)
+        pipe.hget(ns_key(ns, "balances"), account)
         balance = pipe.execute()[1]
         return f"{account} holds {int(balance or 0)}"
 
@@ -113,16 +93,16 @@ class LoadTools:
     def load_hold(self, ns: str, call: str, item: str, context: InvocationContext, fail: str = "") -> str:
         _fail_if_told(fail, ns, key_of(context, call), "the warehouse", item)
         pipe = _redis().pipeline(transaction=True)
-        pipe.hincrby(runs_key(ns), key_of(context, call), 1)
-        pipe.sadd(held_key(ns), item)
+        pipe.hincrby(ns_key(ns, "runs"), key_of(context, call), 1)
+        pipe.sadd(ns_key(ns, "held"), item)
         pipe.execute()
         return f"holding {item}"
 
     @compensate_for("load_hold")
     def load_release(self, ns: str, call: str, item: str, context: InvocationContext, fail: str = "") -> None:
         pipe = _redis().pipeline(transaction=True)
-        pipe.hincrby(comps_key(ns), key_of(context, call), 1)
-        pipe.srem(held_key(ns), item)
+        pipe.hincrby(ns_key(ns, "comps"), key_of(context, call), 1)
+        pipe.srem(ns_key(ns, "held"), item)
         pipe.execute()
 
 

@@ -9,24 +9,15 @@ subprocess. Under `recover:<key>:` each call keeps `runs` (started), `done` (fin
 
 from __future__ import annotations
 
-import os
 import time
 
 import redis
 
+from tests.integration.side_effects import process_client as _redis
 from workers import compensate_for, tool
 
 POOL = "recover"
 GATE_WAIT_S = 30
-
-_clients: dict[int, redis.Redis] = {}
-
-
-def _redis() -> redis.Redis:
-    client = _clients.get(os.getpid())
-    if client is None:
-        client = _clients[os.getpid()] = redis.Redis.from_url(os.environ["TOOLFLEET_REDIS_URL"])
-    return client
 
 
 def k(key: str, what: str) -> str:

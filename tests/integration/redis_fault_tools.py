@@ -53,6 +53,14 @@ def finished_at(ledger: Path, what: str) -> dict[str, float]:
     return found
 
 
+def _slept(ledger: str, key: str, seconds: float) -> str:
+    """Notes the run of `key`, sleeps `seconds`, notes it done."""
+    note(ledger, "run", key)
+    time.sleep(seconds)
+    note(ledger, "done", key)
+    return f"slept {key}"
+
+
 class Declined(ToolErrorVisibleToLlm, Exception):
     """A booking the desk refuses; the model is told."""
 
@@ -62,16 +70,11 @@ class RedisFaultTools:
 
     @tool("Sleeps, then answers", pool=POOL, timeout=20)
     def rf_sleep(self, ledger: str, key: str, seconds: float) -> str:
-        note(ledger, "run", key)
-        time.sleep(seconds)
-        note(ledger, "done", key)
-        return f"slept {key}"
+        return _slept(ledger, key, seconds)
 
     @tool("Books after sleeping; undone by rf_unbook", pool=POOL, timeout=20)
     def rf_book(self, ledger: str, key: str, seconds: float) -> str:
-        note(ledger, "run", key)
-        time.sleep(seconds)
-        note(ledger, "done", key)
+        _slept(ledger, key, seconds)
         return f"booked {key}"
 
     @compensate_for("rf_book")
@@ -85,17 +88,11 @@ class RedisFaultTools:
 
     @tool("Sleeps on the pool with a short heartbeat", pool=HEARTBEAT_POOL, timeout=40)
     def rf_hb_sleep(self, ledger: str, key: str, seconds: float) -> str:
-        note(ledger, "run", key)
-        time.sleep(seconds)
-        note(ledger, "done", key)
-        return f"slept {key}"
+        return _slept(ledger, key, seconds)
 
     @tool("Sleeps on the narrow pool", pool=NARROW_POOL, timeout=20)
     def rf_queued(self, ledger: str, key: str, seconds: float) -> str:
-        note(ledger, "run", key)
-        time.sleep(seconds)
-        note(ledger, "done", key)
-        return f"slept {key}"
+        return _slept(ledger, key, seconds)
 
     @tool("Declines on a prefork pool", pool=PREFORK_POOL, timeout=5)
     def rf_refuse(self, ledger: str, key: str) -> str:
@@ -109,10 +106,7 @@ class RedisFaultTools:
 
     @tool("Sleeps on a pool whose worker is killed", pool=DOOMED_POOL, timeout=30)
     def rf_doomed(self, ledger: str, key: str, seconds: float) -> str:
-        note(ledger, "run", key)
-        time.sleep(seconds)
-        note(ledger, "done", key)
-        return f"slept {key}"
+        return _slept(ledger, key, seconds)
 
     @tool("Served by no worker at all", pool=EMPTY_POOL, timeout=30)
     def rf_nobody(self) -> str:

@@ -9,12 +9,11 @@ under `rt:at:<what>:<key>`; a compensation increments `rt:undo:<key>`.
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 
 import redis
 
+from tests.integration.side_effects import process_client
 from workers import compensate_for, tool
 
 IDEMPOTENT_POOL = "rt-idem"  # killed and replaced by the redelivery tests
@@ -22,19 +21,10 @@ OUTAGE_POOL = "rt-outage"  # rides out a Redis outage
 CATALOG_POOL = "rt-catalog"  # re-announces itself after a Redis restart
 BUILTINS_POOL = "rt-builtins"  # receives forged messages for Celery's built-in tasks
 
-_client: redis.Redis | None = None
-_client_pid = 0
-_lock = threading.Lock()
-
 
 def counter() -> redis.Redis:
     """This process' client of the counting Redis (a forked pool child makes its own)."""
-    global _client, _client_pid
-    with _lock:
-        if _client is None or _client_pid != os.getpid():
-            _client = redis.Redis.from_url(os.environ["TOOLFLEET_TEST_COUNTER_URL"])
-            _client_pid = os.getpid()
-        return _client
+    return process_client("TOOLFLEET_TEST_COUNTER_URL")
 
 
 def note(what: str, key: str) -> int:
@@ -44,29 +34,28 @@ def note(what: str, key: str) -> int:
     return int(pipe.execute()[0])
 
 
+def _slept(key: str, seconds: float) -> str:
+    """Notes the run of `key`, sleeps `seconds`, notes it done."""
+    note("run", key)
+    time.sleep(seconds)
+    note("done", key)
+    return f"slept {key}"
+
+
 class RuntimeFaultTools:
     """Sleeping tools whose runs are counted in the counting Redis."""
 
     @tool("Sleeps; safe to run again", pool=IDEMPOTENT_POOL, timeout=15, idempotent=True)
     def rt_idem_sleep(self, key: str, seconds: float) -> str:
-        note("run", key)
-        time.sleep(seconds)
-        note("done", key)
-        return f"slept {key}"
+        return _slept(key, seconds)
 
     @tool("Sleeps; safe to run again, retried", pool=IDEMPOTENT_POOL, timeout=15, idempotent=True, retries=2)
     def rt_idem_retry_sleep(self, key: str, seconds: float) -> str:
-        note("run", key)
-        time.sleep(seconds)
-        note("done", key)
-        return f"slept {key}"
+        return _slept(key, seconds)
 
     @tool("Sleeps, then answers", pool=OUTAGE_POOL, timeout=25)
     def rt_sleep(self, key: str, seconds: float) -> str:
-        note("run", key)
-        time.sleep(seconds)
-        note("done", key)
-        return f"slept {key}"
+        return _slept(key, seconds)
 
     @tool("Books; undone by rt_unbook", pool=CATALOG_POOL, timeout=10)
     def rt_book(self, key: str) -> str:

@@ -17,11 +17,11 @@ what ran is known whatever the private Redis forgot. Keys, under the namespace `
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import redis
 
+from tests.integration.side_effects import process_client
 from workers import ToolErrorVisibleToLlm, compensate_for, tool
 
 POOL = "sblip"  # served throughout a test
@@ -30,19 +30,10 @@ GONE_POOL = "sblip-gone"  # its worker is stopped before the compensation runs
 DECLINED = "the payment desk declined"
 HOLD_LIMIT_S = 30.0
 
-_clients: dict[str, redis.Redis] = {}
-_lock = threading.Lock()
-
 
 def counts_client() -> redis.Redis:
-    """One client per process for the Redis that counts side effects."""
-    url = os.environ["SAGA_BLIP_COUNTS_URL"]
-    key = f"{os.getpid()}:{url}"
-    with _lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _clients[key] = redis.Redis.from_url(url, socket_timeout=5)
-        return client
+    """This process' client of the Redis that counts side effects."""
+    return process_client("SAGA_BLIP_COUNTS_URL", socket_timeout=5)
 
 
 def key(ns: str, what: str) -> str:

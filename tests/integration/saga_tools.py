@@ -19,31 +19,21 @@ compensation of `book_lounge` always raises. `SeatDesk` inherits its tool and it
 from __future__ import annotations
 
 import json
-import os
-import threading
 import time
 import uuid
 
 import redis
 
+from tests.integration.side_effects import process_client
 from workers import ToolErrorVisibleToLlm, ToolExecution, compensate_for, tool
 
 POOL = "saga"
 LOUNGE_ERROR = "the lounge desk is unreachable"
 
-_clients: dict[str, redis.Redis] = {}
-_clients_lock = threading.Lock()
-
 
 def redis_client() -> redis.Redis:
-    """One client per process and Redis URL (tools run on threads of this process or of a worker)."""
-    url = os.environ["TOOLFLEET_REDIS_URL"]
-    key = f"{os.getpid()}:{url}"
-    with _clients_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _clients[key] = redis.Redis.from_url(url, socket_timeout=5)
-        return client
+    """This process' client of the test Redis (tools run on threads of this process or of a worker)."""
+    return process_client(socket_timeout=5)
 
 
 def balances_key(ns: str) -> str:

@@ -25,6 +25,7 @@ import redis
 from orchestrator.executors.celery import CeleryExecutor
 from tests._waiting import wait_until
 from tests.integration.states import META, StateRecorder
+from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome
 from workers.app import make_publisher
 from workers.runtime.process import WorkerProcess
@@ -32,9 +33,9 @@ from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 RABBIT_URL = "amqp://guest:guest@127.0.0.1:5672//"
 HEARTBEAT_TTL_S = 2.0
+HEARTBEAT_ENV = {"TOOLFLEET_HEARTBEAT_TTL_S": str(HEARTBEAT_TTL_S)}
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -87,16 +88,16 @@ def executor(pools: dict[str, WorkerProcess], settings: Settings) -> Iterator[Ce
 def killable(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
     """A fresh prefork worker (one child) for the `killable` pool, for one test to kill."""
     name = f"killable-{uuid.uuid4().hex[:6]}"
-    worker = WorkerProcess(
-        pools=["killable"],
-        modules=["tests.integration.kill_tools"],
-        redis_url=redis_url,
+    modules, log_path = ["tests.integration.kill_tools"], worker_logs / f"{name}.log"
+    worker = tool_worker(
+        redis_url,
+        ["killable"],
+        modules,
+        log_path,
+        f"{name}@test",
         kind="prefork",
         concurrency=1,
-        hostname=f"{name}@test",
-        env={"TOOLFLEET_HEARTBEAT_TTL_S": str(HEARTBEAT_TTL_S), "PYTHONPATH": REPO_ROOT},
-        log_path=worker_logs / f"{name}.log",
-        loglevel="INFO",
+        env=HEARTBEAT_ENV,
     )
     with worker.running(timeout_s=30):
         yield worker
@@ -408,21 +409,10 @@ def test_a_rabbitmq_broker_behaves_as_redis(
         pytest.skip("no RabbitMQ listens on 127.0.0.1:5672: the AMQP broker variant cannot run")
     # given: a worker for pool `rabbit` taking its tasks from RabbitMQ, its results going to Redis,
     # and an executor publishing to RabbitMQ
-    worker = WorkerProcess(
-        pools=["rabbit"],
-        modules=["tests.integration.rabbit_tools"],
-        redis_url=redis_url,
-        kind="threads",
-        concurrency=4,
-        hostname="rabbit@integration",
-        env={
-            "TOOLFLEET_BROKER_URL": RABBIT_URL,
-            "TOOLFLEET_RESULT_BACKEND": redis_url,
-            "TOOLFLEET_HEARTBEAT_TTL_S": str(HEARTBEAT_TTL_S),
-            "PYTHONPATH": REPO_ROOT,
-        },
-        log_path=worker_logs / "rabbit.log",
-        loglevel="INFO",
+    env = {"TOOLFLEET_BROKER_URL": RABBIT_URL, "TOOLFLEET_RESULT_BACKEND": redis_url, **HEARTBEAT_ENV}
+    modules = ["tests.integration.rabbit_tools"]
+    worker = tool_worker(
+        redis_url, ["rabbit"], modules, worker_logs / "rabbit.log", "rabbit@integration", env=env
     )
     rabbit = CeleryExecutor(settings=dataclasses.replace(settings, broker_url=RABBIT_URL))
     try:

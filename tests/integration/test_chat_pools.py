@@ -11,6 +11,7 @@ import pytest
 
 from tests._fake_openai import FakeOpenAi
 from tests.integration.private_redis import PrivateRedis
+from tests.integration.worker_processes import tool_worker
 from tests.test_chat import chat_env, run_chat
 from workers.runtime.process import WorkerProcess
 
@@ -22,14 +23,7 @@ HOST = "chat-io@integration"
 @pytest.fixture(scope="module")
 def weather_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
     """A worker serving pool `io` with the example weather tool."""
-    worker = WorkerProcess(
-        pools=["io"],
-        modules=["workers.examples.weather"],
-        redis_url=redis_url,
-        hostname=HOST,
-        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2"},
-        log_path=worker_logs / "chat-io.log",
-    )
+    worker = tool_worker(redis_url, ["io"], ["workers.examples.weather"], worker_logs / "chat-io.log", HOST)
     try:
         worker.wait_ready(timeout_s=60)
         yield worker

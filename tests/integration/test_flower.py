@@ -20,6 +20,7 @@ import pytest
 
 from orchestrator.executors.celery import CeleryExecutor
 from tests._processes import reap
+from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolExecution, ToolExecutionRequest
 from workers.calls.invocation import Invocation
 from workers.runtime.process import WorkerProcess
@@ -27,7 +28,6 @@ from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 AUTH = ("ops", "flower-test-secret")
 
 
@@ -40,14 +40,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
-    process = WorkerProcess(
-        pools=["flowerpool"],
-        modules=["tests.integration.flower_tools"],
-        redis_url=redis_url,
-        hostname="flower@integration",
-        env={"PYTHONPATH": REPO_ROOT, "TOOLFLEET_HEARTBEAT_TTL_S": "2"},
-        log_path=worker_logs / "flower-worker.log",
-    )
+    modules, log_path = ["tests.integration.flower_tools"], worker_logs / "flower-worker.log"
+    process = tool_worker(redis_url, ["flowerpool"], modules, log_path, "flower@integration")
     with process.running(timeout_s=60):
         yield process
 

@@ -29,28 +29,18 @@ from orchestrator import (
 )
 from orchestrator.loop.catalog_tools import CATALOG_MAX_AGE_S
 from tests._waiting import wait_for
+from tests.integration.worker_processes import tool_worker
 from workers.runtime.catalog import Catalog
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 MODULE = "tests.integration.live_catalog_tools"
 
 
 def _worker(redis_url: str, logs: Path, pool: str) -> WorkerProcess:
-    return WorkerProcess(
-        pools=[pool],
-        modules=[MODULE],
-        redis_url=redis_url,
-        kind="threads",
-        concurrency=4,
-        hostname=f"{pool}@integration",
-        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": REPO_ROOT},
-        log_path=logs / f"{pool}.log",
-        loglevel="INFO",
-    )
+    return tool_worker(redis_url, [pool], [MODULE], logs / f"{pool}.log", f"{pool}@integration")
 
 
 def _calls_what_the_user_names(request: ChatRequest) -> AiMessage | str:

@@ -36,12 +36,12 @@ from orchestrator.saga.journal import compensations as compensations_table
 from orchestrator.saga.journal import invocations as invocations_table
 from orchestrator.saga.journal import tool_calls as tool_calls_table
 from tests.integration import load_tools
+from tests.integration.worker_processes import all_running, tool_worker
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 TOOLS_MODULE = "tests.integration.load_tools"
 POSTGRES_URL = os.environ.get(
     "TOOLFLEET_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -64,31 +64,27 @@ def load_pools(
 ) -> Iterator[dict[str, WorkerProcess]]:
     """`loadA` (threads x32) and `loadB` (prefork x2), both serving `load_tools`."""
     logs = tmp_path_factory.mktemp("load-workers")
-    env = {"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": REPO_ROOT}
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    workers: dict[str, WorkerProcess] = {}
-    try:
-        for pool, kind, concurrency in (
-            (load_tools.POOL_A, "threads", 32),
-            (load_tools.POOL_B, "prefork", 2),
-        ):
-            workers[pool] = WorkerProcess(
-                pools=[pool],
-                modules=[TOOLS_MODULE],
-                redis_url=redis_url,
-                kind=kind,
-                concurrency=concurrency,
-                hostname=f"{pool}-{tag}@load",
-                env=env,
-                log_path=logs / f"{pool}.log",
-                loglevel="WARNING",
-            )
-        for worker in workers.values():
-            worker.wait_ready(timeout_s=60)
+
+    def start(pool: str, kind: str, concurrency: int) -> WorkerProcess:
+        log_path, hostname = logs / f"{pool}.log", f"{pool}-{tag}@load"
+        return tool_worker(
+            redis_url,
+            [pool],
+            [TOOLS_MODULE],
+            log_path,
+            hostname,
+            kind=kind,
+            concurrency=concurrency,
+            loglevel="WARNING",
+        )
+
+    starts = {
+        load_tools.POOL_A: lambda: start(load_tools.POOL_A, "threads", 32),
+        load_tools.POOL_B: lambda: start(load_tools.POOL_B, "prefork", 2),
+    }
+    with all_running(starts) as workers:
         yield workers
-    finally:
-        for worker in workers.values():
-            worker.stop()
 
 
 def _postgres_answers() -> bool:
@@ -350,8 +346,12 @@ def check_side_effects(
 ) -> None:
     """The workers' counters: each call ran once, each compensated call was undone once; the balances
     and holdings are those of the invocations that were not rolled back."""
-    runs = {key: int(value) for key, value in text_client.hgetall(load_tools.runs_key(ns)).items()}
-    comps = {key: int(value) for key, value in text_client.hgetall(load_tools.comps_key(ns)).items()}
+
+    def counts(what: str) -> dict[str, int]:
+        return {key: int(value) for key, value in text_client.hgetall(load_tools.ns_key(ns, what)).items()}
+
+    runs = counts("runs")
+    comps = counts("comps")
     assert set(runs) == {row["idempotency_key"] for row in logged.calls}
     assert [key for key, value in runs.items() if value != 1] == [], "calls that ran more than once"
     assert set(comps) == compensated
@@ -367,9 +367,9 @@ def check_side_effects(
                 balances[arguments["account"]] += arguments["amount"]
             elif request.name == "load_hold":
                 held.add(arguments["item"])
-    actual = {key: int(value) for key, value in text_client.hgetall(load_tools.balances_key(ns)).items()}
+    actual = counts("balances")
     assert {k: v for k, v in actual.items() if v} == dict(balances)
-    assert set(text_client.smembers(load_tools.held_key(ns))) == held
+    assert set(text_client.smembers(load_tools.ns_key(ns, "held"))) == held
 
 
 # -- the tests -------------------------------------------------------------------------------------

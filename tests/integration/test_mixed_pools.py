@@ -19,13 +19,13 @@ import tests.integration.mixed_pool_tools as mix
 from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.messages import ToolExecutionResultMessage
+from tests.integration.worker_processes import REPO_ROOT, tool_worker
 from workers.runtime.catalog import Catalog
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 FULL = "tests.integration.mixed_pool_tools"
 PARTIAL = "tests.integration.mixed_pool_partial_tools"
 FULL_HOST = "mix-full@integration"
@@ -38,18 +38,8 @@ CONFLICT = (
 
 
 def _worker(redis_url: str, logs: Path, module: str, hostname: str, *extra_args: str) -> WorkerProcess:
-    return WorkerProcess(
-        pools=[mix.POOL],
-        modules=[module],
-        redis_url=redis_url,
-        kind="threads",
-        concurrency=4,
-        hostname=hostname,
-        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": REPO_ROOT},
-        log_path=logs / f"{hostname.split('@')[0]}-{uuid.uuid4().hex[:6]}.log",
-        loglevel="INFO",
-        extra_args=extra_args,
-    )
+    log_path = logs / f"{hostname.split('@')[0]}-{uuid.uuid4().hex[:6]}.log"
+    return tool_worker(redis_url, [mix.POOL], [module], log_path, hostname, extra_args=extra_args)
 
 
 def _log(worker: WorkerProcess) -> str:

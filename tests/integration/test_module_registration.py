@@ -19,33 +19,19 @@ import tests.integration.registration_tools as reg
 from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.saga.journal import Journal
+from tests.integration.worker_processes import REPO_ROOT, tool_worker
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 MODULE = "tests.integration.registration_tools"
 HOSTNAME = "regmod@integration"
 
 
-def _env() -> dict[str, str]:
-    return {"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": REPO_ROOT}
-
-
 @pytest.fixture(scope="module")
 def reg_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
-    worker = WorkerProcess(
-        pools=[reg.POOL],
-        modules=[MODULE],
-        redis_url=redis_url,
-        kind="threads",
-        concurrency=4,
-        hostname=HOSTNAME,
-        env=_env(),
-        log_path=worker_logs / "regmod.log",
-        loglevel="INFO",
-    )
+    worker = tool_worker(redis_url, [reg.POOL], [MODULE], worker_logs / "regmod.log", HOSTNAME)
     with worker.running(timeout_s=60):
         yield worker
 
@@ -140,14 +126,8 @@ def test_a_module_with_only_classes_that_need_arguments_is_refused_saying_how_to
 ) -> None:
     # Given: a module whose only tools belong to a class that needs constructor arguments
     module = "tests.integration.registration_vault_tools"
-    worker = WorkerProcess(
-        pools=["regvault"],
-        modules=[module],
-        redis_url=redis_url,
-        hostname="regvault@integration",
-        env=_env(),
-        log_path=worker_logs / f"regvault-{uuid.uuid4().hex[:6]}.log",
-    )
+    log_path = worker_logs / f"regvault-{uuid.uuid4().hex[:6]}.log"
+    worker = tool_worker(redis_url, ["regvault"], [module], log_path, "regvault@integration")
 
     # When
     try:

@@ -27,14 +27,13 @@ from orchestrator import (
     send_exception_message_to_llm,
 )
 from orchestrator.handlers import visible_message
+from tests.integration.worker_processes import tool_worker
 from workers.calls.invocation import Invocation, InvocationContext
 from workers.calls.runner import qualified_name
 from workers.runtime.process import WorkerProcess
 from workers.tools import discover_tools
 
 pytestmark = pytest.mark.integration
-
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 # Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls.
@@ -45,21 +44,10 @@ EXECUTOR_OPTIONS = {"retry_backoff_s": 0.05, "retry_backoff_max_s": 0.2}
 @pytest.fixture(scope="module")
 def ident_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
     """A worker process of its own serving pool `ident` (tests/integration/identity_tools.py)."""
-    worker = WorkerProcess(
-        pools=[it.POOL],
-        modules=["tests.integration.identity_tools"],
-        redis_url=redis_url,
-        kind="threads",
-        concurrency=4,
-        hostname="ident@integration",
-        env={
-            "TOOLFLEET_HEARTBEAT_TTL_S": "2",
-            "TOOLFLEET_RETRY_BACKOFF_S": "0.05",
-            "TOOLFLEET_RETRY_BACKOFF_MAX_S": "0.2",
-            "PYTHONPATH": REPO_ROOT,
-        },
-        log_path=worker_logs / "ident.log",
-        loglevel="INFO",
+    backoff = {"TOOLFLEET_RETRY_BACKOFF_S": "0.05", "TOOLFLEET_RETRY_BACKOFF_MAX_S": "0.2"}
+    modules = ["tests.integration.identity_tools"]
+    worker = tool_worker(
+        redis_url, [it.POOL], modules, worker_logs / "ident.log", "ident@integration", env=backoff
     )
     with worker.running(timeout_s=60):
         yield worker
@@ -74,21 +62,15 @@ def _unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-# -- ToolCallIdentity -----------------------------------------------------------------------------
+def _book_then_refuse(seat: str) -> ScriptedChatModel:
+    """A model asking, in one batch, to book `seat` (call c-1) and for a refusal (c-2), then saying sorry."""
+    calls = [_call("c-1", "book", seat=seat), _call("c-2", "refuse", seat=seat)]
+    return ScriptedChatModel([AiMessage(tool_execution_requests=calls), "sorry"])
 
 
-def test_a_tool_and_its_compensation_receive_the_same_call_identity(executor: Any) -> None:
-    # given: a batch that books a seat, then fails, so the booking is compensated
-    seat = _unique("seat")
-    model = ScriptedChatModel(
-        [
-            AiMessage(
-                tool_execution_requests=[_call("c-1", "book", seat=seat), _call("c-2", "refuse", seat=seat)]
-            ),
-            "sorry",
-        ]
-    )
-    service = AiService(
+def _seat_service(model: ScriptedChatModel, executor: Any) -> AiService:
+    """The seat tools, compensated on tool errors, whose messages the model is shown."""
+    return AiService(
         chat_model=model,
         tools=[it.seats],
         executor=executor,
@@ -96,8 +78,17 @@ def test_a_tool_and_its_compensation_receive_the_same_call_identity(executor: An
         tool_execution_error_handler=send_exception_message_to_llm(),
     )
 
+
+# -- ToolCallIdentity -----------------------------------------------------------------------------
+
+
+def test_a_tool_and_its_compensation_receive_the_same_call_identity(executor: Any) -> None:
+    # given: a batch that books a seat, then fails, so the booking is compensated
+    seat = _unique("seat")
+    model = _book_then_refuse(seat)
+
     # when
-    result = service.chat("book me a seat")
+    result = _seat_service(model, executor).chat("book me a seat")
 
     # then: the tool received the call's identity: ids, the idempotency key, first attempt
     invocation_id = result.invocation_id
@@ -137,24 +128,10 @@ def test_retries_count_attempts_under_one_idempotency_key(executor: Any) -> None
 def test_a_retried_compensation_counts_its_attempts_under_the_call_key(executor: Any) -> None:
     # given: a booking whose compensation fails once before it succeeds
     seat = _unique("stubborn")
-    model = ScriptedChatModel(
-        [
-            AiMessage(
-                tool_execution_requests=[_call("c-1", "book", seat=seat), _call("c-2", "refuse", seat=seat)]
-            ),
-            "sorry",
-        ]
-    )
-    service = AiService(
-        chat_model=model,
-        tools=[it.seats],
-        executor=executor,
-        compensate_on_tool_errors=True,
-        tool_execution_error_handler=send_exception_message_to_llm(),
-    )
+    model = _book_then_refuse(seat)
 
     # when
-    result = service.chat("book me a seat")
+    result = _seat_service(model, executor).chat("book me a seat")
 
     # then: the compensation ran twice, attempts 1 and 2, under the booking's own key
     key = f"{result.invocation_id}:c-1"

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from tests.integration.fake_openai import FakeOpenAi, Reply, ToolCall, fake_openai
+from tests.integration.worker_processes import tool_worker
 from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -95,16 +96,10 @@ def readme_worker(
     tool_code = tmp_path_factory.mktemp("readme-tools")
     (tool_code / header["path"]).parent.mkdir(parents=True, exist_ok=True)
     (tool_code / header["path"]).write_text(module)
-    worker = WorkerProcess(
-        pools=header["pools"].split(","),
-        modules=header["mods"].split(","),
-        redis_url=redis_url,
-        kind="threads",
-        concurrency=8,
-        hostname="readme@integration",
-        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": str(tool_code)},
-        log_path=worker_logs / "readme.log",
-        loglevel="INFO",
+    pools, modules = header["pools"].split(","), header["mods"].split(",")
+    log_path, code_path = worker_logs / "readme.log", {"PYTHONPATH": str(tool_code)}
+    worker = tool_worker(
+        redis_url, pools, modules, log_path, "readme@integration", concurrency=8, env=code_path
     )
     with worker.running(timeout_s=60):
         yield ReadmeWorker(tool_code, worker)

@@ -14,10 +14,9 @@ import asyncio
 import json
 import shutil
 import statistics
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,11 @@ import redis
 from orchestrator import CeleryExecutor, ToolExecutionRequest
 from orchestrator.executors._collector import ResultCollector
 from orchestrator.executors.celery import CallEvent
+from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import runtime_fault_tools as rt
 from tests.integration.private_redis import PrivateRedis
+from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolExecution, ToolOutcome, ToolRegistry
 from workers.app import make_publisher
 from workers.calls.invocation import Invocation
@@ -40,7 +41,6 @@ from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 TOOLS_MODULE = "tests.integration.runtime_fault_tools"
 SHORT_TTL_S = 2.0  # heartbeat TTL of the workers the redelivery tests kill
 RECONNECT_BOUND_S = 1.5  # from Redis answering again to the worker consuming again
@@ -72,29 +72,6 @@ class Counts:
         return float(raw) if raw else None
 
 
-class Background:
-    """A coroutine run on its own thread and event loop, so the test can inject a fault meanwhile."""
-
-    def __init__(self, target: Callable[[], Any]) -> None:
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(target,), daemon=True)
-        self._thread.start()
-
-    def _run(self, target: Callable[[], Any]) -> None:
-        try:
-            self._value = asyncio.run(target())
-        except BaseException as exc:
-            self._error = exc
-
-    def join(self, timeout_s: float) -> Any:
-        self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), f"still running after {timeout_s} s: a call hangs"
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
 def start_worker(
     redis_url: str,
     counter_url: str,
@@ -108,21 +85,13 @@ def start_worker(
 ) -> WorkerProcess:
     name = f"{pool}-{kind}-{time.monotonic_ns() % 10**8}"
     env = {
-        "PYTHONPATH": REPO_ROOT,
         "TOOLFLEET_TEST_COUNTER_URL": counter_url,
         "TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
         "TOOLFLEET_VISIBILITY_TIMEOUT_S": "" if visibility_timeout_s is None else str(visibility_timeout_s),
     }
-    return WorkerProcess(
-        pools=[pool],
-        modules=[TOOLS_MODULE],
-        redis_url=redis_url,
-        kind=kind,
-        concurrency=concurrency,
-        hostname=f"{name}@runtime",
-        env=env,
-        log_path=logs / f"{name}.log",
-        loglevel="INFO",
+    log_path, hostname = logs / f"{name}.log", f"{name}@runtime"
+    return tool_worker(
+        redis_url, [pool], [TOOLS_MODULE], log_path, hostname, kind=kind, concurrency=concurrency, env=env
     )
 
 
@@ -213,7 +182,8 @@ def test_an_idempotent_call_whose_worker_is_killed_completes_once_on_another_wor
             worker.wait_ready(timeout_s=60)
         call = request(tool_name, "c1", key=key, seconds=4)
         dispatched = time.monotonic()
-        batch = Background(lambda: executor.execute(call, executor.definition(tool_name), Invocation()))
+        definition = executor.definition(tool_name)
+        batch = Background(lambda: asyncio.run(executor.execute(call, definition, Invocation())))
 
         # When: the worker running it is SIGKILLed (the whole worker, pool children included)
         assert wait_until(lambda: counts("run", "a") == 1, 15)
@@ -283,7 +253,7 @@ def test_workers_resume_within_a_second_of_redis_answering_and_report_what_ran(
                 invocation = Invocation()
                 return list(await asyncio.gather(*(executor.execute(c, None, invocation) for c in calls)))
 
-            running = Background(batch)
+            running = Background(lambda batch=batch: asyncio.run(batch()))
             assert wait_until(lambda names=names: all(counts("run", n) for n in names), 15)
 
             # When: Redis is down for 8 s (the calls finish, and store their results, meanwhile)

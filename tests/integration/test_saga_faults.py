@@ -10,9 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,17 +32,20 @@ from orchestrator import (
 from orchestrator.saga import rolled_back_text
 from orchestrator.saga._late import late_compensation
 from orchestrator.saga.journal import Journal
+from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import fault_tools
 from tests.integration.fault_tools import HEAVY_POOL, POOL, k, order_key
+from tests.integration.orchestrator_processes import kill_driver_when, toolfleet_on
 from tests.integration.saga_driver import booking_keys
+from tests.integration.worker_processes import tool_worker
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 TOOLS_MODULE = "tests.integration.fault_tools"
+RECOVER = ["recover", "--stale-after", "0", "--tools", TOOLS_MODULE]  # every stale invocation, now
 LATE_TEXT = "Tool 'fault_late' did not finish within 0.3 s"
 # Few, fast retries of a failing compensation: for the worker and the orchestrator alike.
 RETRY_ENV = {"TOOLFLEET_COMPENSATION_RETRIES": "1", "TOOLFLEET_RETRY_BACKOFF_S": "0.01"}
@@ -57,16 +57,10 @@ RETRY_ENV = {"TOOLFLEET_COMPENSATION_RETRIES": "1", "TOOLFLEET_RETRY_BACKOFF_S":
 def _worker(
     redis_url: str, logs: Path, pool: str, kind: str, concurrency: int, name: str, env: dict[str, str]
 ) -> WorkerProcess:
-    return WorkerProcess(
-        pools=[pool],
-        modules=[TOOLS_MODULE],
-        redis_url=redis_url,
-        kind=kind,
-        concurrency=concurrency,
-        hostname=f"{name}-{os.getpid()}-{uuid.uuid4().hex[:6]}@faults",
-        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": REPO_ROOT, **env},
-        log_path=logs / f"{name}.log",
-        loglevel="INFO",
+    hostname = f"{name}-{os.getpid()}-{uuid.uuid4().hex[:6]}@faults"
+    log_path = logs / f"{name}.log"
+    return tool_worker(
+        redis_url, [pool], [TOOLS_MODULE], log_path, hostname, kind=kind, concurrency=concurrency, env=env
     )
 
 
@@ -157,86 +151,9 @@ def undone_after_finish(text_client: redis.Redis, key: str) -> bool:
     return float(compensated) >= float(finished)
 
 
-def cli(
-    args: list[str], redis_url: str, journal_file: Path, timeout_s: float = 40
-) -> subprocess.CompletedProcess[str]:
-    """`toolfleet ARGS` in a subprocess against the test Redis and the journal file."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": REPO_ROOT,
-        "TOOLFLEET_REDIS_URL": redis_url,
-        "TOOLFLEET_DATABASE_URL": f"sqlite:///{journal_file}",
-        "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
-        "TOOLFLEET_HEARTBEAT_TTL_S": "2",
-    }
-    env.pop("TOOLFLEET_BROKER_URL", None)
-    env.pop("TOOLFLEET_RESULT_BACKEND", None)
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-
-
-class Background:
-    """`service.chat(...)` on a thread, so the test can inject a fault while the saga runs."""
-
-    def __init__(self, target: AiService, message: str) -> None:
-        self.result: Result | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(target, message), daemon=True)
-        self._thread.start()
-
-    def _run(self, target: AiService, message: str) -> None:
-        try:
-            self.result = target.chat(message)
-        except BaseException as exc:
-            self.error = exc
-
-    def join(self, timeout_s: float) -> Result:
-        self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), f"the invocation did not end within {timeout_s} s"
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
-
-
-def kill_driver_when(ready: Callable[[], bool], args: list[str], redis_url: str, logs: Path) -> None:
+def kill_saga_driver_when(ready: Callable[[], bool], args: list[str], redis_url: str, logs: Path) -> None:
     """Run `saga_driver.py ARGS` in a subprocess and SIGKILL it once `ready()` holds."""
-    log_path = logs / f"driver-{uuid.uuid4().hex[:8]}.log"
-    env = {
-        **os.environ,
-        "PYTHONPATH": REPO_ROOT,
-        "TOOLFLEET_REDIS_URL": redis_url,
-        "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
-        "TOOLFLEET_HEARTBEAT_TTL_S": "2",
-    }
-    env.pop("TOOLFLEET_BROKER_URL", None)
-    env.pop("TOOLFLEET_RESULT_BACKEND", None)
-    with open(log_path, "wb") as log:
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.saga_driver", *args],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        reached = wait_until(lambda: ready() or driver.poll() is not None, 25.0) and driver.poll() is None
-        assert reached, f"the driver never reached the point to kill it at\n{log_path.read_text()}"
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=10)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(timeout=10)
-    assert driver.returncode == -signal.SIGKILL
+    kill_driver_when(ready, "saga_driver", args, redis_url, logs, 25.0)
 
 
 def owner_of(pid: int, workers: list[WorkerProcess]) -> WorkerProcess:
@@ -332,7 +249,7 @@ def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
     a, b, c = booking_keys(group)
 
     # When: it is SIGKILLed while the second compensation (b) runs
-    kill_driver_when(
+    kill_saga_driver_when(
         lambda: text_client.llen(order_key(group)) >= 2, [str(journal_file), group, "1.5"], redis_url, logs
     )
     journal = Journal(f"sqlite:///{journal_file}")
@@ -342,8 +259,8 @@ def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
     assert sorted(states.values()) == ["pending", "running", "succeeded"], states
     assert count(text_client, a, "comp_starts") == 0
 
-    recovered = cli(
-        ["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], redis_url, journal_file, timeout_s=40
+    recovered = toolfleet_on(
+        ["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], redis_url, journal_file
     )
 
     # Then: recover completes the saga and exits 0
@@ -371,7 +288,7 @@ def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
     assert record is not None and record.state == "failed"
     assert record.error is not None and "recovered after its orchestrator stopped" in record.error
     # ... and a second run finds nothing left to do
-    again = cli(["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], redis_url, journal_file)
+    again = toolfleet_on(RECOVER, redis_url, journal_file)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "Nothing to recover" in again.stdout
     for key in (a, b, c):
@@ -381,9 +298,14 @@ def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
 # -- 3. a worker killed during a compensation: redelivered and completed -------------------------
 
 
-def _heavy_saga(
-    key: str, group: str, executor: CeleryExecutor, journal: Journal
-) -> tuple[ScriptedChatModel, AiService]:
+def _heavy_saga_undoing(
+    prefix: str, executor: CeleryExecutor, journal: Journal, client: redis.Redis
+) -> tuple[str, Background[Result], int]:
+    """A saga that books on the prefork pool (its undo takes 1.5 s) and then fails, run in the background
+    until the booking's compensation has started: the booking's key, the running saga, and the pid of
+    the process undoing it."""
+    group = unique(prefix)
+    key = f"{group}-x"
     model = ScriptedChatModel(
         [
             ask(call("heavy-1", "heavy_book", key=key, group=group, undo_seconds=1.5)),
@@ -391,7 +313,9 @@ def _heavy_saga(
             "rolled back",
         ]
     )
-    return model, service(model, executor, journal)
+    running = Background(lambda: service(model, executor, journal).chat("book heavy"))
+    assert wait_until(lambda: count(client, key, "comp_starts") >= 1, 20.0), counts(client, key)
+    return key, running, int(client.get(k(key, "comp_pid")) or 0)
 
 
 def _assert_heavy_saga_rolled_back(result: Result, journal: Journal) -> None:
@@ -419,14 +343,9 @@ def test_compensation_whose_prefork_child_is_killed_is_redelivered_and_completed
 ) -> None:
     # Given: a prefork worker (one child) whose compensation of `heavy_book` takes 1.5 s
     [worker] = start_heavy(1)
-    group = unique("child")
-    key = f"{group}-x"
-    _, saga = _heavy_saga(key, group, celery_executor, journal)
 
     # When: the pool child is SIGKILLed while it undoes the booking
-    running = Background(saga, "book heavy")
-    assert wait_until(lambda: count(text_client, key, "comp_starts") >= 1, 20.0), counts(text_client, key)
-    child = int(text_client.get(k(key, "comp_pid")) or 0)
+    key, running, child = _heavy_saga_undoing("child", celery_executor, journal, text_client)
     assert child in worker.child_pids()
     os.kill(child, signal.SIGKILL)
 
@@ -449,14 +368,9 @@ def test_compensation_whose_worker_is_killed_completes_on_another_worker(
 ) -> None:
     # Given: two prefork workers on the same pool; the compensation of `heavy_book` takes 1.5 s
     workers = start_heavy(2)
-    group = unique("worker")
-    key = f"{group}-x"
-    _, saga = _heavy_saga(key, group, celery_executor, journal)
 
     # When: the whole worker that runs the compensation is SIGKILLed
-    running = Background(saga, "book heavy")
-    assert wait_until(lambda: count(text_client, key, "comp_starts") >= 1, 20.0), counts(text_client, key)
-    first = int(text_client.get(k(key, "comp_pid")) or 0)
+    key, running, first = _heavy_saga_undoing("worker", celery_executor, journal, text_client)
     doomed = owner_of(first, workers)
     survivor = next(w for w in workers if w is not doomed)
     doomed.kill()
@@ -513,7 +427,7 @@ def test_compensation_that_kept_failing_is_listed_by_sagas_failed(
     [compensation] = journal.compensations(result.invocation_id)
     assert (compensation.tool, compensation.state, compensation.error) == ("fault_fragile", "failed", error)
     # ... and the CLI lists it for a person
-    listed = cli(["sagas", "--failed"], redis_url, journal_file)
+    listed = toolfleet_on(["sagas", "--failed"], redis_url, journal_file)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     rows = [line.split() for line in listed.stdout.splitlines() if line.startswith(result.invocation_id)]
     assert len(rows) == 1, listed.stdout
@@ -559,7 +473,7 @@ def test_recover_waits_for_a_compensation_that_is_still_running(
     # Given: an orchestrator killed right after it dispatched a compensation that takes 8 s
     group = unique("longundo")
     [booked] = booking_keys(group, 1)
-    kill_driver_when(
+    kill_saga_driver_when(
         lambda: count(text_client, booked, "comp_starts") >= 1,
         [str(journal_file), group, "8", "1"],
         redis_url,
@@ -567,7 +481,9 @@ def test_recover_waits_for_a_compensation_that_is_still_running(
     )
 
     # When: `toolfleet recover` runs while that compensation still runs on its (live) worker
-    recovered = cli(["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], redis_url, journal_file)
+    recovered = toolfleet_on(
+        ["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], redis_url, journal_file
+    )
 
     # Then: it waits for it instead of running it again, and reports it compensated
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr

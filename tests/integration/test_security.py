@@ -249,20 +249,31 @@ def _everything_sent(model: ScriptedChatModel) -> str:
     )
 
 
+def _calls_once(tool_name: str) -> ScriptedChatModel:
+    """A model that calls the tool `tool_name` once, without arguments, then says sorry."""
+    calls = [ToolExecutionRequest("1", tool_name, "{}")]
+    return ScriptedChatModel([AiMessage(tool_execution_requests=calls), "sorry"])
+
+
+def _generic_service(
+    model: ScriptedChatModel, tool: object, executor: LocalExecutor | CeleryExecutor
+) -> AiService:
+    """`tool` behind the handler that shows the model `GENERIC` unless the error is marked visible."""
+    return AiService(
+        chat_model=model,
+        tools=[tool],
+        executor=executor,
+        tool_execution_error_handler=send_generic_message_to_llm_unless_visible_to_llm(GENERIC),
+    )
+
+
 def test_the_generic_handler_keeps_an_exceptions_text_and_cause_from_the_model(
     executor: LocalExecutor | CeleryExecutor,
 ) -> None:
     # given: a tool whose exception holds a secret in its message and another in its __cause__
-    calls = [ToolExecutionRequest("1", "bad_secret", "{}")]
-    model = ScriptedChatModel([AiMessage(tool_execution_requests=calls), "sorry"])
-    service = AiService(
-        chat_model=model,
-        tools=[bad.bad_secret],
-        executor=executor,
-        tool_execution_error_handler=send_generic_message_to_llm_unless_visible_to_llm(GENERIC),
-    )
+    model = _calls_once("bad_secret")
     # when
-    result = service.chat("connect")
+    result = _generic_service(model, bad.bad_secret, executor).chat("connect")
     # then: the model read only the generic text, never the message or the cause
     assert result.tool_executions[0].result == GENERIC and result.tool_executions[0].has_failed
     sent = _everything_sent(model)
@@ -274,15 +285,8 @@ def test_the_generic_handler_keeps_an_exceptions_text_and_cause_from_the_model(
 def test_a_visible_message_reaches_the_model_but_its_cause_does_not(
     executor: LocalExecutor | CeleryExecutor,
 ) -> None:
-    calls = [ToolExecutionRequest("1", "bad_visible_secret", "{}")]
-    model = ScriptedChatModel([AiMessage(tool_execution_requests=calls), "sorry"])
-    service = AiService(
-        chat_model=model,
-        tools=[bad.bad_visible_secret],
-        executor=executor,
-        tool_execution_error_handler=send_generic_message_to_llm_unless_visible_to_llm(GENERIC),
-    )
-    service.chat("pay")
+    model = _calls_once("bad_visible_secret")
+    _generic_service(model, bad.bad_visible_secret, executor).chat("pay")
     last = model.requests[1].messages[-1]
     assert isinstance(last, ToolExecutionResultMessage) and last.text == "Card declined"
     assert bad.SECRET not in _everything_sent(model)

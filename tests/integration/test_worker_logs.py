@@ -19,26 +19,21 @@ import pytest
 
 import tests.integration.log_tools as log_tools
 from orchestrator import CeleryExecutor
+from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolExecutionRequest, ToolOutcome
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def _worker(redis_url: str, log_path: Path, loglevel: str) -> WorkerProcess:
-    return WorkerProcess(
-        pools=[log_tools.POOL],
-        modules=["tests.integration.log_tools"],
-        redis_url=redis_url,
-        kind="threads",
-        concurrency=2,
-        hostname=f"logs-{loglevel.lower()}-{uuid.uuid4().hex[:6]}@integration",
-        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": str(REPO)},
-        log_path=log_path,
-        loglevel=loglevel,
+    hostname, modules = (
+        f"logs-{loglevel.lower()}-{uuid.uuid4().hex[:6]}@integration",
+        ["tests.integration.log_tools"],
+    )
+    return tool_worker(
+        redis_url, [log_tools.POOL], modules, log_path, hostname, concurrency=2, loglevel=loglevel
     )
 
 

@@ -8,8 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Annotated
 
-import redis
-
+from tests.integration.side_effects import count_runs_and_sleep, process_client
 from workers import (
     Image,
     InvocationContext,
@@ -21,10 +20,6 @@ from workers import (
     ToolMemoryId,
     tool,
 )
-
-
-def _redis() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["TOOLFLEET_REDIS_URL"])
 
 
 class Declined(ToolErrorVisibleToLlm, Exception):
@@ -125,23 +120,17 @@ def nothing() -> None:
 
 @tool("Counts its runs in Redis, then sleeps", pool="heavy", timeout=20, idempotent=True, retries=2)
 def count_and_sleep_idempotent(key: str, seconds: float) -> int:
-    runs = int(_redis().incr(f"test:runs:{key}"))
-    time.sleep(seconds)
-    _redis().incr(f"test:done:{key}")
-    return runs
+    return count_runs_and_sleep(key, seconds)
 
 
 @tool("Counts its runs in Redis, then sleeps", pool="heavy", timeout=20)
 def count_and_sleep(key: str, seconds: float) -> int:
-    runs = int(_redis().incr(f"test:runs:{key}"))
-    time.sleep(seconds)
-    _redis().incr(f"test:done:{key}")
-    return runs
+    return count_runs_and_sleep(key, seconds)
 
 
 @tool("Fails the first attempts, then succeeds", pool="alpha", timeout=10, retries=3, retry_on=(Flaky,))
 def flaky(key: str, failures: int) -> int:
-    attempt = int(_redis().incr(f"test:attempts:{key}"))
+    attempt = int(process_client().incr(f"test:attempts:{key}"))
     if attempt <= failures:
         raise Flaky(f"attempt {attempt} failed")
     return attempt

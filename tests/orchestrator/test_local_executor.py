@@ -81,37 +81,57 @@ def request(name: str, arguments: str = "{}", call_id: str = "call-1") -> ToolEx
     return ToolExecutionRequest(call_id, name, arguments)
 
 
-def test_run_returns_a_success(executor: LocalExecutor) -> None:
-    outcome = executor.run(request("credit", '{"name": "Ann", "amount": 5}'))
-    assert outcome.kind is OutcomeKind.SUCCESS
-    assert outcome.text == "Ann has 15.0"
-
-
-def test_run_returns_an_arguments_error(executor: LocalExecutor) -> None:
-    outcome = executor.run(request("credit", '{"name": "Ann", "amount": "lots"}'))
-    assert outcome.kind is OutcomeKind.ARGUMENTS_ERROR
-    assert outcome.text == 'Argument "amount" is not convertable to float, got str: <lots>'
-
-
-def test_run_returns_a_missing_argument_error(executor: LocalExecutor) -> None:
-    outcome = executor.run(request("add", '{"a": 1}'))
-    assert outcome.kind is OutcomeKind.ARGUMENTS_ERROR
-    assert outcome.text == 'Required parameter "b" of tool "add" is missing'
-
-
-def test_run_returns_an_execution_error(executor: LocalExecutor) -> None:
-    outcome = executor.run(request("close_account", '{"name": "Bob"}'))
-    assert outcome.kind is OutcomeKind.EXECUTION_ERROR
-    assert outcome.text == "Account Bob is frozen"
-    assert outcome.error_type == "ValueError"
-    assert outcome.message_for_llm is None
-
-
-def test_run_of_an_unknown_tool_is_a_structured_outcome(executor: LocalExecutor) -> None:
-    outcome = executor.run(request("teleport", '{"to": "Mars"}'))
-    assert outcome.kind is OutcomeKind.EXECUTION_ERROR
-    assert outcome.text == "Unknown tool 'teleport'"
-    assert outcome.error_type == "UnknownToolError"
+@pytest.mark.parametrize(
+    ("name", "arguments", "kind", "text", "error_type"),
+    [
+        pytest.param(
+            "credit",
+            '{"name": "Ann", "amount": 5}',
+            OutcomeKind.SUCCESS,
+            "Ann has 15.0",
+            None,
+            id="a success",
+        ),
+        pytest.param(
+            "credit",
+            '{"name": "Ann", "amount": "lots"}',
+            OutcomeKind.ARGUMENTS_ERROR,
+            'Argument "amount" is not convertable to float, got str: <lots>',
+            "ToolArgumentsError",
+            id="an arguments error",
+        ),
+        pytest.param(
+            "add",
+            '{"a": 1}',
+            OutcomeKind.ARGUMENTS_ERROR,
+            'Required parameter "b" of tool "add" is missing',
+            "ToolArgumentsError",
+            id="a missing argument",
+        ),
+        pytest.param(
+            "close_account",
+            '{"name": "Bob"}',
+            OutcomeKind.EXECUTION_ERROR,
+            "Account Bob is frozen",
+            "ValueError",
+            id="an execution error",
+        ),
+        pytest.param(
+            "teleport",
+            '{"to": "Mars"}',
+            OutcomeKind.EXECUTION_ERROR,
+            "Unknown tool 'teleport'",
+            "UnknownToolError",
+            id="an unknown tool, as a structured outcome",
+        ),
+    ],
+)
+def test_run_returns_an_outcome(
+    executor: LocalExecutor, name: str, arguments: str, kind: OutcomeKind, text: str, error_type: str | None
+) -> None:
+    outcome = executor.run(request(name, arguments))
+    assert (outcome.kind, outcome.text, outcome.error_type) == (kind, text, error_type)
+    assert outcome.message_for_llm is None  # none of these errors is marked for the model
 
 
 def test_execute_from_async_code(executor: LocalExecutor) -> None:

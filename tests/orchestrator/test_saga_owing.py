@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, ToolExecutionRequest
+from orchestrator import AiMessage, AiService, LocalExecutor, Result, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.cli.commands import sagas
 from orchestrator.saga.journal import Journal, invocations
 from orchestrator.saga.recovery import recover
@@ -66,12 +66,8 @@ def call(call_id: str, name: str, **arguments: object) -> ToolExecutionRequest:
     return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
 
 
-def test_an_invocation_owing_a_compensation_is_left_compensating_and_recover_retries_only_that(
-    journal: Journal,
-) -> None:
-    # Given: a deposit whose undo fails (desk closed), a failing payment, then a credit that stands
-    desk = Desk()
-    executor = LocalExecutor(compensation_retries=0)
+def deposit_pay_credit(desk: Desk, executor: LocalExecutor, journal: Journal) -> Result:
+    """One invocation, compensating on tool errors: a deposit of 40, a payment that fails, a credit of 5."""
     model = ScriptedChatModel(
         [
             AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40)]),
@@ -83,9 +79,18 @@ def test_an_invocation_owing_a_compensation_is_left_compensating_and_recover_ret
     service = AiService(
         chat_model=model, tools=[desk], executor=executor, compensate_on_tool_errors=True, journal=journal
     )
+    return service.chat("deposit, pay, credit")
+
+
+def test_an_invocation_owing_a_compensation_is_left_compensating_and_recover_retries_only_that(
+    journal: Journal,
+) -> None:
+    # Given: a deposit whose undo fails (desk closed), a failing payment, then a credit that stands
+    desk = Desk()
+    executor = LocalExecutor(compensation_retries=0)
 
     # When
-    result = service.chat("deposit, pay, credit")
+    result = deposit_pay_credit(desk, executor, journal)
 
     # Then: the invocation did not end `succeeded`: it owes the deposit's compensation, named in its
     # error; the credit made after the failure stands, marked kept
@@ -126,20 +131,9 @@ def test_an_invocation_whose_compensations_all_succeeded_ends_succeeded(journal:
     desk = Desk()
     desk.open = True
     executor = LocalExecutor(compensation_retries=0)
-    model = ScriptedChatModel(
-        [
-            AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40)]),
-            AiMessage(tool_execution_requests=[call("p1", "pay")]),
-            AiMessage(tool_execution_requests=[call("c1", "credit", amount=5)]),
-            "done",
-        ]
-    )
-    service = AiService(
-        chat_model=model, tools=[desk], executor=executor, compensate_on_tool_errors=True, journal=journal
-    )
 
     # When
-    result = service.chat("deposit, pay, credit")
+    result = deposit_pay_credit(desk, executor, journal)
     executor.close()
 
     # Then: nothing is owed, the invocation succeeded, the standing credit keeps its state

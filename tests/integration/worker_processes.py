@@ -1,0 +1,62 @@
+"""The worker processes integration tests start for pools of their own: one way to build them.
+
+Every such worker imports its tool modules from the repository root, reports a 2 s heartbeat unless
+told otherwise, and logs at INFO to a file of the test's; a test names only what differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+from workers.runtime.process import WorkerProcess
+
+REPO_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def tool_worker(
+    redis_url: str,
+    pools: Sequence[str],
+    modules: Sequence[str],
+    log_path: Path,
+    hostname: str,
+    *,
+    kind: str = "threads",
+    concurrency: int = 4,
+    env: Mapping[str, str] | None = None,
+    loglevel: str = "INFO",
+    extra_args: Sequence[str] = (),
+) -> WorkerProcess:
+    """A worker process serving `pools` with the tools of `modules` (not started yet: wait for it with
+    `wait_ready` or `running`); `env` adds variables to, or overrides, the defaults above."""
+    return WorkerProcess(
+        pools=pools,
+        modules=modules,
+        redis_url=redis_url,
+        kind=kind,
+        concurrency=concurrency,
+        hostname=hostname,
+        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": REPO_ROOT, **(env or {})},
+        log_path=log_path,
+        loglevel=loglevel,
+        extra_args=extra_args,
+    )
+
+
+@contextlib.contextmanager
+def all_running(
+    starts: Mapping[str, Callable[[], WorkerProcess]], timeout_s: float = 60.0
+) -> Iterator[dict[str, WorkerProcess]]:
+    """Start every worker of `starts` (name -> how to start it) and wait until each is ready; yields them
+    by name. Every worker started is stopped when the block ends, whatever happened."""
+    workers: dict[str, WorkerProcess] = {}
+    try:
+        for name, start in starts.items():
+            workers[name] = start()
+        for worker in workers.values():
+            worker.wait_ready(timeout_s=timeout_s)
+        yield workers
+    finally:
+        for worker in workers.values():
+            worker.stop()
