@@ -82,18 +82,18 @@ def test_a_worker_that_joins_adds_its_tools_and_one_that_leaves_takes_them_away(
     )
     try:
         with _worker(redis_url, worker_logs, lc.FIRST).running(timeout_s=60):
-            before = time.monotonic()
             alone = service.chat("second_answer")
             first_call = service.chat("first_answer")
+            before = time.monotonic()  # the copy the service holds was read before this
             shown_alone = {s.name for s in model.requests[0].tool_specifications}
 
             # when: a worker of the second pool joins
             joining = _worker(redis_url, worker_logs, lc.SECOND)
             with joining.running(timeout_s=60):
                 _past_the_copy_age(before)
-                before = time.monotonic()
                 joined_requests = len(model.requests)
                 joined = service.chat("second_answer")
+                before = time.monotonic()
                 shown_joined = {s.name for s in model.requests[joined_requests].tool_specifications}
 
             # and when: it leaves (a warm shutdown removes it from the catalog)
