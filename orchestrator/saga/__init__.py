@@ -11,8 +11,6 @@
 from orchestrator.saga._late import LateCompensation, LateState, late_compensation
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.coordinator import (
-    KEPT,
-    OWING,
     ROLLED_BACK,
     Saga,
     SagaStep,
@@ -24,8 +22,6 @@ from orchestrator.saga.recovery import Recovered, recover
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
 
 __all__ = [
-    "KEPT",
-    "OWING",
     "ROLLED_BACK",
     "CallRecord",
     "CallState",

@@ -24,12 +24,10 @@ from workers.calls.invocation import Invocation
 from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.tools import ToolDefinition
 
-__all__ = ["KEPT", "OWING", "ROLLED_BACK", "Saga", "SagaStep", "rollback_reason", "rolled_back_text"]
+__all__ = ["ROLLED_BACK", "Saga", "SagaStep", "rollback_reason", "rolled_back_text"]
 
 log = logging.getLogger(__name__)
 
-OWING = InvocationState.COMPENSATING  # the state of an invocation that ended owing compensations
-KEPT = CallState.KEPT  # a successful call that stands, in an invocation left owing compensations
 ROLLED_BACK = "Tool '{tool}' was executed successfully but was rolled back due to failure of tool '{failed}'"
 
 
@@ -151,7 +149,7 @@ class Saga:
         calls = {c.id: c for c in self.journal.calls(self.invocation_id)}
         for step in self.steps:
             if step.call_row is not None:
-                self.journal.set_call_state(step.call_row, KEPT)
+                self.journal.set_call_state(step.call_row, CallState.KEPT)
         listed = "; ".join(
             f"{c.tool} ({calls[c.tool_call_id].call_id if c.tool_call_id in calls else '?'}) "
             f"{c.state}: {c.error or 'not finished'}"
@@ -160,5 +158,8 @@ class Saga:
         text = f"{len(owed)} compensation(s) owed, `toolfleet recover` retries them: {listed}"
         log.error("invocation %s ended with %s", self.invocation_id, text)
         self.journal.set_invocation_state(
-            self.invocation_id, OWING, f"{error}; {text}" if error else text, final_answer=answer
+            self.invocation_id,
+            InvocationState.COMPENSATING,
+            f"{error}; {text}" if error else text,
+            final_answer=answer,
         )
