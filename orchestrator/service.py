@@ -23,7 +23,6 @@ from orchestrator.loop.config import (
     Memories,
     Mode,
     SystemMessage,
-    edge_handlers,
 )
 from orchestrator.loop.run import run_invocation
 from orchestrator.loop.state import Emit, new_state
@@ -141,9 +140,6 @@ class AiService:
             tools=MappingProxyType(own),
             arguments_handler=tool_arguments_error_handler,
             execution_handler=tool_execution_error_handler,
-            handlers=MappingProxyType(
-                edge_handlers(tool_arguments_error_handler, tool_execution_error_handler)
-            ),
             memories=Memories(chat_memory, chat_memory_provider),
             system_message=system_message,
             providers=tuple(providers),

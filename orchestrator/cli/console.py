@@ -9,6 +9,7 @@ rows (a model's answer) is kept on lines of its own. `chat_model` builds a real 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -17,11 +18,19 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-from orchestrator.errors import ModelSpecError
+from orchestrator.errors import ModelAuthenticationError, ModelSpecError, SetupError
 from orchestrator.executors.celery import CallEvent
 from orchestrator.models.base import ChatModel
 
-__all__ = ["PROVIDERS", "LiveTable", "ModelSpecError", "chat_model", "short_arguments"]
+__all__ = [
+    "PROVIDERS",
+    "LiveTable",
+    "ModelSpecError",
+    "add_model_argument",
+    "chat_model",
+    "model_of",
+    "short_arguments",
+]
 
 # Provider name -> the model used when the spec names none, and the environment variable of its key.
 PROVIDERS = {
@@ -56,6 +65,31 @@ def chat_model(spec: str, *, base_url: str | None = None, api_key: str | None = 
     if base_url is None:
         return AnthropicChatModel(model, api_key=api_key)
     return AnthropicChatModel(model, api_key=api_key, base_url=base_url)
+
+
+def add_model_argument(parser: argparse.ArgumentParser, *, default: str | None, help: str) -> None:
+    """The `--model PROVIDER:MODEL` option of a command (`model_of` builds the model it names)."""
+    parser.add_argument("--model", default=default, metavar="PROVIDER:MODEL", help=help)
+
+
+def model_of(
+    spec: str, *, base_url: str | None = None, api_key_env: str | None = None, key_hint: str = ""
+) -> ChatModel:
+    """The model `--model spec` names, its key read from `api_key_env` (else the provider's own
+    variable). A bad spec or a missing key is a `SetupError` whose one line says what to set
+    (`key_hint` is added to the missing-key message)."""
+    api_key: str | None = None
+    if api_key_env is not None:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise SetupError(f"no API key: the environment variable {api_key_env} is not set")
+    try:
+        return chat_model(spec, base_url=base_url, api_key=api_key)
+    except ModelSpecError as exc:
+        raise SetupError(str(exc)) from None
+    except ModelAuthenticationError:
+        variable = api_key_env or provider_key_variable(spec)
+        raise SetupError(f"no API key for {spec}: set {variable}{key_hint}") from None
 
 
 def provider_key_variable(spec: str) -> str:

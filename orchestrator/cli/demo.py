@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +24,7 @@ from typing import TextIO
 import redis
 from cryptography.fernet import Fernet
 
+from orchestrator.cli.commands._journal_source import DEFAULT_DATABASE_URL
 from orchestrator.cli.console import LiveTable, chat_model
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.handlers import fail_invocation_unless_visible_to_llm, send_exception_message_to_llm
@@ -211,9 +210,8 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
 
     settings = settings or Settings.from_env()
     with tempfile.TemporaryDirectory(prefix="toolfleet-demo-") as scratch, embedded_redis(settings.redis_url):
-        database = os.environ.get("TOOLFLEET_DATABASE_URL")
-        if database:
-            journal = Journal(database)
+        if settings.database_url != DEFAULT_DATABASE_URL:  # a journal of the user's (TOOLFLEET_DATABASE_URL)
+            journal = Journal(settings.database_url)
         else:
             # A scratch journal that dies with the demo: sealed with a key of its own, used once.
             journal = Journal(f"sqlite:///{scratch}/demo.db", keys=Fernet.generate_key().decode())
@@ -248,7 +246,3 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
                 executor.close()
     out.write("Demo complete: all worker processes stopped.\n")
     return 0
-
-
-def main() -> int:
-    return run_demo(sys.stdout)

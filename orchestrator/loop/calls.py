@@ -19,10 +19,11 @@ from orchestrator.handlers import (
     unwrap_cause,
 )
 from orchestrator.loop.config import LoopConfig
-from orchestrator.loop.state import RunState, visible
+from orchestrator.loop.state import RunState
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.providers import AiServiceTool, ToolRunContext
 from orchestrator.result import ToolExecuted
+from orchestrator.saga.states import CallState
 from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
 from workers.calls.results import ToolExecutionResult, convert_result
 from workers.calls.runner import error_outcome
@@ -31,19 +32,19 @@ from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, T
 from workers.tools import ToolDefinition
 from workers.tools.specification import ReturnBehavior
 
-__all__ = ["Call", "CallState", "returns_immediately", "run_batch", "start_call"]
+__all__ = ["Call", "CallStatus", "returns_immediately", "run_batch", "start_call"]
 
 log = logging.getLogger(__name__)
 
 _ABANDONED = (OutcomeKind.TIMED_OUT, OutcomeKind.WORKER_LOST)
 
 
-class CallState(Enum):
-    """Where a tool call stands."""
+class CallStatus(Enum):
+    """Where a tool call of a batch stands (its journal row has `orchestrator.CallState`)."""
 
     PENDING = "pending"  # not finished yet
-    SUCCEEDED = "succeeded"  # the tool's result goes to the model
-    FAILED = "failed"  # the tool failed; the handler's text goes to the model
+    SUCCEEDED = "succeeded"  # the result goes to the model (a search asked badly included)
+    FAILED = "failed"  # the tool failed; the handler's text goes to the model; the batch failed
     RAISED = "raised"  # a handler (or the hallucinated-name rule) ends the invocation with `error`
 
 
@@ -53,7 +54,7 @@ class Call:
 
     index: int
     request: ToolExecutionRequest
-    state: CallState = CallState.PENDING
+    status: CallStatus = CallStatus.PENDING
     error: BaseException | None = None  # what ends the invocation, when RAISED
     task: asyncio.Task[None] | None = None  # when dispatched concurrently
     execution: ToolExecution | None = None
@@ -99,7 +100,7 @@ def start_call(config: LoopConfig, state: RunState, call: Call) -> None:
 
 def returns_immediately(batch: Sequence[Call]) -> bool:
     """SPEC §5: no failure, and the last call is IMMEDIATE_IF_LAST or every call is immediate."""
-    if not batch or any(call.state is CallState.FAILED for call in batch):
+    if not batch or any(call.status is CallStatus.FAILED for call in batch):
         return False
     if batch[-1].behavior is ReturnBehavior.IMMEDIATE_IF_LAST:
         return True
@@ -112,7 +113,7 @@ async def _run_call(config: LoopConfig, state: RunState, call: Call) -> None:
     try:
         await _execute(config, state, call)
     except Exception as exc:  # a handler or the hallucination rule ended the invocation
-        call.state, call.error = CallState.RAISED, exc
+        call.status, call.error = CallStatus.RAISED, exc
 
 
 async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
@@ -121,10 +122,10 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
     late = False
     strategy = config.tool_search
     tool = state.tools.get(request.name)
-    searched = False
-    if strategy is not None and request.name == strategy.search_tool().name and tool is None:
-        searched = True
-        outcome = _search(config, state, strategy, call)
+    searched = strategy is not None and request.name == config.search_tool_name and tool is None
+    if searched:
+        assert strategy is not None
+        outcome = _search(state, strategy, call)
     elif tool is None:
         outcome = _hallucinated(config, request)
     elif isinstance(tool, AiServiceTool):
@@ -141,14 +142,11 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
         state.parameters.merge(outcome.parameter_changes)
     if call.definition is not None:  # journaled before a handler may end the invocation
         state.saga.outcome(call.row, outcome, outcome.text)
-        if late and outcome.kind in _ABANDONED and config.journal is not None and call.row is not None:
+        if late and outcome.kind in _ABANDONED and config.journal is not None:
             # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
-            config.journal.set_call_state(call.row, "abandoned")
-    text = outcome.text
-    if outcome.is_error:
-        # The search tool's own arguments error goes back to the model, which may search again.
-        text = outcome.text if searched else _handle(state, outcome, request).message
-    call.state = CallState.FAILED if outcome.is_error else CallState.SUCCEEDED
+            assert call.row is not None  # a journal gives every call of a ToolDefinition its row
+            config.journal.set_call_state(call.row, CallState.ABANDONED)
+    text, call.status = _settle(state, outcome, request, searched=searched)
     finished_at = datetime.now(UTC)
     call.execution = ToolExecution(
         request=request,
@@ -184,10 +182,27 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
         state.emit(ToolExecuted(call.execution))
 
 
-def _search(config: LoopConfig, state: RunState, strategy: ToolSearchStrategy, call: Call) -> ToolOutcome:
-    """Search among the tools the model cannot see yet: neither always visible nor found before."""
-    shown = {spec.name for spec in visible(config, state)}
-    candidates = [t.specification for name, t in state.tools.items() if name not in shown]
+def _settle(
+    state: RunState, outcome: ToolOutcome, request: ToolExecutionRequest, *, searched: bool
+) -> tuple[str, CallStatus]:
+    """What the model reads of a call, and whether it failed the batch (which then sets off the
+    compensations and rules out an immediate return).
+
+    A search the model asked for badly is a result it reads, and may search again after: the
+    search tool's arguments error goes to the model as it is, and no tool call of the batch failed.
+    Any other error goes through the edge's handler (which may end the invocation).
+    """
+    if not outcome.is_error:
+        return outcome.text, CallStatus.SUCCEEDED
+    if searched:
+        return outcome.text, CallStatus.SUCCEEDED
+    return _handle(state, outcome, request).message, CallStatus.FAILED
+
+
+def _search(state: RunState, strategy: ToolSearchStrategy, call: Call) -> ToolOutcome:
+    """Search among the tools the model cannot see yet: neither always visible nor found before
+    (those shown with the request this call answers)."""
+    candidates = [t.specification for name, t in state.tools.items() if name not in state.shown]
     try:
         found = strategy.search(call.request, candidates)
     except ToolArgumentsError as exc:

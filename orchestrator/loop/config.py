@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal, TypeAlias
 
 from orchestrator.executors.base import ToolExecutor
@@ -30,6 +31,7 @@ from orchestrator.providers import ToolProvider
 from orchestrator.saga.journal import Journal
 from orchestrator.search import ToolSearchStrategy
 from workers.protocol import ToolExecutionRequest
+from workers.tools.specification import ToolSpecification
 
 __all__ = [
     "EdgeHandlers",
@@ -97,14 +99,15 @@ class Memories:
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """Everything about an `AiService` the loop reads: fixed when the service is built."""
+    """Everything about an `AiService` the loop reads: fixed when the service is built. What follows
+    from the configuration (the handlers of each edge, the providers asked once or before every model
+    call, the search tool's specification) is worked out here once, not per invocation."""
 
     chat_model: ChatModel
     executor: ToolExecutor
     tools: Mapping[str, Tool]  # the service's own tools, by name (providers add more per invocation)
     arguments_handler: ToolArgumentsErrorHandler | None  # as given
     execution_handler: ToolExecutionErrorHandler | None  # as given
-    handlers: Mapping[Mode, EdgeHandlers]  # those of each edge, defaults filled in
     memories: Memories
     system_message: SystemMessage
     providers: tuple[ToolProvider, ...]
@@ -118,6 +121,24 @@ class LoopConfig:
     journal: Journal | None
     name: str | None
     catalog: LiveCatalogTools | None  # the live catalog, when no tools were given
+    handlers: Mapping[Mode, EdgeHandlers] = field(init=False)  # those of each edge, defaults filled in
+    static_providers: tuple[ToolProvider, ...] = field(init=False)  # asked once, at the start
+    dynamic_providers: tuple[ToolProvider, ...] = field(init=False)  # asked before every model call
+    search_tool: ToolSpecification | None = field(init=False)  # the search tool the model sees
+
+    def __post_init__(self) -> None:
+        derived = {
+            "handlers": MappingProxyType(edge_handlers(self.arguments_handler, self.execution_handler)),
+            "static_providers": tuple(p for p in self.providers if not _is_dynamic(p)),
+            "dynamic_providers": tuple(p for p in self.providers if _is_dynamic(p)),
+            "search_tool": self.tool_search.search_tool() if self.tool_search is not None else None,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
+
+    @property
+    def search_tool_name(self) -> str | None:
+        return self.search_tool.name if self.search_tool is not None else None
 
     @property
     def handlers_defaulted(self) -> bool:
@@ -128,3 +149,7 @@ class LoopConfig:
         if callable(self.system_message):
             return self.system_message(memory_id)
         return self.system_message
+
+
+def _is_dynamic(provider: ToolProvider) -> bool:
+    return bool(getattr(provider, "is_dynamic", False))

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 
 from orchestrator.errors import OrchestratorError, RoundTripLimitError
-from orchestrator.loop.calls import Call, CallState, returns_immediately, run_batch, start_call
+from orchestrator.loop.calls import Call, CallStatus, returns_immediately, run_batch, start_call
 from orchestrator.loop.config import LoopConfig
 from orchestrator.loop.state import RunState, ask_providers, visible
 from orchestrator.loop.toolset import unique_id, with_unique_ids
@@ -58,18 +58,19 @@ async def run_invocation(config: LoopConfig, state: RunState) -> Result:
 
 
 async def _loop(config: LoopConfig, state: RunState) -> Result:
-    ask_providers(config, state, dynamic=False)
+    ask_providers(state, config.static_providers, state.messages(), dynamic=False)
     system = config.system_message_for(state.memory_id)
     if system is not None:
         state.add(SystemMessage(system))
     state.add(state.user_message)
     while True:
         state.saga.turn = state.round_trips + 1  # the turn of the calls this response asks for
-        ask_providers(config, state, dynamic=True)
+        messages = state.messages()  # read once per round trip
+        ask_providers(state, config.dynamic_providers, messages, dynamic=True)
+        specifications = visible(config, state, messages)
+        state.shown = {spec.name for spec in specifications}
         request = ChatRequest(
-            messages=state.messages(),
-            tool_specifications=visible(config, state),
-            tool_choice=config.tool_choice,
+            messages=messages, tool_specifications=specifications, tool_choice=config.tool_choice
         )
         started: dict[int, Call] = {}  # calls dispatched while the response streams
         response = await _ask_model(config, state, request, started)
@@ -86,15 +87,15 @@ async def _loop(config: LoopConfig, state: RunState) -> Result:
         batch = await run_batch(config, state, message.tool_execution_requests, started)
         for call in batch:  # kept in request order, whatever order they finished in
             if (
-                call.state is CallState.SUCCEEDED
+                call.status is CallStatus.SUCCEEDED
                 and call.definition is not None
                 and call.execution is not None
             ):
                 state.saga.keep(call.definition, call.execution, call.row)
         for call in batch:
-            if call.state is CallState.RAISED and call.error is not None:
+            if call.status is CallStatus.RAISED and call.error is not None:
                 raise call.error
-        if config.compensating and any(call.state is CallState.FAILED for call in batch):
+        if config.compensating and any(call.status is CallStatus.FAILED for call in batch):
             await _compensate_batch(state, batch)
         for call in batch:
             assert call.message is not None and call.execution is not None
@@ -110,7 +111,7 @@ async def _ask_model(
 ) -> ChatResponse:
     model = config.chat_model
     began = time.perf_counter()
-    if state.mode != "stream":
+    if state.emit is None:
         response = await model.chat(request)
     else:
         response = await _stream_model(config, state, request, started)
@@ -129,20 +130,28 @@ async def _ask_model(
 async def _stream_model(
     config: LoopConfig, state: RunState, request: ChatRequest, started: dict[int, Call]
 ) -> ChatResponse:
-    """Pass the model's events on; with concurrency on, dispatch each call as soon as it is complete."""
+    """Pass the model's events on; with concurrency on, dispatch each call as soon as it is complete.
+
+    A complete tool call is passed on with the id its call runs under (the one `with_unique_ids`
+    gives the complete response), so it and its `ToolExecuted` carry the same id.
+    """
     assert state.emit is not None
     response: ChatResponse | None = None
-    seen = set(state.used_ids)  # the same ids `with_unique_ids` gives the complete response
+    seen = set(state.used_ids)
     round_trip = state.round_trips + 1
     async for event in config.chat_model.stream(request):
         if isinstance(event, CompleteResponse):
             response = event.response
             continue
-        state.emit(event)
-        if isinstance(event, CompleteToolCall) and config.concurrently:
+        if not isinstance(event, CompleteToolCall):
+            state.emit(event)
+            continue
+        call_request = unique_id(event.request, event.index, round_trip, seen)
+        state.emit(dataclasses.replace(event, request=call_request))
+        if config.concurrently:
             if not started:
                 _check_round_trips(config, round_trip)
-            call = Call(event.index, unique_id(event.request, event.index, round_trip, seen))
+            call = Call(event.index, call_request)
             start_call(config, state, call)
             started[event.index] = call
     if response is None:
@@ -170,7 +179,7 @@ def _result(state: RunState, content: str | None, reason: FinishReason | None) -
 
 async def _compensate_batch(state: RunState, batch: Sequence[Call]) -> None:
     """After a failed batch: undo every recorded success and rewrite their result messages."""
-    failed = next(call for call in batch if call.state is CallState.FAILED)
+    failed = next(call for call in batch if call.status is CallStatus.FAILED)
     undone = await state.saga.compensate_all(
         state.invocation(), rollback_reason(failed.request.name, failed.request.id)
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -13,7 +13,7 @@ from orchestrator.loop.toolset import Tool, add_provided_tools, visible_specific
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import ChatMessage, UserMessage
 from orchestrator.models.base import TokenUsage
-from orchestrator.providers import ToolProviderRequest
+from orchestrator.providers import ToolProvider, ToolProviderRequest
 from orchestrator.result import StreamEvent
 from orchestrator.saga import Saga
 from workers.calls.invocation import Invocation, InvocationContext, InvocationParameters
@@ -29,7 +29,6 @@ Emit = Callable[[StreamEvent], None]
 class RunState:
     """What one invocation knows and has done so far; the loop's functions read and update it."""
 
-    mode: Mode
     handlers: EdgeHandlers  # those of the edge the invocation came through
     user_message: UserMessage
     memory_id: str
@@ -46,6 +45,7 @@ class RunState:
     token_usage: TokenUsage | None = None
     round_trips: int = 0
     used_ids: set[str] = field(default_factory=set)  # tool call ids given so far
+    shown: set[str] = field(default_factory=set)  # the tools the model was shown with the last request
 
     def invocation(self) -> Invocation:
         """The invocation as a tool call sees it: its context and parameters as they are now."""
@@ -85,7 +85,6 @@ def new_state(
     )
     saga = Saga(config.executor, config.journal, str(context.invocation_id), keep=config.compensating)
     return RunState(
-        mode=mode,
         handlers=config.handlers[mode],
         user_message=user_message,
         memory_id=context.memory_id,
@@ -99,10 +98,11 @@ def new_state(
     )
 
 
-def ask_providers(config: LoopConfig, state: RunState, *, dynamic: bool) -> None:
+def ask_providers(
+    state: RunState, providers: Sequence[ToolProvider], messages: list[ChatMessage], *, dynamic: bool
+) -> None:
     """Add the tools of the static providers (once, at the start) or the dynamic ones (before every
-    model call)."""
-    providers = [p for p in config.providers if bool(getattr(p, "is_dynamic", False)) == dynamic]
+    model call); `messages` is the conversation as the loop read it for this step."""
     if not providers:
         return
     request = ToolProviderRequest(
@@ -110,11 +110,12 @@ def ask_providers(config: LoopConfig, state: RunState, *, dynamic: bool) -> None
         memory_id=state.memory_id,
         invocation_context=state.context,
         parameters=state.parameters,
-        messages=state.messages(),
+        messages=messages,
     )
     add_provided_tools(providers, request, state.tools, dynamic=dynamic)
 
 
-def visible(config: LoopConfig, state: RunState) -> list[ToolSpecification]:
-    """The specifications the model is shown now (all tools, or with tool search those it may see)."""
-    return visible_specifications(state.tools, config.tool_search, state.found, state.messages())
+def visible(config: LoopConfig, state: RunState, messages: list[ChatMessage]) -> list[ToolSpecification]:
+    """The specifications the model is shown now (all tools, or with tool search those it may see),
+    given the conversation as the loop read it for this request."""
+    return visible_specifications(state.tools, config.search_tool, state.found, messages)

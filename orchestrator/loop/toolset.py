@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 from orchestrator.errors import OrchestratorError
 from orchestrator.messages import AiMessage, ChatMessage, ToolExecutionResultMessage
 from orchestrator.providers import AiServiceTool, ToolProvider, ToolProviderRequest, ToolProviderResult
-from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
+from orchestrator.search import FOUND_TOOLS_ATTRIBUTE
 from workers.errors import ToolDefinitionError
 from workers.protocol import ToolExecutionRequest
 from workers.tools import ToolDefinition, discover_tools
@@ -83,21 +83,22 @@ def _kind(value: object) -> str:
 
 def visible_specifications(
     tools: Mapping[str, Tool],
-    strategy: ToolSearchStrategy | None,
+    search_tool: ToolSpecification | None,
     found_now: Sequence[str],
     messages: Sequence[ChatMessage],
 ) -> list[ToolSpecification]:
-    """What the model is shown: every tool, or with tool search the always-visible ones, the search
-    tool, and the tools found so far (earlier searches still in memory, then this invocation's)."""
-    if strategy is None:
+    """What the model is shown: every tool, or with tool search (`search_tool`, the strategy's search
+    tool) the always-visible ones, the search tool, and the tools found so far (earlier searches still
+    in memory, then this invocation's)."""
+    if search_tool is None:
         return [tool.specification for tool in tools.values()]
-    search_name = strategy.search_tool().name
+    search_name = search_tool.name
     found: list[str] = []
     for message in messages:
         if isinstance(message, ToolExecutionResultMessage) and message.tool_name == search_name:
             found += [str(n) for n in message.attributes.get(FOUND_TOOLS_ATTRIBUTE, [])]
     visible = [t.specification for t in tools.values() if t.search_behavior is SearchBehavior.ALWAYS_VISIBLE]
-    visible.append(strategy.search_tool())
+    visible.append(search_tool)
     names = {s.name for s in visible}
     for name in [*found, *found_now]:
         tool = tools.get(name)

@@ -32,6 +32,8 @@ __all__ = ["Recovered", "recover"]
 
 log = logging.getLogger(__name__)
 
+STALE_AFTER_S = 60.0  # seconds without heartbeat after which an invocation's orchestrator counts as gone
+
 
 @dataclass
 class Recovered:
@@ -53,7 +55,7 @@ async def recover(
     executor: ToolExecutor,
     definitions: dict[str, ToolDefinition] | None = None,
     *,
-    stale_after_s: float = 60.0,
+    stale_after_s: float = STALE_AFTER_S,
     invocation_id: str | None = None,
 ) -> list[Recovered]:
     """Complete every stale saga (or the one named); `definitions` maps tool names, else the

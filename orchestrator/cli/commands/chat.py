@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import socket
 import sys
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
+from orchestrator.cli.console import add_model_argument
 from orchestrator.errors import SetupError
 from workers.settings import Settings
 
@@ -45,11 +45,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "question", nargs="?", default=None, help="ask this one question and exit (default: a prompt loop)"
     )
-    parser.add_argument(
-        "--model",
-        default=DEFAULT_MODEL,
-        metavar="PROVIDER:MODEL",
-        help=f"openai:<model> or anthropic:<model> (default {DEFAULT_MODEL})",
+    add_model_argument(
+        parser, default=DEFAULT_MODEL, help=f"openai:<model> or anthropic:<model> (default {DEFAULT_MODEL})"
     )
     parser.add_argument(
         "--base-url",
@@ -110,23 +107,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _model(args: argparse.Namespace) -> ChatModel:
-    from orchestrator.cli.console import ModelSpecError, chat_model, provider_key_variable
-    from orchestrator.errors import ModelAuthenticationError
+    from orchestrator.cli.console import model_of
 
-    api_key: str | None = None
-    if args.api_key_env is not None:
-        api_key = os.environ.get(args.api_key_env)
-        if not api_key:
-            raise SetupError(f"no API key: the environment variable {args.api_key_env} is not set")
-    try:
-        return chat_model(args.model, base_url=args.base_url, api_key=api_key)
-    except ModelSpecError as exc:
-        raise SetupError(str(exc)) from None
-    except ModelAuthenticationError:
-        variable = args.api_key_env or provider_key_variable(args.model)
-        raise SetupError(
-            f"no API key for {args.model}: set {variable} (or name another variable with --api-key-env)"
-        ) from None
+    hint = "" if args.api_key_env else " (or name another variable with --api-key-env)"
+    return model_of(args.model, base_url=args.base_url, api_key_env=args.api_key_env, key_hint=hint)
 
 
 def _check_reachable(base_url: str) -> None:
@@ -146,7 +130,11 @@ def _check_reachable(base_url: str) -> None:
 
 @dataclass
 class _Tools:
-    definitions: list[ToolDefinition]
+    """Where the chat's tools come from: `given` (of --tools modules), or None for the live catalog
+    the service reads again as pools come and go; `pools` names each tool's pool, for the rows."""
+
+    given: list[ToolDefinition] | None
+    pools: dict[str, str]
     executor: LocalExecutor | CeleryExecutor
     local: bool
 
@@ -154,8 +142,8 @@ class _Tools:
 def _tools(args: argparse.Namespace, settings: Settings, on_call: Callable[[CallEvent], None]) -> _Tools:
     from orchestrator.executors.celery import CeleryExecutor
     from orchestrator.executors.local import LocalExecutor
-    from workers.app import registry_from_modules
     from workers.errors import ToolfleetError
+    from workers.runtime.worker import load_tools
 
     local = (args.executor or ("local" if args.tools else "celery")) == "local"
     if args.tools is None:
@@ -163,27 +151,29 @@ def _tools(args: argparse.Namespace, settings: Settings, on_call: Callable[[Call
             raise SetupError("--executor local runs the tools of --tools modules: name them with --tools")
         executor = CeleryExecutor(settings=settings, on_call=on_call)
         try:
-            definitions = executor.catalog_definitions()
+            found = executor.catalog_definitions()  # at start-up only: the service reads it live
         except BaseException:
             executor.close()
             raise
-        if not definitions:
+        if not found:
             executor.close()
             redis_url = settings.redacted()["redis_url"]
             raise SetupError(
                 f"no tools found: no live worker serves any tool at {redis_url} (start one with "
                 "`toolfleet worker --pool NAME --tools MODULE`, or use --tools MODULE)"
             )
-        return _Tools(definitions, executor, local=False)
+        return _Tools(None, {}, executor, local=False)
     try:
-        definitions = list(registry_from_modules(args.tools.split(",")))
-    except (ImportError, AttributeError, ToolfleetError) as exc:
+        definitions = list(load_tools(args.tools.split(",")))
+    except ToolfleetError as exc:
         raise SetupError(f"cannot load the tools of {args.tools}: {exc}") from None
     if not definitions:
         raise SetupError(f"no tools found in {args.tools}")
+    pools = {d.name: d.pool for d in definitions}
     if local:
-        return _Tools(definitions, LocalExecutor(), local=True)
-    return _Tools(definitions, CeleryExecutor(settings=settings, tools=definitions, on_call=on_call), False)
+        return _Tools(definitions, pools, LocalExecutor(), local=True)
+    executor = CeleryExecutor(settings=settings, tools=definitions, on_call=on_call)
+    return _Tools(definitions, pools, executor, local=False)
 
 
 class _Session:
@@ -197,7 +187,6 @@ class _Session:
         self.table = table
         self.memory_id = memory_id
         self.out = out
-        self.pools = {d.name: d.pool for d in tools.definitions}
         self.runner = asyncio.Runner()
 
     @classmethod
@@ -219,7 +208,7 @@ class _Session:
             store = SqlChatMemoryStore(settings.database_url) if args.memory_id else InMemoryChatMemoryStore()
             service = AiService(
                 chat_model=model,
-                tools=tools.definitions,
+                tools=tools.given,
                 executor=tools.executor,
                 system_message=args.system,
                 chat_memory_provider=lambda _: MessageWindowChatMemory(args.max_messages, store=store),
@@ -307,22 +296,25 @@ class _Session:
             elif isinstance(event, CompleteToolCall):
                 answered = False
                 if self.tools.local:
-                    request = event.request
-                    self._row(request.id or f"{request.name}#{event.index}", request.name, "started", request)
+                    self._row(event.request, "started")
             elif isinstance(event, ToolExecuted):
                 if self.tools.local:
-                    execution = event.execution
-                    request = execution.request
-                    self._row(request.id or request.name, request.name, execution.status, request)
-            elif isinstance(event, CompleteResponse) and event.result is not None:
+                    self._row(event.execution.request, event.execution.status)
+            elif isinstance(event, CompleteResponse):
                 content = event.result.content
         if not answered and content:
             self.table.write_text(content)
         self.table.close()
         self.table.end_line()
 
-    def _row(self, key: str, name: str, state: str, request: ToolExecutionRequest) -> None:
-        pool = self.pools.get(name) or "-"
+    def _row(self, request: ToolExecutionRequest, state: str) -> None:
+        """The row of a call run in this process, keyed by its call id (unique in the invocation: the
+        streamed call and its execution carry the same one)."""
         self.table.update(
-            key, task=f"tool.{name}", pool=pool, state=state, worker="in-process", arguments=request.arguments
+            request.id or "",
+            task=f"tool.{request.name}",
+            pool=self.tools.pools.get(request.name) or "-",
+            state=state,
+            worker="in-process",
+            arguments=request.arguments,
         )

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from orchestrator.cli.console import add_model_argument
 from workers.settings import Settings
 
 HELP = "run the whole system on this machine: two worker pools and four stories"
@@ -20,10 +21,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "bank transfer that is compensated, and a trip booking whose timed-out car rental undoes the rest. "
         "An embedded Redis is started when none answers at TOOLFLEET_REDIS_URL.",
     )
-    parser.add_argument(
-        "--model",
+    add_model_argument(
+        parser,
         default=None,
-        metavar="PROVIDER:MODEL",
         help="a real model instead of the scripted one: openai:<model> or anthropic:<model> (key from the "
         "environment: OPENAI_API_KEY / ANTHROPIC_API_KEY)",
     )
@@ -31,20 +31,14 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from orchestrator.cli.console import ModelSpecError, chat_model, provider_key_variable
+    from orchestrator.cli.console import model_of
     from orchestrator.cli.demo import run_demo
-    from orchestrator.errors import ModelAuthenticationError
+    from orchestrator.errors import SetupError
 
     if args.model is not None:
         try:
-            chat_model(args.model)  # before any pool starts: a bad --model or a missing key fails at once
-        except ModelSpecError as exc:
+            model_of(args.model)  # before any pool starts: a bad --model or a missing key fails at once
+        except SetupError as exc:
             print(f"toolfleet demo: {exc}", file=sys.stderr)
-            return 2
-        except ModelAuthenticationError:
-            print(
-                f"toolfleet demo: no API key for {args.model}: set {provider_key_variable(args.model)}",
-                file=sys.stderr,
-            )
             return 2
     return run_demo(sys.stdout, settings=settings, model=args.model)

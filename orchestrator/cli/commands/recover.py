@@ -7,6 +7,7 @@ import asyncio
 import sys
 from typing import Any
 
+from orchestrator.saga.recovery import STALE_AFTER_S
 from workers.settings import Settings
 
 HELP = "complete the compensations of invocations whose orchestrator stopped mid-saga"
@@ -21,7 +22,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "running is revoked and abandoned) and runs its remaining compensations on the tools' pools.",
     )
     parser.add_argument(
-        "--stale-after", type=float, default=60.0, metavar="S", help="seconds without heartbeat (default 60)"
+        "--stale-after",
+        type=float,
+        default=STALE_AFTER_S,
+        metavar="S",
+        help=f"seconds without heartbeat (default {STALE_AFTER_S:g})",
     )
     parser.add_argument("--invocation", default=None, help="recover this invocation id only")
     parser.add_argument(

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.saga.recovery import STALE_AFTER_S
 from orchestrator.saga.states import CompensationState
 from workers.settings import Settings
 
 if TYPE_CHECKING:
     from orchestrator.saga.journal import CallRecord, CompensationRecord, Journal
-
-STALE_AFTER_S = 60.0  # as `toolfleet recover`'s default
 
 HELP = "list compensations from the SQL log (--failed: those owed, that need recover or a person)"
 
@@ -26,7 +25,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         default=STALE_AFTER_S,
         metavar="S",
         help="with --failed, also list compensations never finished by an invocation that has not "
-        "beaten for S seconds (default 60, as `toolfleet recover`)",
+        f"beaten for S seconds (default {STALE_AFTER_S:g}, as `toolfleet recover`)",
     )
     return parser
 
@@ -37,8 +36,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     journal = open_journal(settings, "sagas")
     rows = journal.compensations(args.invocation, state=CompensationState.FAILED if args.failed else None)
     if args.failed:
-        stale_after_s = float(getattr(args, "stale_after", STALE_AFTER_S))
-        rows = sorted(rows + _unfinished(journal, args.invocation, stale_after_s), key=lambda r: r.id)
+        rows = sorted(rows + _unfinished(journal, args.invocation, args.stale_after), key=lambda r: r.id)
     late = _late_rows(settings, journal.abandoned_calls(args.invocation), failed_only=args.failed)
     if not rows and not late:
         print("No failed compensations." if args.failed else "No compensations.")
