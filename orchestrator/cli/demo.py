@@ -213,7 +213,7 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
     with tempfile.TemporaryDirectory(prefix="toolfleet-demo-") as scratch, embedded_redis(settings.redis_url):
         database = os.environ.get("TOOLFLEET_DATABASE_URL")
         if database:
-            journal = Journal(database)
+            journal = Journal(database, keys=settings.journal_keys)
         else:
             # A scratch journal that dies with the demo: sealed with a key of its own, used once.
             journal = Journal(f"sqlite:///{scratch}/demo.db", keys=Fernet.generate_key().decode())
