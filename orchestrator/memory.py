@@ -11,7 +11,7 @@ from typing import Protocol
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from orchestrator._database_url import database_url
+from orchestrator._database_url import database_engine
 from orchestrator._memory_tables import memory_table
 from orchestrator.messages import (
     AiMessage,
@@ -70,9 +70,7 @@ class SqlChatMemoryStore:
     """
 
     def __init__(self, url_or_engine: str | Engine = "sqlite:///toolfleet.db") -> None:
-        self.engine = (
-            sa.create_engine(database_url(url_or_engine)) if isinstance(url_or_engine, str) else url_or_engine
-        )
+        self.engine = database_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
         from orchestrator.saga.migrations import ensure_schema  # Alembic loads only for a SQL store
 
         ensure_schema(self.engine)

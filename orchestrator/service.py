@@ -117,7 +117,8 @@ class AiService:
                 f"max_fanout must be at least 1, got {max_fanout} (set max_fanout= or TOOLFLEET_MAX_FANOUT)"
             )
         if journal is None and compensate_on_tool_errors:
-            journal = Journal(Settings.from_env().database_url)
+            settings = Settings.from_env()
+            journal = Journal(settings.database_url, keys=settings.journal_keys)
         providers = list(tool_providers)
         # No tools given: those live workers serve, when the executor knows them (CeleryExecutor).
         # Tool providers choose the tools themselves (they may be there to narrow them down).

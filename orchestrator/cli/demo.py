@@ -211,7 +211,7 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
     settings = settings or Settings.from_env()
     with tempfile.TemporaryDirectory(prefix="toolfleet-demo-") as scratch, embedded_redis(settings.redis_url):
         if settings.database_url != DEFAULT_DATABASE_URL:  # a journal of the user's (TOOLFLEET_DATABASE_URL)
-            journal = Journal(settings.database_url)
+            journal = Journal(settings.database_url, keys=settings.journal_keys)
         else:
             # A scratch journal that dies with the demo: sealed with a key of its own, used once.
             journal = Journal(f"sqlite:///{scratch}/demo.db", keys=Fernet.generate_key().decode())

@@ -1,15 +1,16 @@
 """Invocation parameters, which carry credentials, sealed at rest in the journal with Fernet.
 
-Keys come from `TOOLFLEET_JOURNAL_KEYS` (comma-separated Fernet keys): the first encrypts, every one
-decrypts (MultiFernet), so a key is rotated by putting the new one first and keeping the old ones
-until no row needs them. Without a key the parameters are stored in clear and the first such write
-of the process logs a warning. Rows written in clear stay readable once a key is set.
+Keys come from `TOOLFLEET_JOURNAL_KEYS` (`Settings.journal_keys`, comma-separated Fernet keys): the
+first encrypts, every one decrypts (MultiFernet), so a key is rotated by putting the new one first
+and keeping the old ones until no row needs them. Without a key the parameters are stored in clear
+and the first such write of the process logs a warning. Rows written in clear stay readable once a
+key is set.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
 from collections.abc import Sequence
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -24,9 +25,6 @@ logger = logging.getLogger(__name__)
 KEYS_VARIABLE = ENVIRONMENT["journal_keys"]
 # A sealed value starts with this; clear JSON starts with "{".
 _PREFIX = "fernet:"
-
-_warned = False
-_warned_lock = threading.Lock()
 
 
 def _parse_keys(keys: str | Sequence[str]) -> list[str]:
@@ -51,10 +49,6 @@ class JournalCipher:
                 ) from None
         self._fernet = MultiFernet(fernets) if fernets else None
         self.key_count = len(fernets)
-
-    @property
-    def encrypts(self) -> bool:
-        return self._fernet is not None
 
     def seal(self, text: str) -> str:
         """`text` encrypted with the first key; `text` itself when there is no key."""
@@ -81,12 +75,8 @@ class JournalCipher:
             ) from None
 
 
+@functools.cache
 def _warn_once() -> None:
-    global _warned
-    with _warned_lock:
-        if _warned:
-            return
-        _warned = True
     logger.warning(
         "%s is not set: the journal stores invocation parameters, credentials included, in clear",
         KEYS_VARIABLE,

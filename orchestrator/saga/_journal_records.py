@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from sqlalchemy.engine import RowMapping
 
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
@@ -26,11 +28,6 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    # SQLite hands back naive datetimes; everything here is UTC.
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
-
-
 @dataclass(frozen=True)
 class InvocationRecord:
     id: str
@@ -43,8 +40,19 @@ class InvocationRecord:
     heartbeat_at: datetime
     finished_at: datetime | None
     error: str | None
-    invocation_json: dict[str, Any]
+    # The column as stored: sealed with the journal's first key when one was set, else clear JSON.
+    sealed_invocation_json: str | None = field(repr=False)
+    # The journal's keys, which open `sealed_invocation_json` when `invocation_json` is read.
+    cipher: JournalCipher = field(repr=False, compare=False)
     final_answer: str | None = None  # None: no answer (failed, returned a tool result, or older row)
+
+    @property
+    def invocation_json(self) -> dict[str, Any]:
+        """The invocation's context and parameters, opened on each read (only recovery needs them):
+        `JournalKeyError` when they are sealed and no key of the journal opens them."""
+        stored = self.sealed_invocation_json or "{}"
+        opened: dict[str, Any] = json.loads(self.cipher.open(stored, invocation_id=self.id))
+        return opened
 
 
 @dataclass(frozen=True)
@@ -102,57 +110,36 @@ class CompensationRecord:
     updated_at: datetime
 
 
-def invocation_record(row: Any, cipher: JournalCipher) -> InvocationRecord:
-    return InvocationRecord(
-        id=row["id"],
-        service_name=row["service_name"],
-        memory_id=row["memory_id"],
-        user_message=row["user_message"],
-        state=InvocationState(row["state"]),
-        owner=row["owner"],
-        started_at=_aware(row["started_at"]) or utc_now(),
-        heartbeat_at=_aware(row["heartbeat_at"]) or utc_now(),
-        finished_at=_aware(row["finished_at"]),
-        error=row["error"],
-        invocation_json=json.loads(cipher.open(row["invocation_json"] or "{}", invocation_id=row["id"])),
-        final_answer=row["final_answer"],
-    )
+def _columns(row: RowMapping) -> dict[str, Any]:
+    """The row's columns by name, its datetimes in UTC (SQLite hands them back naive)."""
+    return {
+        name: value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+        for name, value in row.items()
+    }
 
 
-def call_record(row: Any) -> CallRecord:
+def invocation_record(row: RowMapping, cipher: JournalCipher) -> InvocationRecord:
+    """The record of an invocations row; its parameters stay sealed until `invocation_json` is read."""
+    values = _columns(row)
+    values["sealed_invocation_json"] = values.pop("invocation_json")
+    return InvocationRecord(**(values | {"state": InvocationState(values["state"]), "cipher": cipher}))
+
+
+def call_record(row: RowMapping) -> CallRecord:
+    values = _columns(row)
+    raw_object = values["result_object"]
     return CallRecord(
-        id=row["id"],
-        invocation_id=row["invocation_id"],
-        sequence=row["sequence"],
-        turn=row["turn"],
-        call_id=row["call_id"],
-        tool=row["tool"],
-        arguments=row["arguments"],
-        pool=row["pool"],
-        compensable=bool(row["compensable"]),
-        idempotency_key=row["idempotency_key"],
-        state=CallState(row["state"]),
-        outcome=row["outcome"],
-        result=row["result"],
-        result_object=json.loads(row["result_object"]) if row["result_object"] else None,
-        task_id=row["task_id"],
-        worker=row["worker"],
-        started_at=_aware(row["started_at"]) or utc_now(),
-        finished_at=_aware(row["finished_at"]),
+        **(
+            values
+            | {
+                "compensable": bool(values["compensable"]),
+                "state": CallState(values["state"]),
+                "result_object": json.loads(raw_object) if raw_object else None,
+            }
+        )
     )
 
 
-def compensation_record(row: Any) -> CompensationRecord:
-    return CompensationRecord(
-        id=row["id"],
-        invocation_id=row["invocation_id"],
-        tool_call_id=row["tool_call_id"],
-        tool=row["tool"],
-        state=CompensationState(row["state"]),
-        attempts=row["attempts"],
-        error=row["error"],
-        task_id=row["task_id"],
-        reason=row["reason"],
-        created_at=_aware(row["created_at"]) or utc_now(),
-        updated_at=_aware(row["updated_at"]) or utc_now(),
-    )
+def compensation_record(row: RowMapping) -> CompensationRecord:
+    values = _columns(row)
+    return CompensationRecord(**(values | {"state": CompensationState(values["state"])}))

@@ -17,8 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from orchestrator._database_url import database_url
-from orchestrator.saga._journal_crypto import KEYS_VARIABLE, JournalCipher
+from orchestrator._database_url import database_engine
+from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga._journal_records import (
     CallRecord,
     CompensationRecord,
@@ -34,6 +34,7 @@ from orchestrator.saga._journal_tables import tool_calls as tool_calls
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
 from workers.calls.invocation import InvocationContext
 from workers.protocol import ToolExecutionRequest, ToolOutcome, call_task_id
+from workers.settings import Settings
 
 __all__ = [
     "CallRecord",
@@ -65,14 +66,10 @@ class Journal:
         *,
         keys: str | Sequence[str] | None = None,
     ) -> None:
-        """`keys`: Fernet keys sealing the invocation parameters (default `TOOLFLEET_JOURNAL_KEYS`)."""
-        self._cipher = JournalCipher(os.environ.get(KEYS_VARIABLE, "") if keys is None else keys)
-        if isinstance(url_or_engine, str):
-            url_or_engine = database_url(url_or_engine)
-            connect_args = {"timeout": 30} if url_or_engine.startswith("sqlite") else {}
-            self.engine = sa.create_engine(url_or_engine, connect_args=connect_args)
-        else:
-            self.engine = url_or_engine
+        """`keys`: Fernet keys sealing the invocation parameters; callers holding a `Settings` pass its
+        `journal_keys`, and without them the settings are read from the environment once, here."""
+        self._cipher = JournalCipher(Settings.from_env().journal_keys if keys is None else keys)
+        self.engine = database_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
         from orchestrator.saga.migrations import ensure_schema  # Alembic loads only for a SQL journal
 
         ensure_schema(self.engine)
@@ -326,7 +323,8 @@ class Journal:
             return [invocation_record(row, self._cipher) for row in connection.execute(query).mappings()]
 
     def unfinished(self, stale_after_s: float) -> list[InvocationRecord]:
-        """Invocations left running or compensating whose owner has not beaten for `stale_after_s`."""
+        """Invocations left running or compensating whose owner has not beaten for `stale_after_s`;
+        their parameters stay sealed until recovery reads each one's `invocation_json`."""
         stale_before = utc_now() - timedelta(seconds=stale_after_s)
         with self.engine.connect() as connection:
             rows = connection.execute(

@@ -1,6 +1,7 @@
 """Invocation parameters sealed at rest: the journal's column never holds a secret in clear when a
 key is set, reading and recovery give them back, old keys still decrypt after rotation, and a
-missing or wrong key is a clear error naming TOOLFLEET_JOURNAL_KEYS."""
+missing or wrong key is a clear error naming TOOLFLEET_JOURNAL_KEYS, raised only where the
+parameters are opened (recovering that invocation): listing and showing the journal need no key."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from cryptography.fernet import Fernet
 
 from orchestrator import LocalExecutor
 from orchestrator.cli import main
+from orchestrator.cli.commands._journal_source import open_journal
 from orchestrator.saga import _journal_crypto
 from orchestrator.saga._journal_crypto import JournalKeyError
 from orchestrator.saga._journal_tables import invocations
@@ -166,10 +168,12 @@ def test_after_rotation_old_rows_still_decrypt_and_new_rows_use_the_new_key(
     journals.append(only_new)
     record = only_new.invocation(new_row)
     assert record is not None and record.invocation_json["parameters"]["api_token"] == SECRET
+    old_record = only_new.invocation(old_row)
+    assert old_record is not None
     with pytest.raises(
         JournalKeyError, match=rf"invocation {old_row}: none of the 1 keys in TOOLFLEET_JOURNAL_KEYS"
     ):
-        only_new.invocation(old_row)
+        _ = old_record.invocation_json
 
 
 def test_a_sealed_row_without_a_key_is_a_clear_error(url: str, journals: list[Journal]) -> None:
@@ -179,39 +183,103 @@ def test_a_sealed_row_without_a_key_is_a_clear_error(url: str, journals: list[Jo
     invocation_id = _write(writer)
     reader = Journal(url, keys="")
     journals.append(reader)
-    # when / then
+    # when: recovery lists the stale invocations
+    [record] = reader.unfinished(0)
+    # then: listed, and opening its parameters is the error
+    assert record.id == invocation_id
     with pytest.raises(
         JournalKeyError, match=rf"invocation {invocation_id}: .*TOOLFLEET_JOURNAL_KEYS is not set"
     ):
-        reader.unfinished(0)
+        _ = record.invocation_json
 
 
-def test_recover_and_runs_with_a_wrong_key_exit_2_naming_the_variable(
-    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], journals: list[Journal]
+def test_a_row_no_key_opens_leaves_the_other_invocations_readable(url: str, journals: list[Journal]) -> None:
+    # given: two stale invocations, one sealed with a key since lost
+    key = _key()
+    lost = Journal(url, keys=[_key()])
+    kept = Journal(url, keys=[key])
+    journals.extend([lost, kept])
+    unreadable = _write(lost)
+    readable = _write(kept)
+    # when: a journal with the remaining key lists them
+    records = {record.id: record for record in kept.unfinished(0)}
+    # then: both are listed; only the lost one's parameters are refused
+    assert set(records) == {unreadable, readable}
+    assert records[readable].invocation_json["parameters"]["api_token"] == SECRET
+    with pytest.raises(JournalKeyError, match=rf"invocation {unreadable}: none of the 1 keys"):
+        _ = records[unreadable].invocation_json
+
+
+def test_a_record_shows_no_parameter_when_printed(url: str, journals: list[Journal]) -> None:
+    # given: parameters stored in clear (no key)
+    journal = Journal(url, keys="")
+    journals.append(journal)
+    invocation_id = _write(journal)
+    # when
+    record = journal.invocation(invocation_id)
+    # then: its repr (logs, tracebacks) carries neither the parameters nor the sealed column
+    assert record is not None
+    assert SECRET not in repr(record)
+    assert "alice" not in repr(record)
+
+
+@pytest.mark.parametrize("reader_keys", ["wrong", "none"])
+def test_runs_show_and_sagas_need_no_key_and_recovery_of_the_row_names_the_key_error(
+    reader_keys: str,
+    url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    journals: list[Journal],
 ) -> None:
-    # given: a stale invocation sealed with one key, the command given another
+    # given: a stale invocation sealed with one key, owing a compensation; the commands given another
+    # key, or none
     writer = Journal(url, keys=[_key()])
     journals.append(writer)
     invocation_id = _write(writer)
-    monkeypatch.setenv("TOOLFLEET_DATABASE_URL", url)
-    monkeypatch.setenv("TOOLFLEET_JOURNAL_KEYS", _key())
-    # when
-    code = main(["runs"])
-    # then: which journal it reads, then a one-line error, no traceback
-    err = capsys.readouterr().err
-    assert code == 2
-    assert err.splitlines()[0].startswith("toolfleet runs: reading the journal at ")
-    assert err.splitlines()[1].startswith(
-        f"toolfleet runs: invocation {invocation_id}: none of the 1 keys in TOOLFLEET_JOURNAL_KEYS"
+    row = writer.record_intent(
+        invocation_id,
+        0,
+        ToolExecutionRequest("c1", "pay", '{"invoice": "INV-1"}'),
+        pool=None,
+        compensable=True,
+        idempotency_key=f"{invocation_id}:c1",
     )
-    assert "Traceback" not in err
-    # and recovery, reading the same row, stops with the same error before claiming anything
+    writer.set_call_state(row, "succeeded")
+    [call] = writer.calls(invocation_id)
+    writer.plan_compensations(invocation_id, [call], "the invoice was wrong")
+    monkeypatch.setenv("TOOLFLEET_DATABASE_URL", url)
+    if reader_keys == "wrong":
+        monkeypatch.setenv("TOOLFLEET_JOURNAL_KEYS", _key())
+    # when: the journal is listed, shown and its owed compensations listed
+    codes = [main(["runs"]), main(["show", invocation_id]), main(["sagas", "--failed", "--stale-after", "0"])]
+    out = capsys.readouterr()
+    # then: each works, naming the invocation and its call
+    assert codes == [0, 0, 0], out.err
+    lines = out.out.splitlines()
+    assert lines[1].startswith(invocation_id) and "pay the invoice" in lines[1]  # runs
+    assert "compensation pending" in out.out  # show
+    assert any(line.startswith(invocation_id) and "pay(" in line for line in lines[2:])  # sagas
+    assert "not finished; its invocation stopped" in out.out
+    assert "Traceback" not in out.err
+    # and recovering it is where the key error is: it names the invocation and the variable
     recoverer = Journal(url)
     journals.append(recoverer)
-    with pytest.raises(JournalKeyError, match="TOOLFLEET_JOURNAL_KEYS"):
+    with pytest.raises(JournalKeyError, match=rf"invocation {invocation_id}: .*TOOLFLEET_JOURNAL_KEYS"):
         asyncio.run(recover(recoverer, LocalExecutor(), stale_after_s=0))
-    record = writer.invocation(invocation_id)
-    assert record is not None and record.state == "running"
+
+
+def test_a_command_seals_with_the_keys_of_its_settings(url: str, journals: list[Journal]) -> None:
+    # given: the key in the command's settings, none in the environment
+    key = _key()
+    settings = Settings(database_url=url, journal_keys=key)
+    # when: a command opens the journal from its settings and an invocation is written
+    journal = open_journal(settings, "runs")
+    journals.append(journal)
+    invocation_id = _write(journal)
+    # then: sealed, with that key
+    assert SECRET not in _raw(journal, invocation_id)
+    record = Journal(url, keys=[key]).invocation(invocation_id)
+    assert record is not None and record.invocation_json["parameters"]["api_token"] == SECRET
 
 
 def test_a_malformed_key_is_refused_at_construction(url: str) -> None:
@@ -223,7 +291,7 @@ def test_without_a_key_parameters_are_stored_in_clear_with_one_warning(
     url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, journals: list[Journal]
 ) -> None:
     # given: a process that has not warned yet, and no key
-    monkeypatch.setattr(_journal_crypto, "_warned", False)
+    _journal_crypto._warn_once.cache_clear()
     journal = Journal(url)
     journals.append(journal)
     # when: two invocations are written

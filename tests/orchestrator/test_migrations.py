@@ -1,9 +1,12 @@
 """The SQL schema under Alembic: a fresh database gets the models' tables, a database made by
 `create_all` before migrations is recognised and kept, `toolfleet db upgrade` says what it did, and a
-database from a newer toolfleet is refused clearly."""
+database from a newer toolfleet is started on with a warning and refused only by `toolfleet db
+upgrade`."""
 
 from __future__ import annotations
 
+import logging
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -22,6 +25,7 @@ from orchestrator.saga._journal_tables import metadata as journal_metadata
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.migrations import TABLES, VERSION_TABLE, SchemaError, head, upgrade
 from tests.orchestrator._databases import KINDS, fresh_database
+from workers.calls.invocation import InvocationContext
 
 
 @pytest.fixture(params=KINDS)
@@ -185,20 +189,56 @@ def test_db_upgrade_reads_the_database_url_from_the_environment(
     assert second_out == f"{url}: already at revision {head()} (the newest): nothing to do\n"
 
 
-def test_a_database_from_a_newer_toolfleet_is_refused_with_a_clear_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_processes_start_on_a_database_from_a_newer_toolfleet_and_only_db_upgrade_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    # given: a database marked at a revision this toolfleet does not ship
+    # given: a database a newer toolfleet's `db upgrade` marked at a revision this one does not ship,
+    # as during a rolling deploy or after a rollback
     url = f"sqlite:///{tmp_path / 'newer.db'}"
     engine = sa.create_engine(url)
     upgrade(engine)
     with engine.begin() as connection:
         connection.execute(sa.text(f"UPDATE {VERSION_TABLE} SET version_num = 'f00dfeed'"))
-    # when / then: building a journal fails, naming the revision and what to do
-    with pytest.raises(SchemaError, match=r"revision 'f00dfeed'.*newer toolfleet; upgrade toolfleet"):
-        Journal(engine)
-    # and the command exits 2 with the same sentence, leaving the database as it was
+    # when: a journal and a conversation store start on it
+    with caplog.at_level(logging.WARNING, logger="orchestrator.saga.migrations._upgrade"):
+        journal = Journal(engine)
+        store = SqlChatMemoryStore(engine)
+    # then: both work, each start warning once, naming the revision
+    context = InvocationContext(memory_id="m", user_message="book a flight")
+    journal.start_invocation(context, {"context": context.to_json(), "parameters": {}})
+    record = journal.invocation(str(context.invocation_id))
+    assert record is not None and record.user_message == "book a flight"
+    store.update_messages("m", [UserMessage("hello")])
+    assert store.get_messages("m") == [UserMessage("hello")]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "orchestrator.saga.migrations._upgrade"]
+    assert len(warnings) == 2
+    assert all(
+        "revision 'f00dfeed'" in w and "newer toolfleet; starting on it as it is" in w for w in warnings
+    )
+    # and `toolfleet db upgrade` refuses it: exit 2, naming the revision and what to do
     assert main(["db", "upgrade", "--database-url", url]) == 2
-    assert "newer toolfleet" in capsys.readouterr().err
+    assert re.search(r"revision 'f00dfeed'.*newer toolfleet; upgrade toolfleet", capsys.readouterr().err)
+    with pytest.raises(SchemaError, match=r"revision 'f00dfeed'.*newer toolfleet; upgrade toolfleet"):
+        upgrade(engine)
+    # leaving the database as it was
     assert _version(engine) == "f00dfeed"
     engine.dispose()
+
+
+def test_the_upgrade_log_never_shows_a_password_given_in_the_query_string(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given: a fresh PostgreSQL database whose URL carries its password as a query parameter
+    with fresh_database("postgresql", tmp_path) as url:
+        engine = sa.create_engine(f"{url}?password=hunter2-secret")
+        try:
+            # when: its schema is created, which is logged
+            with caplog.at_level(logging.INFO, logger="orchestrator.saga.migrations._upgrade"):
+                report = upgrade(engine)
+        finally:
+            engine.dispose()
+    # then: the log names the database with the password masked
+    assert report.changed
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("password=***" in line and "created the schema" in line for line in logged)
+    assert not any("hunter2-secret" in line for line in logged)

@@ -37,4 +37,4 @@ def open_journal(settings: Settings, command: str) -> Journal:
     from orchestrator.saga.journal import Journal
 
     print(f"toolfleet {command}: {describe_source(settings.database_url)}", file=sys.stderr, flush=True)
-    return Journal(settings.database_url)
+    return Journal(settings.database_url, keys=settings.journal_keys)

@@ -215,7 +215,7 @@ class _Session:
                 tool_arguments_error_handler=send_exception_message_to_llm(),
                 tool_execution_error_handler=send_exception_message_to_llm(),
                 compensate_on_tool_errors=True,
-                journal=Journal(settings.database_url),
+                journal=Journal(settings.database_url, keys=settings.journal_keys),
                 name="chat",
             )
         except BaseException:

@@ -31,13 +31,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    import sqlalchemy as sa
-
-    from orchestrator._database_url import database_url
+    from orchestrator._database_url import database_engine
     from orchestrator.saga.migrations import upgrade
 
     url: str = args.database_url or settings.database_url
-    engine = sa.create_engine(database_url(url))
+    engine = database_engine(url)
     try:
         report = upgrade(engine)
     finally:

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     except ToolfleetError as exc:
         print(f"toolfleet recover: {exc}", file=sys.stderr)
         return 2
-    journal = Journal(settings.database_url)
+    journal = Journal(settings.database_url, keys=settings.journal_keys)
     executor = CeleryExecutor(settings=settings, tools=tools)
     try:
         reports = asyncio.run(

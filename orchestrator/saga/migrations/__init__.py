@@ -4,7 +4,9 @@
 `toolfleet db upgrade` runs `upgrade()`: both bring the database to the newest revision under a
 lock (see `_lock`), so any number of processes may start at once on a fresh database. A database
 whose tables were made before migrations existed (tables present, no version row) is recognised:
-its tables and rows are kept and it is marked at the baseline revision.
+its tables and rows are kept and it is marked at the baseline revision. A database at a revision
+this toolfleet does not know (a newer one's) is started on by `ensure_schema` with a warning, so
+older processes keep running through a rolling deploy or a rollback; `upgrade()` refuses it.
 
 Alembic is configured in code (no alembic.ini); the revisions are modules of `versions/`. A new
 revision is a module there whose `down_revision` is the previous head; it must leave the database

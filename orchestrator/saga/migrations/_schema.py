@@ -12,14 +12,11 @@ __all__ = ["TABLES", "VERSION_TABLE", "target_metadata"]
 # Named for toolfleet, so an application's own Alembic history can live in the same database.
 VERSION_TABLE = "toolfleet_alembic_version"
 
-TABLES = (
-    "toolfleet_invocations",
-    "toolfleet_tool_calls",
-    "toolfleet_compensations",
-    "toolfleet_chat_memory",
-)
-
 
 def target_metadata() -> list[sa.MetaData]:
     """The models the revisions must produce: the journal's tables and the conversation store's."""
     return [_journal_tables.metadata, _memory_tables.metadata]
+
+
+# toolfleet's tables, as the models name them (each metadata's in dependency order).
+TABLES = tuple(table.name for metadata in target_metadata() for table in metadata.sorted_tables)

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from orchestrator.errors import SchemaError
 from orchestrator.saga.migrations._lock import locked_connection
 from orchestrator.saga.migrations._schema import TABLES, VERSION_TABLE
+from workers.settings import redact_url
 
 __all__ = ["SchemaUpgrade", "alembic_config", "ensure_schema", "head", "upgrade"]
 
@@ -86,17 +87,38 @@ def _present_tables(connection: Connection) -> tuple[str, ...]:
 
 
 def upgrade(engine: Engine) -> SchemaUpgrade:
-    """Bring the database to the newest revision, holding the migration lock; says what it did."""
+    """Bring the database to the newest revision, holding the migration lock; says what it did.
+
+    A revision this toolfleet does not know (a newer toolfleet's) is refused: `SchemaError`."""
+    return _upgrade(engine, refuse_newer=True)
+
+
+def ensure_schema(engine: Engine) -> None:
+    """What a process does at start: nothing when the schema is current, else bring it up to date.
+
+    A newer toolfleet's revision is left as it is with a warning, not refused: during a rolling
+    deploy (or a rollback) after `toolfleet db upgrade`, the older processes keep starting."""
+    with engine.connect() as connection:
+        if _current(connection) == head():
+            return
+    _upgrade(engine, refuse_newer=False)
+
+
+def _upgrade(engine: Engine, *, refuse_newer: bool) -> SchemaUpgrade:
     with locked_connection(engine) as connection:
         before = _current(connection)
         found = _present_tables(connection)
         target = head()
+        if before is not None and before not in _known_revisions():
+            newer = (
+                f"the database is at schema revision {before!r}, which this toolfleet does not know "
+                f"(its newest is {target!r}): it was written by a newer toolfleet"
+            )
+            if refuse_newer:
+                raise SchemaError(f"{newer}; upgrade toolfleet")
+            logger.warning("toolfleet schema at %s: %s; starting on it as it is", _shown(engine), newer)
+            return SchemaUpgrade(before=before, after=before, found_tables=found, created_tables=())
         if before != target:
-            if before is not None and before not in _known_revisions():
-                raise SchemaError(
-                    f"the database is at schema revision {before!r}, which this toolfleet does not know "
-                    f"(its newest is {target!r}): it was written by a newer toolfleet; upgrade toolfleet"
-                )
             try:
                 command.upgrade(alembic_config(connection), "head")
             except CommandError as exc:
@@ -106,16 +128,13 @@ def upgrade(engine: Engine) -> SchemaUpgrade:
     assert after is not None
     report = SchemaUpgrade(before=before, after=after, found_tables=found, created_tables=created)
     if report.changed:
-        logger.info("toolfleet schema at %s: %s", engine.url.render_as_string(), report.describe())
+        logger.info("toolfleet schema at %s: %s", _shown(engine), report.describe())
     return report
 
 
-def ensure_schema(engine: Engine) -> None:
-    """What a process does at start: nothing when the schema is current, else `upgrade()`."""
-    with engine.connect() as connection:
-        if _current(connection) == head():
-            return
-    upgrade(engine)
+def _shown(engine: Engine) -> str:
+    """The engine's URL for logs, its password masked wherever it is written."""
+    return redact_url(engine.url.render_as_string(hide_password=False))
 
 
 @functools.cache
