@@ -19,7 +19,7 @@ from celery import Celery
 
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.executors.local import LocalExecutor
-from tests._environment import test_redis_url
+from tests._environment import integration_redis_url
 from tests.integration.worker_processes import all_running, tool_worker
 from workers.app import make_app
 from workers.runtime.process import WorkerProcess
@@ -30,7 +30,7 @@ TOOLS = "tests.integration.tools"
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    url = test_redis_url(os.environ)
+    url = integration_redis_url(os.environ)
     client = redis.Redis.from_url(url)
     try:
         client.ping()
