@@ -123,8 +123,10 @@ class PrivateRedis:
 
 @contextlib.contextmanager
 def private_redis_in(directory: Path) -> Iterator[PrivateRedis]:
-    """A `PrivateRedis` in `directory`, started; when the block ends the process-wide result collector
-    of its URL is closed (it would retry forever once its Redis is gone) and the server stopped."""
+    """A `PrivateRedis` in `directory` (made if missing), started; when the block ends the process-wide
+    result collector of its URL is closed (it would retry forever once its Redis is gone) and the server
+    stopped."""
+    directory.mkdir(parents=True, exist_ok=True)
     server = PrivateRedis(directory)
     try:
         server.start()
