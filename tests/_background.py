@@ -27,6 +27,11 @@ class Background(Generic[T]):
         except BaseException as exc:
             self._error = exc
 
+    @property
+    def running(self) -> bool:
+        """Whether `target()` has not returned (nor raised) yet."""
+        return self._thread.is_alive()
+
     def join(self, timeout_s: float) -> T:
         """What `target()` returned, once it has; fails if it still runs after `timeout_s`."""
         self._thread.join(timeout_s)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from pathlib import Path
 
-__all__ = ["HARNESS_PREFIX", "HARNESS_VARIABLES", "make_hermetic", "test_redis_url"]
+__all__ = ["HARNESS_PREFIX", "HARNESS_VARIABLES", "integration_redis_url", "make_hermetic"]
 
 # Read by the harness to find its servers and choose its databases: kept.
 HARNESS_VARIABLES = frozenset({"TOOLFLEET_REDIS_URL"})
@@ -23,7 +23,7 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_TEST_REDIS_DB = "13"
 
 
-def test_redis_url(environ: MutableMapping[str, str]) -> str:
+def integration_redis_url(environ: MutableMapping[str, str]) -> str:
     """The test database (`TOOLFLEET_TEST_REDIS_DB`, default 13) on the server at `TOOLFLEET_REDIS_URL`."""
     base = environ.get("TOOLFLEET_REDIS_URL") or DEFAULT_REDIS_URL
     db = environ.get("TOOLFLEET_TEST_REDIS_DB") or DEFAULT_TEST_REDIS_DB
@@ -42,6 +42,6 @@ def make_hermetic(environ: MutableMapping[str, str], scratch: Path) -> list[str]
     )
     for name in removed:
         del environ[name]
-    environ["TOOLFLEET_REDIS_URL"] = test_redis_url(environ)
+    environ["TOOLFLEET_REDIS_URL"] = integration_redis_url(environ)
     environ["TOOLFLEET_DATABASE_URL"] = f"sqlite:///{scratch / 'toolfleet.db'}"
     return removed

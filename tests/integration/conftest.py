@@ -19,7 +19,8 @@ from celery import Celery
 
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.executors.local import LocalExecutor
-from tests._environment import test_redis_url
+from tests._environment import integration_redis_url
+from tests.integration.private_redis import PrivateRedis
 from tests.integration.worker_processes import all_running, tool_worker
 from workers.app import make_app
 from workers.runtime.process import WorkerProcess
@@ -30,7 +31,7 @@ TOOLS = "tests.integration.tools"
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    url = test_redis_url(os.environ)
+    url = integration_redis_url(os.environ)
     client = redis.Redis.from_url(url)
     try:
         client.ping()
@@ -67,6 +68,13 @@ def text_client(redis_url: str) -> Iterator[redis.Redis]:
     connection = redis.Redis.from_url(redis_url, decode_responses=True)
     yield connection
     connection.close()
+
+
+@pytest.fixture
+def up(private_redis: PrivateRedis) -> PrivateRedis:
+    """The `private_redis` of the test's module or folder, running (a test that failed mid-outage may
+    have left it down)."""
+    return private_redis.ensure_running()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tests._cli import environment, toolfleet
@@ -34,10 +34,15 @@ def orchestrator_env(redis_url: str, journal_file: Path | None = None) -> dict[s
 
 
 def toolfleet_on(
-    args: list[str], redis_url: str, journal_file: Path, timeout_s: float = 60.0
+    args: list[str],
+    redis_url: str,
+    journal_file: Path,
+    timeout_s: float = 60.0,
+    env: Mapping[str, str | None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`toolfleet ARGS` on the test Redis, reading and writing the SQL log in `journal_file`."""
-    env = orchestrator_env(redis_url, journal_file)
+    """`toolfleet ARGS` on the Redis at `redis_url`, reading and writing the SQL log in `journal_file`;
+    `env` changes the defaults above (None: removed)."""
+    env = {**orchestrator_env(redis_url, journal_file), **(env or {})}
     return toolfleet(*args, cwd=Path(REPO_ROOT), env=env, timeout_s=timeout_s)
 
 

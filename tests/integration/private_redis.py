@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from orchestrator.executors._collector import ResultCollector
 from workers._devredis import redis_answers, redis_server_executable
+from workers.settings import Settings
 
-__all__ = ["PrivateRedis", "free_port"]
+__all__ = ["PrivateRedis", "close_collector", "free_port", "private_redis_in", "settings_for"]
 
 
 def free_port() -> int:
@@ -84,6 +88,25 @@ class PrivateRedis:
                 process.wait(timeout=10)
         return time.monotonic()
 
+    def restart_empty(self, down_s: float) -> float:
+        """Stop the server, remove what it persisted and start it again `down_s` after it stopped: it
+        comes back empty, as a Redis without persistence does. Returns when it answered again."""
+        stopped = self.stop()
+        for name in ("appendonlydir", "appendonly.aof", "dump.rdb"):
+            path = self.directory / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+        time.sleep(max(0.0, down_s - (time.monotonic() - stopped)))  # the outage's length, not a wait
+        return self.start()
+
+    def ensure_running(self) -> PrivateRedis:
+        """The server, started again if it is down (a test that failed mid-outage may have left it so)."""
+        if not self.running:
+            self.start()
+        return self
+
     def answers(self) -> bool:
         return redis_answers(self.url)
 
@@ -96,3 +119,35 @@ class PrivateRedis:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no redis-server log)"
+
+
+@contextlib.contextmanager
+def private_redis_in(directory: Path) -> Iterator[PrivateRedis]:
+    """A `PrivateRedis` in `directory` (made if missing), started; when the block ends the process-wide
+    result collector of its URL is closed (it would retry forever once its Redis is gone) and the server
+    stopped."""
+    directory.mkdir(parents=True, exist_ok=True)
+    server = PrivateRedis(directory)
+    try:
+        server.start()
+        yield server
+    finally:
+        close_collector(server.url)
+        server.stop()
+
+
+def close_collector(redis_url: str) -> None:
+    """Stop the process-wide result collector of `redis_url`, if there is one: it retries forever once
+    its Redis is gone."""
+    collector = ResultCollector._shared.get(redis_url)
+    if collector is not None:
+        collector.close()
+
+
+def settings_for(redis_url: str, *, heartbeat_ttl_s: float | None = None, **variables: str) -> Settings:
+    """An orchestrator's settings on `redis_url`, checking liveness every 0.2 s; the workers' heartbeat
+    TTL when given, and any other `TOOLFLEET_*` `variables`."""
+    environ = {"TOOLFLEET_REDIS_URL": redis_url, "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2", **variables}
+    if heartbeat_ttl_s is not None:
+        environ["TOOLFLEET_HEARTBEAT_TTL_S"] = str(heartbeat_ttl_s)
+    return Settings.from_env(environ)

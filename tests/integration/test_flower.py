@@ -19,7 +19,9 @@ import httpx
 import pytest
 
 from orchestrator.executors.celery import CeleryExecutor
+from tests._background import Background
 from tests._processes import reap
+from tests._waiting import wait_until
 from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolExecution, ToolExecutionRequest
 from workers.calls.invocation import Invocation
@@ -162,15 +164,20 @@ def test_toolfleet_flower_exits_within_two_seconds_of_sigterm(redis_url: str, wo
                 if httpx.get(f"{url}/healthcheck", timeout=2).status_code == 200:
                     break
             time.sleep(0.1)
-        with contextlib.suppress(httpx.TimeoutException):
-            params = {"workername": "nobody@nowhere", "refresh": "1"}
-            httpx.get(f"{url}/api/workers", auth=AUTH, params=params, timeout=0.5)
-        # when: the container runtime stops it
+        params = {"workername": "nobody@nowhere", "refresh": "1"}
+        inspection = Background(lambda: httpx.get(f"{url}/api/workers", auth=AUTH, params=params, timeout=30))
+        # ... still unanswered a second later: Flower holds it, waiting for the worker
+        assert not wait_until(lambda: not inspection.running, 1.0), "the inspection was answered at once"
+        # when: the container runtime stops it, the inspection still in flight
+        assert inspection.running, "the inspection ended before SIGTERM"
         process.send_signal(signal.SIGTERM)
         stopped = time.monotonic()
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=10)
         elapsed = time.monotonic() - stopped
+        # ... which ends with Flower, unanswered or answered as Flower stops
+        with contextlib.suppress(httpx.TransportError):
+            inspection.join(10)
     finally:
         reap(process, grace_s=1)
     # then: it exited on its own, promptly and cleanly

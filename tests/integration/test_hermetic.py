@@ -6,6 +6,7 @@ deadline, a slow heartbeat and a journal at a path that cannot exist."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -56,12 +57,32 @@ def test_the_integration_tests_pass_with_hostile_toolfleet_variables_in_the_envi
     command += ["-o", "timeout=40", *SUBSET]
     # when
     try:
+        expected = _collected(command, env)
         returncode, output = _run_pytest(command, env, timeout_s=120)
     finally:
         server.stop()
-    # then: the subset passed, and the child session says what it ignored
+    # then: every test of the subset ran and passed, none skipped, and the child session says what it
+    # ignored
     assert returncode == 0, output[-6000:]
+    assert expected > 0
+    assert _summary(output) == f"{expected} passed", output[-6000:]
     assert f"caller's variables ignored: {', '.join(sorted(variables))}" in output
+
+
+def _collected(command: list[str], env: dict[str, str]) -> int:
+    """How many tests `command` would run: its own collection, counted by a child pytest."""
+    listing = subprocess.run(
+        [*command, "--collect-only", "-q"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert listing.returncode == 0, listing.stdout[-3000:] + listing.stderr[-3000:]
+    return sum(1 for line in listing.stdout.splitlines() if "::" in line)
+
+
+def _summary(output: str) -> str:
+    """The counts of pytest's closing line (`== 9 passed, 1 skipped in 3.2s ==` -> `9 passed, 1 skipped`)."""
+    lines = [line for line in output.splitlines() if re.fullmatch(r"=+ .* in [\d.]+s( \([\d:]+\))? =+", line)]
+    assert lines, f"no summary line in the child's output:\n{output[-3000:]}"
+    return re.sub(r"^=+ | in [\d.]+s( \([\d:]+\))? =+$", "", lines[-1])
 
 
 def _run_pytest(command: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:

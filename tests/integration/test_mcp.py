@@ -37,6 +37,7 @@ from orchestrator import (
 )
 from orchestrator.executors.celery import CallEvent
 from tests.integration.mcp_servers import PIXEL_BASE64, build
+from tests.integration.worker_processes import tool_worker
 from workers import Image, ImageContent, OutcomeKind, SearchBehavior, TextContent, ToolOutcome
 from workers.calls.invocation import Invocation
 from workers.mcp import McpServer, mcp_tools
@@ -46,7 +47,6 @@ from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 SERVERS_SCRIPT = str(Path(__file__).with_name("mcp_servers.py"))
 POOL = "mcp"  # tests/integration/mcp_tools.py's default pool (importing it would connect to the servers)
 
@@ -101,21 +101,17 @@ def web_server(worker_logs: Path) -> Iterator[HttpMcpServer]:
 def _mcp_worker(
     redis_url: str, worker_logs: Path, web: HttpMcpServer, *, kind: str, name: str, pool: str = POOL
 ) -> WorkerProcess:
-    return WorkerProcess(
-        pools=[pool],
-        modules=["tests.integration.mcp_tools"],
-        redis_url=redis_url,
+    env = {"TOOLFLEET_TEST_MCP_URL": web.url, "TOOLFLEET_TEST_MCP_POOL": pool}
+    concurrency = 8 if kind == "threads" else 2
+    return tool_worker(
+        redis_url,
+        [pool],
+        ["tests.integration.mcp_tools"],
+        worker_logs / f"{name}.log",
+        f"{name}@integration",
         kind=kind,
-        concurrency=8 if kind == "threads" else 2,
-        hostname=f"{name}@integration",
-        env={
-            "TOOLFLEET_HEARTBEAT_TTL_S": "2",
-            "PYTHONPATH": REPO_ROOT,
-            "TOOLFLEET_TEST_MCP_URL": web.url,
-            "TOOLFLEET_TEST_MCP_POOL": pool,
-        },
-        log_path=worker_logs / f"{name}.log",
-        loglevel="INFO",
+        concurrency=concurrency,
+        env=env,
     )
 
 

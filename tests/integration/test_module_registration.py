@@ -10,15 +10,15 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 
 import tests.integration.registration_tools as reg
-from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
+from orchestrator import AiMessage, AiService, ScriptedChatModel
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.saga.journal import Journal
+from tests.integration.scripts import call
 from tests.integration.worker_processes import REPO_ROOT, tool_worker
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
@@ -34,10 +34,6 @@ def reg_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
     worker = tool_worker(redis_url, [reg.POOL], [MODULE], worker_logs / "regmod.log", HOSTNAME)
     with worker.running(timeout_s=60):
         yield worker
-
-
-def _call(call_id: str, tool_name: str, **arguments: Any) -> ToolExecutionRequest:
-    return ToolExecutionRequest(id=call_id, name=tool_name, arguments=json.dumps(arguments))
 
 
 def test_the_catalog_shows_the_module_level_compensation_and_the_tool_class(
@@ -86,11 +82,11 @@ def test_a_saga_on_the_worker_runs_the_module_level_compensation(
         [
             AiMessage(
                 tool_execution_requests=[
-                    _call("1", "reg_credit", ns=ns, name="Ada", amount=100),
-                    _call("2", "reg_note", ns=ns, text="hi"),
+                    call("1", "reg_credit", ns=ns, name="Ada", amount=100),
+                    call("2", "reg_note", ns=ns, text="hi"),
                 ]
             ),
-            AiMessage(tool_execution_requests=[_call("3", "reg_pay", ns=ns, name="Ada")]),
+            AiMessage(tool_execution_requests=[call("3", "reg_pay", ns=ns, name="Ada")]),
             "The payment was declined",
         ]
     )

@@ -23,10 +23,10 @@ from orchestrator import (
     ScriptedChatModel,
     ToolErrorContext,
     ToolErrorHandlerResult,
-    ToolExecutionRequest,
     send_exception_message_to_llm,
 )
 from orchestrator.handlers import visible_message
+from tests.integration.scripts import call
 from tests.integration.worker_processes import tool_worker
 from workers.calls.invocation import Invocation, InvocationContext
 from workers.calls.runner import qualified_name
@@ -53,10 +53,6 @@ def ident_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
         yield worker
 
 
-def _call(call_id: str, name: str, **arguments: Any) -> ToolExecutionRequest:
-    return ToolExecutionRequest(call_id, name, json.dumps(arguments))
-
-
 def _unique(prefix: str) -> str:
     """A seat or label no other test (or executor) uses: recorded identities are kept apart."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -64,7 +60,7 @@ def _unique(prefix: str) -> str:
 
 def _book_then_refuse(seat: str) -> ScriptedChatModel:
     """A model asking, in one batch, to book `seat` (call c-1) and for a refusal (c-2), then saying sorry."""
-    calls = [_call("c-1", "book", seat=seat), _call("c-2", "refuse", seat=seat)]
+    calls = [call("c-1", "book", seat=seat), call("c-2", "refuse", seat=seat)]
     return ScriptedChatModel([AiMessage(tool_execution_requests=calls), "sorry"])
 
 
@@ -111,7 +107,7 @@ def test_retries_count_attempts_under_one_idempotency_key(executor: Any) -> None
     label = _unique("lucky")
     invocation_id = uuid.uuid4()
     invocation = Invocation(InvocationContext(invocation_id=invocation_id))
-    request = _call("c-9", "third_time_lucky", label=label)
+    request = call("c-9", "third_time_lucky", label=label)
 
     # when
     outcome = asyncio.run(executor.execute(request, discover_tools(it.third_time_lucky)[0], invocation))
@@ -166,7 +162,7 @@ def _handled(executor: Any, tool_name: str) -> tuple[BaseException, ToolErrorCon
         seen.append((error, context))
         return send_exception_message_to_llm()(error, context)
 
-    model = ScriptedChatModel([AiMessage(tool_execution_requests=[_call("c-1", tool_name, amount=5)]), "ok"])
+    model = ScriptedChatModel([AiMessage(tool_execution_requests=[call("c-1", tool_name, amount=5)]), "ok"])
     service = AiService(chat_model=model, tools=[it], executor=executor, tool_execution_error_handler=handler)
     result = service.chat("pay")
     assert len(seen) == 1

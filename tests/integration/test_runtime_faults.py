@@ -12,24 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import statistics
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 
 from orchestrator import CeleryExecutor, ToolExecutionRequest
-from orchestrator.executors._collector import ResultCollector
 from orchestrator.executors.celery import CallEvent
 from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import runtime_fault_tools as rt
-from tests.integration.private_redis import PrivateRedis
+from tests.integration.private_redis import PrivateRedis, close_collector, private_redis_in, settings_for
+from tests.integration.scripts import call
 from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolExecution, ToolOutcome, ToolRegistry
 from workers.app import make_publisher
@@ -48,10 +46,6 @@ RESULT_BOUND_S = 3.0  # from Redis answering again to every result written meanw
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def request(name: str, call_id: str, **arguments: Any) -> ToolExecutionRequest:
-    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
 
 
 class Counts:
@@ -95,22 +89,6 @@ def start_worker(
     )
 
 
-def settings_for(redis_url: str, heartbeat_ttl_s: float) -> Settings:
-    return Settings.from_env(
-        {
-            "TOOLFLEET_REDIS_URL": redis_url,
-            "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
-            "TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
-        }
-    )
-
-
-def close_collector(redis_url: str) -> None:
-    collector = ResultCollector._shared.get(redis_url)
-    if collector is not None:
-        collector.close()
-
-
 # -- fixtures ------------------------------------------------------------------------------------
 
 
@@ -122,21 +100,8 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
     """This module's own redis-server, AOF on: restartable on the same port."""
-    server = PrivateRedis(tmp_path_factory.mktemp("runtime-redis"))
-    try:
-        server.start()
+    with private_redis_in(tmp_path_factory.mktemp("runtime-redis")) as server:
         yield server
-    finally:
-        close_collector(server.url)
-        server.stop()
-
-
-@pytest.fixture
-def up(private_redis: PrivateRedis) -> PrivateRedis:
-    """The private Redis, running (a test that failed mid-outage may have left it down)."""
-    if not private_redis.running:
-        private_redis.start()
-    return private_redis
 
 
 @pytest.fixture
@@ -173,17 +138,17 @@ def test_an_idempotent_call_whose_worker_is_killed_completes_once_on_another_wor
     ]
     events: list[CallEvent] = []
     executor = CeleryExecutor(
-        settings=settings_for(up.url, SHORT_TTL_S), tools=[rt.tools], on_call=events.append
+        settings=settings_for(up.url, heartbeat_ttl_s=SHORT_TTL_S), tools=[rt.tools], on_call=events.append
     )
     broker = redis.Redis.from_url(up.url)
     key = counts.key("a")
     try:
         for worker in workers:
             worker.wait_ready(timeout_s=60)
-        call = request(tool_name, "c1", key=key, seconds=4)
+        idempotent = call("c1", tool_name, key=key, seconds=4)
         dispatched = time.monotonic()
         definition = executor.definition(tool_name)
-        batch = Background(lambda: asyncio.run(executor.execute(call, definition, Invocation())))
+        batch = Background(lambda: asyncio.run(executor.execute(idempotent, definition, Invocation())))
 
         # When: the worker running it is SIGKILLed (the whole worker, pool children included)
         assert wait_until(lambda: counts("run", "a") == 1, 15)
@@ -237,7 +202,7 @@ def test_workers_resume_within_a_second_of_redis_answering_and_report_what_ran(
 ) -> None:
     # Given: a threads worker on the private Redis, and an executor
     worker = start_worker(up.url, redis_url, logs, rt.OUTAGE_POOL, concurrency=16)
-    settings = settings_for(up.url, 6.0)
+    settings = settings_for(up.url, heartbeat_ttl_s=6.0)
     executor = CeleryExecutor(settings=settings, tools=[rt.tools])
     publisher = make_publisher(settings)
     reconnects: list[float] = []
@@ -247,7 +212,7 @@ def test_workers_resume_within_a_second_of_redis_answering_and_report_what_ran(
         for round_ in range(3):
             # ... running 8 calls of 2 s (deadline 25 s)
             names = [f"r{round_}-{i}" for i in range(8)]
-            calls = [request("rt_sleep", name, key=counts.key(name), seconds=2) for name in names]
+            calls = [call(name, "rt_sleep", key=counts.key(name), seconds=2) for name in names]
 
             async def batch(calls: list[ToolExecutionRequest] = calls) -> list[ToolOutcome]:
                 invocation = Invocation()
@@ -266,7 +231,7 @@ def test_workers_resume_within_a_second_of_redis_answering_and_report_what_ran(
             publisher.send_task(
                 "tool.rt_sleep",
                 kwargs={
-                    "request": request("rt_sleep", probe, key=counts.key(probe), seconds=0).to_json(),
+                    "request": call(probe, "rt_sleep", key=counts.key(probe), seconds=0).to_json(),
                     "invocation": Invocation().to_json(),
                     "deadline": time.time() + 20,
                 },
@@ -300,16 +265,6 @@ def test_workers_resume_within_a_second_of_redis_answering_and_report_what_ran(
 # -- C. workers announce themselves again the moment they reconnect --------------------------------
 
 
-def _forget_everything(server: PrivateRedis) -> None:
-    """Remove the server's AOF while it is stopped: it starts again empty, as one without persistence."""
-    for name in ("appendonlydir", "appendonly.aof", "dump.rdb"):
-        path = server.directory / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-
-
 def test_a_worker_is_back_in_the_catalog_as_soon_as_it_reconnects_to_an_emptied_redis(
     up: PrivateRedis, redis_url: str, counts: Counts, logs: Path
 ) -> None:
@@ -317,11 +272,11 @@ def test_a_worker_is_back_in_the_catalog_as_soon_as_it_reconnects_to_an_emptied_
     worker = start_worker(up.url, redis_url, logs, rt.CATALOG_POOL, heartbeat_ttl_s=30)
     client = redis.Redis.from_url(up.url)
     key = counts.key("b")
-    booking = request("rt_book", "b1", key=key)
+    booking = call("b1", "rt_book", key=key)
     invocation = Invocation()
     try:
         worker.wait_ready(timeout_s=60)
-        executor = CeleryExecutor(settings=settings_for(up.url, 30), tools=[rt.tools])
+        executor = CeleryExecutor(settings=settings_for(up.url, heartbeat_ttl_s=30), tools=[rt.tools])
         try:
             booked = asyncio.run(executor.execute(booking, None, invocation))
         finally:
@@ -331,10 +286,7 @@ def test_a_worker_is_back_in_the_catalog_as_soon_as_it_reconnects_to_an_emptied_
         # When: Redis restarts empty (no persistence) 1 s after the worker's last heartbeat
         entry = WORKER_KEY.format(worker.hostname)
         assert wait_until(lambda: int(client.pttl(entry)) > 29_500, 15), "no heartbeat seen"
-        up.stop()
-        _forget_everything(up)
-        time.sleep(1)
-        up.start()
+        up.restart_empty(down_s=1.0)
         up_at = time.monotonic()
         client.close()
         client = redis.Redis.from_url(up.url)
@@ -347,7 +299,7 @@ def test_a_worker_is_back_in_the_catalog_as_soon_as_it_reconnects_to_an_emptied_
         assert back and back_s < RECONNECT_BOUND_S
 
         # ... so a compensation dispatched right then finds a live worker, and undoes the booking once
-        executor = CeleryExecutor(settings=settings_for(up.url, 30), tools=[rt.tools])
+        executor = CeleryExecutor(settings=settings_for(up.url, heartbeat_ttl_s=30), tools=[rt.tools])
         try:
             definition = executor.definition("rt_book")
             assert definition is not None

@@ -7,26 +7,21 @@ read back from counters that the test, the workers and the orchestrator subproce
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 
 from orchestrator import (
-    AiMessage,
-    AiService,
     CeleryExecutor,
     LocalExecutor,
     Result,
     ScriptedChatModel,
-    ToolExecutionRequest,
     ToolExecutionResultMessage,
 )
 from orchestrator.saga import rolled_back_text
@@ -38,6 +33,7 @@ from tests.integration import fault_tools
 from tests.integration.fault_tools import HEAVY_POOL, POOL, k, order_key
 from tests.integration.orchestrator_processes import kill_driver_when, toolfleet_on
 from tests.integration.saga_driver import booking_keys
+from tests.integration.scripts import ask, call, saga_service
 from tests.integration.worker_processes import tool_worker
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
@@ -117,24 +113,6 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def call(call_id: str, name: str, **arguments: Any) -> ToolExecutionRequest:
-    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
-
-
-def ask(*calls: ToolExecutionRequest) -> AiMessage:
-    return AiMessage(tool_execution_requests=list(calls))
-
-
-def service(model: ScriptedChatModel, executor: Any, journal: Journal) -> AiService:
-    return AiService(
-        chat_model=model,
-        tools=[fault_tools.tools],
-        executor=executor,
-        compensate_on_tool_errors=True,
-        journal=journal,
-    )
-
-
 def count(text_client: redis.Redis, key: str, what: str) -> int:
     return int(text_client.get(k(key, what)) or 0)
 
@@ -175,7 +153,7 @@ def test_call_finishing_after_its_deadline_is_compensated_once_after_it_finishes
 
     # When: the model calls it
     started = time.monotonic()
-    result = service(model, executor, journal).chat("book late")
+    result = saga_service(model, executor, journal, [fault_tools.tools]).chat("book late")
     elapsed = time.monotonic() - started
 
     # Then: the invocation gets the timeout text at the deadline and goes on without waiting
@@ -215,7 +193,7 @@ def test_call_finishing_at_its_deadline_is_either_collected_or_compensated(
         model = ScriptedChatModel(
             [ask(call(f"race-{index}", "fault_late", key=key, seconds=seconds)), "done"]
         )
-        result = service(model, executor, journal).chat("book on time")
+        result = saga_service(model, executor, journal, [fault_tools.tools]).chat("book on time")
         [execution] = result.tool_executions
         outcomes[key] = execution.has_failed
         expected = LATE_TEXT if execution.has_failed else f"booked {key}"
@@ -313,7 +291,9 @@ def _heavy_saga_undoing(
             "rolled back",
         ]
     )
-    running = Background(lambda: service(model, executor, journal).chat("book heavy"))
+    running = Background(
+        lambda: saga_service(model, executor, journal, [fault_tools.tools]).chat("book heavy")
+    )
     assert wait_until(lambda: count(client, key, "comp_starts") >= 1, 20.0), counts(client, key)
     return key, running, int(client.get(k(key, "comp_pid")) or 0)
 
@@ -414,7 +394,7 @@ def test_compensation_that_kept_failing_is_listed_by_sagas_failed(
     executor = CeleryExecutor(settings=settings)
     try:
         # When: a later call fails, so the saga tries to undo the booking
-        result = service(model, executor, journal).chat("book fragile")
+        result = saga_service(model, executor, journal, [fault_tools.tools]).chat("book fragile")
     finally:
         executor.close()
 
@@ -455,7 +435,7 @@ def test_compensations_of_a_concurrent_batch_run_latest_first_in_request_order(
     model = ScriptedChatModel([ask(*batch), "rolled back"])
 
     # When: the saga compensates
-    result = service(model, executor, journal).chat("book three at once")
+    result = saga_service(model, executor, journal, [fault_tools.tools]).chat("book three at once")
 
     # Then: every booking was undone once, latest (in request order) first
     assert [execution.status for execution in result.tool_executions][:3] == ["rolled_back"] * 3
@@ -501,7 +481,7 @@ def test_late_call_is_compensated_even_if_the_local_executor_is_closed_meanwhile
     key = unique("closed")
     executor = LocalExecutor()
     model = ScriptedChatModel([ask(call("late-1", "fault_late", key=key, seconds=1.0)), "went on"])
-    result = service(model, executor, journal).chat("book late")
+    result = saga_service(model, executor, journal, [fault_tools.tools]).chat("book late")
     assert result.tool_executions[0].result == LATE_TEXT
 
     # When: the application closes its executor before the call finishes

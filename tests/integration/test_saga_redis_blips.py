@@ -14,11 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
-import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,24 +24,27 @@ from typing import Any
 import pytest
 import redis
 
-from orchestrator import AiMessage, AiService, CeleryExecutor, Result, ScriptedChatModel, ToolExecutionRequest
-from orchestrator.executors._collector import ResultCollector
+from orchestrator import CeleryExecutor, Result, ScriptedChatModel
 from orchestrator.saga import rolled_back_text
 from orchestrator.saga.journal import Journal
+from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import saga_blip_tools as blip
-from tests.integration.private_redis import PrivateRedis
+from tests.integration.orchestrator_processes import toolfleet_on
+from tests.integration.private_redis import PrivateRedis, private_redis_in, settings_for
+from tests.integration.scripts import ask, call, saga_service
+from tests.integration.worker_processes import tool_worker
 from workers.app import make_publisher
 from workers.calls.invocation import Invocation
 from workers.protocol import COMPENSATION_PREFIX, ToolExecution, compensation_task_id
 from workers.runtime.catalog import Catalog
 from workers.runtime.process import WorkerProcess
-from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 TOOLS_MODULE = "tests.integration.saga_blip_tools"
+BACKOFF = {"TOOLFLEET_RETRY_BACKOFF_S": "0.05", "TOOLFLEET_RETRY_BACKOFF_MAX_S": "0.5"}
+CLI_ENV = {"TOOLFLEET_HEARTBEAT_TTL_S": "6"}  # the workers' heartbeat TTL
 
 
 # -- fixtures ------------------------------------------------------------------------------------
@@ -54,30 +53,15 @@ TOOLS_MODULE = "tests.integration.saga_blip_tools"
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     """A redis-server of this test alone (AOF on), for the broker, the results and the catalog."""
-    directory = tmp_path / "redis"
-    directory.mkdir()
-    server = PrivateRedis(directory)
-    try:
-        server.start()
+    with private_redis_in(tmp_path / "redis") as server:
         yield server
-    finally:
-        collector = ResultCollector._shared.get(server.url)
-        if collector is not None:
-            collector.close()  # it would retry forever once its Redis is gone
-        server.stop()
 
 
 @pytest.fixture
 def counts_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     """The redis-server that counts side effects: this test's own, never restarted."""
-    directory = tmp_path / "counts"
-    directory.mkdir()
-    server = PrivateRedis(directory)
-    try:
-        server.start()
+    with private_redis_in(tmp_path / "counts") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -101,24 +85,16 @@ def start_worker(
 
     def start(*pools: str, heartbeat_ttl_s: float = 6.0) -> WorkerProcess:
         hostname = f"{pools[0]}-{len(started)}-{os.getpid()}-{uuid.uuid4().hex[:6]}@blips"
-        worker = WorkerProcess(
-            pools=list(pools),
-            modules=[TOOLS_MODULE],
-            redis_url=private_redis.url,
-            kind="threads",
-            concurrency=8,
-            hostname=hostname,
-            env={
-                "PYTHONPATH": REPO_ROOT,
-                "SAGA_BLIP_WORKER": hostname,
-                "SAGA_BLIP_COUNTS_URL": counts_redis.url,
-                "TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
-                "TOOLFLEET_COMPENSATION_RETRIES": "1",
-                "TOOLFLEET_RETRY_BACKOFF_S": "0.05",
-                "TOOLFLEET_RETRY_BACKOFF_MAX_S": "0.5",
-            },
-            log_path=tmp_path / f"{pools[0]}-{len(started)}.log",
-            loglevel="INFO",
+        env = {
+            "SAGA_BLIP_WORKER": hostname,
+            "SAGA_BLIP_COUNTS_URL": counts_redis.url,
+            "TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
+            "TOOLFLEET_COMPENSATION_RETRIES": "1",
+            **BACKOFF,
+        }
+        log_path = tmp_path / f"{pools[0]}-{len(started)}.log"
+        worker = tool_worker(
+            private_redis.url, pools, [TOOLS_MODULE], log_path, hostname, concurrency=8, env=env
         )
         started.append(worker)
         return worker.wait_ready(timeout_s=60)
@@ -131,37 +107,6 @@ def start_worker(
 
 
 # -- helpers -------------------------------------------------------------------------------------
-
-
-def settings_for(server: PrivateRedis, heartbeat_ttl_s: float = 6.0, **extra: str) -> Settings:
-    return Settings.from_env(
-        {
-            "TOOLFLEET_REDIS_URL": server.url,
-            "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
-            "TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
-            "TOOLFLEET_RETRY_BACKOFF_S": "0.05",
-            "TOOLFLEET_RETRY_BACKOFF_MAX_S": "0.5",
-            **extra,
-        }
-    )
-
-
-def call(call_id: str, name: str, **arguments: Any) -> ToolExecutionRequest:
-    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
-
-
-def ask(*calls: ToolExecutionRequest) -> AiMessage:
-    return AiMessage(tool_execution_requests=list(calls))
-
-
-def service(model: ScriptedChatModel, executor: CeleryExecutor, journal: Journal) -> AiService:
-    return AiService(
-        chat_model=model,
-        tools=[blip.bank],
-        executor=executor,
-        compensate_on_tool_errors=True,
-        journal=journal,
-    )
 
 
 def number(counts: redis.Redis, ns: str, what: str) -> int:
@@ -177,63 +122,6 @@ def side_effects(counts: redis.Redis, ns: str) -> dict[str, object]:
         "done_by": counts.lrange(blip.key(ns, "done_by"), 0, -1),
         "undone_by": counts.lrange(blip.key(ns, "undone_by"), 0, -1),
     }
-
-
-def restart_empty(server: PrivateRedis, down_s: float) -> None:
-    """Stop Redis for `down_s` and start it without its data, as a server without persistence does."""
-    stopped = server.stop()
-    for path in server.directory.iterdir():
-        if path.name.startswith(("appendonly", "dump")):
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    time.sleep(max(0.0, down_s - (time.monotonic() - stopped)))  # the outage's length, not a wait
-    server.start()
-
-
-def cli(args: list[str], server: PrivateRedis, journal_file: Path) -> subprocess.CompletedProcess[str]:
-    """`toolfleet ARGS` in a subprocess against the private Redis and the journal file."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": REPO_ROOT,
-        "TOOLFLEET_REDIS_URL": server.url,
-        "TOOLFLEET_BROKER_URL": server.url,
-        "TOOLFLEET_RESULT_BACKEND": server.url,
-        "TOOLFLEET_DATABASE_URL": f"sqlite:///{journal_file}",
-        "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
-        "TOOLFLEET_HEARTBEAT_TTL_S": "6",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
-
-
-class Background:
-    """`service.chat(...)` on a thread, so the test can restart Redis while the saga runs."""
-
-    def __init__(self, target: AiService, message: str) -> None:
-        self.result: Result | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(target, message), daemon=True)
-        self._thread.start()
-
-    def _run(self, target: AiService, message: str) -> None:
-        try:
-            self.result = target.chat(message)
-        except BaseException as exc:
-            self.error = exc
-
-    def join(self, timeout_s: float) -> Result:
-        self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), f"the invocation did not end within {timeout_s} s"
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
 
 
 def assert_rolled_back(result: Result, journal: Journal, tool: str = "blip_credit") -> None:
@@ -265,7 +153,9 @@ def test_a_compensation_survives_a_redis_restart_while_it_runs(
 ) -> None:
     # Given: a saga whose credit is undone by a compensation that takes 0.5 s
     start_worker(blip.POOL, blip.FAIL_POOL)
-    executor = CeleryExecutor(settings=settings_for(private_redis), tools=[blip.bank])
+    executor = CeleryExecutor(
+        settings=settings_for(private_redis.url, heartbeat_ttl_s=6.0, **BACKOFF), tools=[blip.bank]
+    )
     model = ScriptedChatModel(
         [
             ask(call("c1", "blip_credit", ns=ns, amount=100, undo_s=0.5)),
@@ -273,7 +163,7 @@ def test_a_compensation_survives_a_redis_restart_while_it_runs(
             "done",
         ]
     )
-    chat = Background(service(model, executor, journal), "credit, then pay")
+    chat = Background(lambda: saga_service(model, executor, journal, [blip.bank]).chat("credit, then pay"))
 
     # When: Redis stops as the undo starts and comes back (same data) ~1 s later, after the undo ended,
     # so the worker's bookkeeping after the undo meets a Redis that is down
@@ -332,7 +222,9 @@ def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
     # holds until the test releases it
     worker = start_worker(blip.POOL)
     start_worker(blip.FAIL_POOL)
-    executor = CeleryExecutor(settings=settings_for(private_redis), tools=[blip.bank])
+    executor = CeleryExecutor(
+        settings=settings_for(private_redis.url, heartbeat_ttl_s=6.0, **BACKOFF), tools=[blip.bank]
+    )
     model = ScriptedChatModel(
         [
             ask(call("c1", "blip_credit", ns=ns, amount=70)),
@@ -342,7 +234,7 @@ def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
     )
     waits = Waits()
     logging.getLogger("orchestrator.executors.celery").addHandler(waits)
-    chat = Background(service(model, executor, journal), "credit, then pay")
+    chat = Background(lambda: saga_service(model, executor, journal, [blip.bank]).chat("credit, then pay"))
 
     # When: while the failing call runs, Redis is down 1 s and comes back without its data (the
     # catalog is empty), and the credit's worker is held away (SIGSTOP) so it cannot announce itself
@@ -350,7 +242,7 @@ def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
     try:
         assert wait_until(lambda: number(counts, ns, "failing") == 1, 30), "the failing call never ran"
         os.killpg(worker.pid, signal.SIGSTOP)
-        restart_empty(private_redis, down_s=1.0)
+        private_redis.restart_empty(down_s=1.0)
         with redis.Redis.from_url(private_redis.url) as client:
             assert not Catalog(client).live_workers(blip.POOL), "the catalog survived the restart"
         counts.set(blip.key(ns, "release"), "1")
@@ -392,7 +284,9 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     # made after the failure, which stands
     start_worker(blip.POOL, blip.FAIL_POOL)
     gone = start_worker(blip.GONE_POOL)
-    settings = settings_for(private_redis, TOOLFLEET_COMPENSATION_RETRIES="0")
+    settings = settings_for(
+        private_redis.url, heartbeat_ttl_s=6.0, TOOLFLEET_COMPENSATION_RETRIES="0", **BACKOFF
+    )
     executor = CeleryExecutor(settings=settings, tools=[blip.bank])
     model = ScriptedChatModel(
         [
@@ -402,7 +296,9 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
             "done",
         ]
     )
-    chat = Background(service(model, executor, journal), "deposit, pay, credit")
+    chat = Background(
+        lambda: saga_service(model, executor, journal, [blip.bank]).chat("deposit, pay, credit")
+    )
 
     # When: the deposit's pool loses its worker while the failing call runs; no worker comes back
     # within the compensation's deadline
@@ -431,7 +327,7 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     assert compensation.error is not None and f"pool '{blip.GONE_POOL}'" in compensation.error
 
     # ... `toolfleet sagas --failed` lists it
-    listed = cli(["sagas", "--failed"], private_redis, journal_file)
+    listed = toolfleet_on(["sagas", "--failed"], private_redis.url, journal_file, timeout_s=90, env=CLI_ENV)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     rows = [line.split() for line in listed.stdout.splitlines() if line.startswith(result.invocation_id)]
     assert len(rows) == 1, listed.stdout
@@ -442,7 +338,13 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     # ... and once a worker serves the pool again, `toolfleet recover` completes it, once, and leaves
     # the credit that stands alone
     start_worker(blip.GONE_POOL)
-    recovered = cli(["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], private_redis, journal_file)
+    recovered = toolfleet_on(
+        ["recover", "--stale-after", "0", "--tools", TOOLS_MODULE],
+        private_redis.url,
+        journal_file,
+        timeout_s=90,
+        env=CLI_ENV,
+    )
     assert recovered.returncode == 0, recovered.stdout + recovered.stderr
     assert f"invocation {result.invocation_id}:" in recovered.stdout
     assert "compensated  blip_deposit (d1)" in recovered.stdout
@@ -453,7 +355,7 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     assert compensation.state == "succeeded"
     states = {c.call_id: c.state for c in journal.calls(result.invocation_id)}
     assert states["d1"] == "compensated" and states["c1"] != "compensated", states
-    again = cli(["sagas", "--failed"], private_redis, journal_file)
+    again = toolfleet_on(["sagas", "--failed"], private_redis.url, journal_file, timeout_s=90, env=CLI_ENV)
     assert "No failed compensations." in again.stdout, again.stdout
 
 
@@ -471,7 +373,9 @@ def test_a_compensation_still_running_at_its_deadline_is_awaited_and_recorded_as
     # Given: a credit whose undo takes longer than the compensation's deadline (30.5 s: 30 s for one
     # attempt, no retries, plus the longest backoff)
     start_worker(blip.POOL, blip.FAIL_POOL)
-    settings = settings_for(private_redis, TOOLFLEET_COMPENSATION_RETRIES="0")
+    settings = settings_for(
+        private_redis.url, heartbeat_ttl_s=6.0, TOOLFLEET_COMPENSATION_RETRIES="0", **BACKOFF
+    )
     executor = CeleryExecutor(settings=settings, tools=[blip.bank])
     model = ScriptedChatModel(
         [
@@ -483,7 +387,9 @@ def test_a_compensation_still_running_at_its_deadline_is_awaited_and_recorded_as
 
     # When: the payment fails, so the saga undoes the credit
     try:
-        result = Background(service(model, executor, journal), "credit, then pay").join(120)
+        result = Background(
+            lambda: saga_service(model, executor, journal, [blip.bank]).chat("credit, then pay")
+        ).join(120)
     finally:
         executor.close()
 
@@ -506,7 +412,7 @@ def test_a_queued_compensation_its_orchestrator_abandoned_does_not_run(
     broker = redis.Redis.from_url(private_redis.url)
     broker.set(f"toolfleet:compensation:{key}", "abandoned")
     credit = call("c1", "blip_credit", ns=ns, amount=3)
-    publisher = make_publisher(settings_for(private_redis))
+    publisher = make_publisher(settings_for(private_redis.url, heartbeat_ttl_s=6.0, **BACKOFF))
     task_id = compensation_task_id(key)
 
     # When

@@ -34,6 +34,7 @@ from orchestrator import (
     send_exception_message_to_llm,
 )
 from tests.integration._placement import assert_ran, is_celery
+from tests.integration.worker_processes import tool_worker
 from tests.orchestrator._service import RecordingProvider
 from tests.orchestrator._service import call as _call
 from tests.orchestrator._service import calls as _calls
@@ -44,7 +45,6 @@ from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
 SEARCH = SimpleToolSearchStrategy.NAME
 
 
@@ -58,17 +58,8 @@ WORKERS = ["pools", "srch_worker"]
 @pytest.fixture(scope="module")
 def srch_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
     """A worker process of its own serving pool `srch` (tests/integration/search_tools.py)."""
-    worker = WorkerProcess(
-        pools=[st.POOL],
-        modules=["tests.integration.search_tools"],
-        redis_url=redis_url,
-        kind="threads",
-        concurrency=8,
-        hostname="srch@integration",
-        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": REPO_ROOT},
-        log_path=worker_logs / "srch.log",
-        loglevel="INFO",
-    )
+    modules, log_path = ["tests.integration.search_tools"], worker_logs / "srch.log"
+    worker = tool_worker(redis_url, [st.POOL], modules, log_path, "srch@integration", concurrency=8)
     with worker.running(timeout_s=60):
         yield worker
 

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
+
+from tests._postgres import postgres_unreachable
 
 ADMIN_URL = os.environ.get("TOOLFLEET_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 KINDS = ("sqlite", "postgresql")
@@ -32,7 +33,7 @@ def fresh_database(kind: str, tmp_path: Path) -> Iterator[str]:
             connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
     except sa.exc.OperationalError as exc:
         admin.dispose()
-        pytest.skip(f"PostgreSQL does not answer at {ADMIN_URL}: {exc}")
+        postgres_unreachable(ADMIN_URL, exc)
     try:
         yield sa.make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     finally:

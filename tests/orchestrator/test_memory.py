@@ -27,6 +27,7 @@ from orchestrator import (
     ToolExecutionResultMessage,
     UserMessage,
 )
+from tests._postgres import postgres_unreachable
 from workers import Image, ImageContent, TextContent, ToolExecutionResult, tool
 
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -115,7 +116,7 @@ def postgres_url() -> str:
         with engine.connect() as connection:
             connection.execute(sa.text("select 1"))
     except sa.exc.OperationalError as exc:
-        pytest.skip(f"PostgreSQL does not answer at {POSTGRES_URL}: {exc}")
+        postgres_unreachable(POSTGRES_URL, exc)
     finally:
         engine.dispose()
     return POSTGRES_URL

@@ -10,7 +10,6 @@ from typing import Any
 
 import tests.integration.acceptance_tools as acc
 from orchestrator import (
-    AiMessage,
     AiService,
     CeleryExecutor,
     CompleteResponse,
@@ -37,14 +36,6 @@ HALLUCINATION_TEXT = (
     "hallucination. You can override this default strategy by setting the "
     "hallucinated_tool_name_strategy on the AiService"
 )
-
-
-def call(call_id: str, name: str, **arguments: Any) -> ToolExecutionRequest:
-    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
-
-
-def ask(*calls: ToolExecutionRequest) -> AiMessage:
-    return AiMessage(tool_execution_requests=list(calls))
 
 
 def tool_result(request: ToolExecutionRequest, text: str, *, is_error: bool) -> ToolExecutionResultMessage:

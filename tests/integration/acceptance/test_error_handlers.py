@@ -1,9 +1,6 @@
 """Acceptance tests of `AiService`: ready-made and custom error handlers (SPEC §6).
 
-Every case runs twice: with `LocalExecutor` (tools in this process) and with `CeleryExecutor` against
-the real Redis and one real worker process serving `tests.integration.acceptance_tools` on pool `acc`
-(tests/integration/acceptance/conftest.py). The model is a `ScriptedChatModel`; what it was sent is
-read back from `model.requests`.
+How every case runs: tests/integration/acceptance/__init__.py.
 """
 
 from __future__ import annotations
@@ -30,15 +27,14 @@ from tests.integration.acceptance._service import (
     BAD_COUNT_TEXT,
     FINAL,
     VISIBLE_TEXT,
-    ask,
     assert_ran_where_expected,
     bad_count,
-    call,
     executions,
     sent_to_model,
     service_for,
     tool_result,
 )
+from tests.integration.scripts import ask, call
 from workers.calls.invocation import InvocationParameters
 from workers.errors import ToolArgumentsError
 

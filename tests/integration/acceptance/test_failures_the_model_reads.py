@@ -1,9 +1,6 @@
 """Acceptance tests of `AiService`: hallucinated tool names, timeouts and pools without a worker (SPEC §6).
 
-Every case runs twice: with `LocalExecutor` (tools in this process) and with `CeleryExecutor` against
-the real Redis and one real worker process serving `tests.integration.acceptance_tools` on pool `acc`
-(tests/integration/acceptance/conftest.py). The model is a `ScriptedChatModel`; what it was sent is
-read back from `model.requests`.
+How every case runs: tests/integration/acceptance/__init__.py.
 """
 
 from __future__ import annotations
@@ -18,14 +15,13 @@ from orchestrator import CeleryExecutor, FinishReason, HallucinatedToolNameError
 from tests.integration.acceptance._service import (
     FINAL,
     HALLUCINATION_TEXT,
-    ask,
-    call,
     executions,
     explicit_handlers,
     invoke,
     service_for,
     tool_result,
 )
+from tests.integration.scripts import ask, call
 
 pytestmark = pytest.mark.integration
 

@@ -1,9 +1,6 @@
 """Acceptance tests of `AiService`: when an invocation returns a tool's result at once (SPEC §5).
 
-Every case runs twice: with `LocalExecutor` (tools in this process) and with `CeleryExecutor` against
-the real Redis and one real worker process serving `tests.integration.acceptance_tools` on pool `acc`
-(tests/integration/acceptance/conftest.py). The model is a `ScriptedChatModel`; what it was sent is
-read back from `model.requests`.
+How every case runs: tests/integration/acceptance/__init__.py.
 """
 
 from __future__ import annotations
@@ -21,9 +18,7 @@ from tests.integration.acceptance._service import (
     IMMEDIATE,
     TO_LLM,
     TOOL_OF,
-    ask,
     assert_ran_where_expected,
-    call,
     executions,
     explicit_handlers,
     invoke,
@@ -31,6 +26,7 @@ from tests.integration.acceptance._service import (
     service_for,
     tool_result,
 )
+from tests.integration.scripts import ask, call
 from workers import ReturnBehavior, ToolSpecification
 
 pytestmark = pytest.mark.integration

@@ -1,9 +1,6 @@
 """Acceptance tests of `AiService`: the round-trip limit, concurrent and sequential calls (SPEC §4).
 
-Every case runs twice: with `LocalExecutor` (tools in this process) and with `CeleryExecutor` against
-the real Redis and one real worker process serving `tests.integration.acceptance_tools` on pool `acc`
-(tests/integration/acceptance/conftest.py). The model is a `ScriptedChatModel`; what it was sent is
-read back from `model.requests`.
+How every case runs: tests/integration/acceptance/__init__.py.
 """
 
 from __future__ import annotations
@@ -19,8 +16,6 @@ from orchestrator import FinishReason, RoundTripLimitError, ScriptedChatModel, T
 from tests.integration.acceptance._service import (
     FINAL,
     ROUND_TRIPS_TEXT,
-    ask,
-    call,
     executions,
     explicit_handlers,
     invoke,
@@ -28,6 +23,7 @@ from tests.integration.acceptance._service import (
     service_for,
     tool_result,
 )
+from tests.integration.scripts import ask, call
 
 pytestmark = pytest.mark.integration
 

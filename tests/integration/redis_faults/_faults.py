@@ -5,39 +5,27 @@ Redis, running calls in the background and timing each outcome as it arrives.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
 
 from orchestrator import CeleryExecutor, ToolExecutionRequest
-from orchestrator.executors._collector import ResultCollector
 from tests._waiting import wait_for
 from tests.integration.private_redis import PrivateRedis
 from tests.integration.redis_fault_tools import tally
+from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolOutcome
 from workers.calls.invocation import Invocation
 from workers.runtime.process import WorkerProcess
-from workers.settings import Settings
 
-REPO_ROOT = str(Path(__file__).resolve().parents[3])
 TOOLS_MODULE = "tests.integration.redis_fault_tools"
-CHECK_INTERVAL_S = 0.2
 SHORT_TTL_S = 2.0  # heartbeat TTL of the workers whose death the tests wait for
 RECOVERY_BOUND_S = 6.0  # from Redis answering again (or the tool finishing, if later) to the outcome
 FINAL_STATES = {kind.value for kind in OutcomeKind}
-
-T = TypeVar("T")
-
-
-def request(name: str, call_id: str, **arguments: Any) -> ToolExecutionRequest:
-    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
 
 
 def count(ledger: Path, what: str) -> int:
@@ -46,30 +34,6 @@ def count(ledger: Path, what: str) -> int:
 
 def once_each(*keys: str) -> Counter[str]:
     return Counter(dict.fromkeys(keys, 1))
-
-
-class Background(Generic[T]):
-    """`target()` on a thread, so the test can inject a fault meanwhile."""
-
-    def __init__(self, target: Callable[[], T]) -> None:
-        self._target = target
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._value = self._target()
-        except BaseException as exc:
-            self._error = exc
-
-    def join(self, timeout_s: float) -> T:
-        self._thread.join(timeout_s)
-        assert not self._thread.is_alive(), f"still running after {timeout_s} s: a call hangs"
-        if self._error is not None:
-            raise self._error
-        return self._value  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -152,30 +116,12 @@ def outage_ending_before_a_reconnect(
 def start_worker(
     redis_url: str, logs: Path, pool: str, kind: str, concurrency: int, heartbeat_ttl_s: float
 ) -> WorkerProcess:
-    return WorkerProcess(
-        pools=[pool],
-        modules=[TOOLS_MODULE],
-        redis_url=redis_url,
-        kind=kind,
-        concurrency=concurrency,
-        hostname=f"{pool}-{os.getpid()}-{time.monotonic_ns() % 10**8}@rfaults",
-        env={"TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s), "PYTHONPATH": REPO_ROOT},
-        log_path=logs / f"{pool}.log",
-        loglevel="INFO",
+    hostname = f"{pool}-{os.getpid()}-{time.monotonic_ns() % 10**8}@rfaults"
+    env = {"TOOLFLEET_HEARTBEAT_TTL_S": str(heartbeat_ttl_s)}
+    log_path = logs / f"{pool}.log"
+    return tool_worker(
+        redis_url, [pool], [TOOLS_MODULE], log_path, hostname, kind=kind, concurrency=concurrency, env=env
     )
-
-
-def settings_for(redis_url: str) -> Settings:
-    return Settings.from_env(
-        {"TOOLFLEET_REDIS_URL": redis_url, "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": str(CHECK_INTERVAL_S)}
-    )
-
-
-def close_collector(redis_url: str) -> None:
-    """The process-wide collector of `redis_url` retries forever once its Redis is gone: stop it."""
-    collector = ResultCollector._shared.get(redis_url)
-    if collector is not None:
-        collector.close()
 
 
 class Respawning:

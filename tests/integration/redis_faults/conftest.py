@@ -12,8 +12,14 @@ import pytest
 
 from orchestrator import CeleryExecutor
 from tests.integration import redis_fault_tools as rft
-from tests.integration.private_redis import PrivateRedis, free_port
-from tests.integration.redis_faults._faults import Respawning, close_collector, settings_for, start_worker
+from tests.integration.private_redis import (
+    PrivateRedis,
+    close_collector,
+    free_port,
+    private_redis_in,
+    settings_for,
+)
+from tests.integration.redis_faults._faults import Respawning, start_worker
 from workers.runtime.process import WorkerProcess
 
 
@@ -25,13 +31,8 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="package")
 def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
     """This folder's own redis-server, AOF on: restartable on the same port with its data."""
-    server = PrivateRedis(tmp_path_factory.mktemp("private-redis"))
-    try:
-        server.start()
+    with private_redis_in(tmp_path_factory.mktemp("private-redis")) as server:
         yield server
-    finally:
-        close_collector(server.url)
-        server.stop()
 
 
 @pytest.fixture(scope="package")
@@ -42,14 +43,6 @@ def rfault_pool(private_redis: PrivateRedis, logs: Path) -> Iterator[Respawning]
         yield pool
     finally:
         pool.stop()
-
-
-@pytest.fixture
-def up(private_redis: PrivateRedis) -> PrivateRedis:
-    """The private Redis, running (a test that failed mid-outage may have left it down)."""
-    if not private_redis.running:
-        private_redis.start()
-    return private_redis
 
 
 @pytest.fixture

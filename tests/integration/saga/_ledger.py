@@ -12,7 +12,6 @@ import redis
 
 import tests.integration.saga_tools as saga
 from orchestrator import (
-    AiMessage,
     AiService,
     CeleryExecutor,
     ChatRequest,
@@ -22,6 +21,7 @@ from orchestrator import (
     ToolExecutionResultMessage,
 )
 from orchestrator.saga.journal import Journal
+from tests.integration.scripts import call
 
 COMPENSATION_RETRIES = 1
 RETRY_BACKOFF_S = 0.01
@@ -96,14 +96,6 @@ class Ledger:
 
     def seats(self) -> set[str]:
         return {str(s) for s in self.client.smembers(saga.seats_key(self.ns))}
-
-
-def call(call_id: str, tool_name: str, /, **arguments: Any) -> ToolExecutionRequest:
-    return ToolExecutionRequest(id=call_id, name=tool_name, arguments=json.dumps(arguments))
-
-
-def ask(*calls: ToolExecutionRequest) -> AiMessage:
-    return AiMessage(tool_execution_requests=list(calls))
 
 
 def tool_result(request: ToolExecutionRequest, text: str, *, is_error: bool) -> ToolExecutionResultMessage:

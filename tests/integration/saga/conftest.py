@@ -8,39 +8,29 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
 import tests.integration.saga_tools as saga
 from tests.integration.saga._ledger import COMPENSATION_RETRIES, RETRY_BACKOFF_S, Ledger
+from tests.integration.worker_processes import tool_worker
 from workers.runtime.process import WorkerProcess
 
-REPO_ROOT = str(Path(__file__).resolve().parents[3])
 TOOLS_MODULE = "tests.integration.saga_tools"
 
 
 @pytest.fixture(scope="package")
 def saga_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     """One threads worker serving the saga tools on pool `saga`, with small compensation retries."""
-    worker = WorkerProcess(
-        pools=[saga.POOL],
-        modules=[TOOLS_MODULE],
-        redis_url=redis_url,
-        kind="threads",
-        concurrency=8,
-        hostname=f"saga-{os.getpid()}@saga",
-        env={
-            "TOOLFLEET_HEARTBEAT_TTL_S": "2",
-            "PYTHONPATH": REPO_ROOT,
-            # The worker retries compensations itself, reading these from its own environment.
-            "TOOLFLEET_COMPENSATION_RETRIES": str(COMPENSATION_RETRIES),
-            "TOOLFLEET_RETRY_BACKOFF_S": str(RETRY_BACKOFF_S),
-        },
-        log_path=tmp_path_factory.mktemp("saga-worker") / "saga.log",
-        loglevel="INFO",
-    )
+    # The worker retries compensations itself, reading these from its own environment.
+    env = {
+        "TOOLFLEET_COMPENSATION_RETRIES": str(COMPENSATION_RETRIES),
+        "TOOLFLEET_RETRY_BACKOFF_S": str(RETRY_BACKOFF_S),
+    }
+    log_path = tmp_path_factory.mktemp("saga-worker") / "saga.log"
+    hostname = f"saga-{os.getpid()}@saga"
+    worker = tool_worker(redis_url, [saga.POOL], [TOOLS_MODULE], log_path, hostname, concurrency=8, env=env)
     with worker.running(timeout_s=60):
         yield worker
 

@@ -1,12 +1,6 @@
 """Saga acceptance tests (SPEC §7, §6): what compensations receive, when they fail, and abnormal ends.
 
-Every case runs twice: with `LocalExecutor` (tools and compensations in this process) and with
-`CeleryExecutor` against the real Redis and one real worker process serving
-`tests.integration.saga_tools` on pool `saga` (tests/integration/saga/conftest.py). The model is a
-`ScriptedChatModel`; what it was sent is read back from `model.requests`. Every side effect of the
-tools — balances, bookings, and the order in which compensations ran — is kept in the test Redis
-under a fresh namespace per test, so the test reads what the worker did. Every service has
-`compensate_on_tool_errors=True` and its own SQLite journal.
+How every case runs: tests/integration/saga/__init__.py.
 """
 
 from __future__ import annotations
@@ -34,13 +28,12 @@ from tests.integration.saga._ledger import (
     INSUFFICIENT,
     RETRY_BACKOFF_S,
     Ledger,
-    ask,
-    call,
     results_of,
     rolled_back,
     saga_service,
     tool_result,
 )
+from tests.integration.scripts import ask, call
 from workers import ToolExecution
 
 pytestmark = pytest.mark.integration

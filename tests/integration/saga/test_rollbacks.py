@@ -1,12 +1,6 @@
 """Saga acceptance tests (SPEC §7): what a failure rolls back, in which order, and never twice.
 
-Every case runs twice: with `LocalExecutor` (tools and compensations in this process) and with
-`CeleryExecutor` against the real Redis and one real worker process serving
-`tests.integration.saga_tools` on pool `saga` (tests/integration/saga/conftest.py). The model is a
-`ScriptedChatModel`; what it was sent is read back from `model.requests`. Every side effect of the
-tools — balances, bookings, and the order in which compensations ran — is kept in the test Redis
-under a fresh namespace per test, so the test reads what the worker did. Every service has
-`compensate_on_tool_errors=True` and its own SQLite journal.
+How every case runs: tests/integration/saga/__init__.py.
 """
 
 from __future__ import annotations
@@ -33,15 +27,14 @@ from tests.integration.saga._ledger import (
     RETRY_BACKOFF_S,
     SOLD_OUT,
     Ledger,
-    ask,
     assert_trip_undone_latest_first,
-    call,
     results_of,
     rolled_back,
     saga_service,
     tool_result,
     travel_calls,
 )
+from tests.integration.scripts import ask, call
 
 pytestmark = pytest.mark.integration
 
