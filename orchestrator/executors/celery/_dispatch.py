@@ -27,6 +27,7 @@ from orchestrator.executors._outcomes import (
 )
 from orchestrator.executors.celery._pools import OUTAGE_HOLD_S, Pools
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
+from workers.calls.retry import call_state_ttl_s
 from workers.protocol import (
     CALL_ABANDONED,
     IDEMPOTENCY_HEADER,
@@ -213,7 +214,7 @@ class Dispatcher:
 
     def _mark_abandoned(self, task_id: str) -> bool:
         """Claim a call as abandoned, unless its worker already marked it finished."""
-        ttl = int(max(self.settings.result_expires_s, 60))
+        ttl = call_state_ttl_s(self.settings)
         try:
             return bool(self.redis.set(call_state_key(task_id), CALL_ABANDONED, nx=True, ex=ttl))
         except redis.RedisError as exc:

@@ -33,6 +33,7 @@ from workers import (
 from workers._redis_errors import mapped_redis_errors
 from workers.app import make_publisher
 from workers.calls.invocation import Invocation
+from workers.calls.retry import call_state_ttl_s
 from workers.calls.runner import utf8_size
 from workers.protocol import CallTask, call_task_id, tool_task_name
 from workers.runtime.catalog import Catalog
@@ -184,7 +185,7 @@ class CeleryExecutor:
         a call killed midway could leave a partial effect that nothing undoes."""
         retries = definition.options.retries if definition and definition.options.idempotent else 0
         ids = [call_task_id(key, attempt) for attempt in range(1 + retries)]
-        ttl = int(max(self.settings.result_expires_s, 60))
+        ttl = call_state_ttl_s(self.settings)
         dispatcher = self._dispatcher
         with mapped_redis_errors(self.settings.redis_url):
             return await settle(
