@@ -22,9 +22,9 @@ pytestmark = pytest.mark.integration
 TTL_S = 120
 
 
-def attempts(count: int) -> list[str]:
-    key = f"{uuid.uuid4()}:c1"
-    return [call_task_id(key, attempt) for attempt in range(count)]
+def new_task_id() -> str:
+    """The task id of a call of its own."""
+    return call_task_id(f"{uuid.uuid4()}:c1")
 
 
 def run_settle(client: redis.Redis, task_ids: list[str]) -> tuple[Settled, list[str]]:
@@ -42,7 +42,7 @@ def lost() -> Exception:
 
 
 def test_a_success_is_to_be_compensated_and_left_unmarked(client: redis.Redis, worker_app: Celery) -> None:
-    [task_id] = attempts(1)
+    task_id = new_task_id()
     worker_app.backend.mark_as_done(task_id, {"kind": "success", "text": "credited"})
 
     settled, revoked = run_settle(client, [task_id])
@@ -53,7 +53,7 @@ def test_a_success_is_to_be_compensated_and_left_unmarked(client: redis.Redis, w
 
 
 def test_a_failure_has_nothing_to_undo(client: redis.Redis, worker_app: Celery) -> None:
-    [task_id] = attempts(1)
+    task_id = new_task_id()
     worker_app.backend.mark_as_failure(task_id, ValueError("card declined"))
 
     settled, revoked = run_settle(client, [task_id])
@@ -67,7 +67,7 @@ def test_a_call_queued_or_running_is_revoked_and_marked_abandoned(
     client: redis.Redis, worker_app: Celery, stored: str | None
 ) -> None:
     # given: no state yet (queued), or a started, retrying or revoked one (a threads pool still runs it)
-    [task_id] = attempts(1)
+    task_id = new_task_id()
     if stored is not None:
         worker_app.backend.store_result(task_id, {"hostname": "w@h"}, stored)
 
@@ -80,7 +80,7 @@ def test_a_call_queued_or_running_is_revoked_and_marked_abandoned(
 
 def test_a_call_already_marked_abandoned_stays_abandoned(client: redis.Redis) -> None:
     # given: its orchestrator marked it abandoned at its deadline, then died before journaling that
-    [task_id] = attempts(1)
+    task_id = new_task_id()
     client.set(call_state_key(task_id), "abandoned")
 
     settled, revoked = run_settle(client, [task_id])
@@ -93,7 +93,7 @@ def test_a_call_its_worker_marked_finished_first_is_a_success(
     client: redis.Redis, worker_app: Celery
 ) -> None:
     # given: the worker marked the call finished; its result lands a moment later
-    [task_id] = attempts(1)
+    task_id = new_task_id()
     client.set(call_state_key(task_id), "finished")
     later = threading.Timer(
         0.3, worker_app.backend.mark_as_done, (task_id, {"kind": "success", "text": "ok"})
@@ -110,30 +110,8 @@ def test_a_call_its_worker_marked_finished_first_is_a_success(
     assert client.get(call_state_key(task_id)) == b"finished"
 
 
-def test_the_attempt_dispatched_after_a_lost_worker_decides(client: redis.Redis, worker_app: Celery) -> None:
-    # given: attempt 0 lost its worker, attempt 1 succeeded
-    first, second = attempts(2)
-    worker_app.backend.mark_as_failure(first, lost())
-    worker_app.backend.mark_as_done(second, {"kind": "success", "text": "credited"})
-
-    settled, revoked = run_settle(client, [first, second])
-
-    assert (settled.state, settled.task_id, revoked) == ("succeeded", second, [])
-
-
-def test_every_attempt_that_may_still_run_is_abandoned(client: redis.Redis, worker_app: Celery) -> None:
-    # given: attempt 0 started on a worker that vanished; attempt 1 may be queued
-    first, second = attempts(2)
-    worker_app.backend.store_result(first, {"hostname": "gone@h"}, states.STARTED)
-
-    settled, revoked = run_settle(client, [first, second])
-
-    assert (settled.state, settled.task_id, revoked) == ("abandoned", first, [first, second])
-    assert [client.get(call_state_key(t)) for t in (first, second)] == [b"abandoned", b"abandoned"]
-
-
-def test_a_lost_last_attempt_is_a_failure(client: redis.Redis, worker_app: Celery) -> None:
-    [task_id] = attempts(1)
+def test_a_call_that_lost_its_worker_is_a_failure(client: redis.Redis, worker_app: Celery) -> None:
+    task_id = new_task_id()
     worker_app.backend.mark_as_failure(task_id, lost())
 
     settled, revoked = run_settle(client, [task_id])
