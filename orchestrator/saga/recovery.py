@@ -141,7 +141,8 @@ async def _settle(
     if settled is None:  # the executor cannot know (the call ran in a process that is gone)
         report.unknown.append(label)
         return
-    if settled.state == CallState.ABANDONED:
+    state = CallState(settled.state)
+    if state == CallState.ABANDONED:
         journal.set_call_state(call.id, CallState.ABANDONED)
         report.abandoned.append(label)
         return
@@ -149,8 +150,8 @@ async def _settle(
         outcome_of_meta(settled.meta, definition, definition.timeout or 0.0)
         if settled.meta is not None and definition is not None
         else ToolOutcome(
-            OutcomeKind.SUCCESS if settled.state == CallState.SUCCEEDED else OutcomeKind.EXECUTION_ERROR,
-            f"Tool '{call.tool}' {settled.state}",
+            OutcomeKind.SUCCESS if state == CallState.SUCCEEDED else OutcomeKind.EXECUTION_ERROR,
+            f"Tool '{call.tool}' {state}",
         )
     )
     worker = worker_of(settled.meta) if settled.meta is not None else None

@@ -120,7 +120,7 @@ class Dispatcher:
         try:
             meta = await asyncio.wait_for(asyncio.shield(waiting), max(remaining, 0.0))
         except TimeoutError:
-            if abandon_atomically and not self._mark_abandoned(task_id):
+            if abandon_atomically and not self.mark_abandoned(task_id):
                 # The worker finished first: the call succeeded and its result is on its way.
                 meta = await asyncio.wait_for(waiting, LATE_RESULT_GRACE_S)
             else:
@@ -142,11 +142,11 @@ class Dispatcher:
         if (
             outcome.kind is OutcomeKind.WORKER_LOST
             and abandon_atomically
-            and not self._mark_abandoned(task_id)
+            and not self.mark_abandoned(task_id)
         ):
             # Declared lost, yet its worker marked it finished: the result is on its way.
             collector.forget(task_id)
-            stored = await self._stored_result(task_id)
+            stored = await self.stored_result(task_id)
             if stored is not None:
                 meta = stored
                 outcome = outcome_of_meta(meta, definition, timeout_s)
@@ -197,27 +197,46 @@ class Dispatcher:
         except OperationalError as exc:
             log.warning("could not revoke %s: %s", task_id, exc)
 
-    async def _stored_result(self, task_id: str) -> dict[str, Any] | None:
-        """The final state of a task, read from the result backend for up to a few seconds."""
-        deadline = time.monotonic() + LATE_RESULT_GRACE_S
-        while time.monotonic() < deadline:
-            try:
-                raw = self.redis.get(META_PREFIX + task_id)
-            except redis.RedisError:
-                raw = None
-            if raw:
-                meta: dict[str, Any] = json.loads(raw)
-                if meta.get("status") in FINAL_STATES:
-                    return meta
-            await asyncio.sleep(0.05)
-        return None
+    def stored_state(self, task_id: str) -> dict[str, Any] | None:
+        """The state the result backend holds for a task, if any (one read; Redis errors raised)."""
+        raw = self.redis.get(META_PREFIX + task_id)
+        if not raw:
+            return None
+        meta: dict[str, Any] = json.loads(raw)
+        return meta
 
-    def _mark_abandoned(self, task_id: str) -> bool:
-        """Claim a call as abandoned, unless its worker already marked it finished."""
-        ttl = call_state_ttl_s(self.settings)
+    async def stored_result(self, task_id: str, *, raise_errors: bool = False) -> dict[str, Any] | None:
+        """The final state of a task, read from the result backend for up to `LATE_RESULT_GRACE_S`;
+        None if none arrived. A Redis error counts as no state yet, or is raised with `raise_errors`."""
+        deadline = time.monotonic() + LATE_RESULT_GRACE_S
+        while True:
+            try:
+                meta = self.stored_state(task_id)
+            except redis.RedisError:
+                if raise_errors:
+                    raise
+                meta = None
+            if meta is not None and meta.get("status") in FINAL_STATES:
+                return meta
+            if time.monotonic() >= deadline:
+                log.warning("%s was marked finished but its result never arrived", task_id)
+                return None
+            await asyncio.sleep(0.05)
+
+    def mark_abandoned(self, task_id: str, *, raise_errors: bool = False) -> bool:
+        """Claim a call as abandoned, unless its worker already marked it finished (one `SET NX`).
+
+        A Redis error counts as claimed (the call will not be compensated if it finishes), or is
+        raised with `raise_errors`."""
         try:
-            return bool(self.redis.set(call_state_key(task_id), CALL_ABANDONED, nx=True, ex=ttl))
+            return bool(
+                self.redis.set(
+                    call_state_key(task_id), CALL_ABANDONED, nx=True, ex=call_state_ttl_s(self.settings)
+                )
+            )
         except redis.RedisError as exc:
+            if raise_errors:
+                raise
             log.warning(
                 "could not mark %s abandoned (%s); it will not be compensated if it finishes", task_id, exc
             )

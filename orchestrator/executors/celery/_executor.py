@@ -1,7 +1,8 @@
 """`CeleryExecutor`: every tool call a Celery task on its pool's queue, awaited under a deadline.
 
 The jobs behind it live beside it: `_pools` (which pools have live workers), `_dispatch` (publish, await,
-abandon) and `_compensation` (undo a call, waiting for a worker within its deadline).
+abandon), `_compensation` (undo a call, waiting for a worker within its deadline) and `_settle` (what
+became of a call an orchestrator that died left in flight).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from celery import Celery
 
 from orchestrator.executors._call_events import CallEvent
 from orchestrator.executors._outcomes import failed_outcome
-from orchestrator.executors.base import execute_batch, idempotency_key
+from orchestrator.executors.base import Settled, execute_batch, idempotency_key
 from orchestrator.executors.celery._compensation import compensate
 from orchestrator.executors.celery._dispatch import Dispatcher
 from orchestrator.executors.celery._pools import CATALOG_CACHE_S, CATALOG_RECHECK_S, Pools
-from orchestrator.saga._inflight import Settled, settle
+from orchestrator.executors.celery._settle import settle
 from workers import (
     OutcomeKind,
     ToolDefinition,
@@ -32,7 +33,6 @@ from workers import (
 from workers._redis_errors import mapped_redis_errors
 from workers.app import make_publisher
 from workers.calls.invocation import Invocation
-from workers.calls.retry import call_state_ttl_s
 from workers.calls.runner import utf8_size
 from workers.protocol import CallTask, call_task_id, tool_task_name
 from workers.runtime.catalog import Catalog
@@ -169,16 +169,16 @@ class CeleryExecutor:
         return await compensate(self._dispatcher, definition, execution, invocation, on_call=self.on_call)
 
     async def settle(self, key: str, definition: ToolDefinition | None) -> Settled:
-        """Settle a call whose orchestrator died before journaling its outcome, from the states of
-        every dispatch it can have had (`orchestrator.saga._inflight.settle`). Revoked without terminating:
-        a call killed midway could leave a partial effect that nothing undoes."""
-        ids = [call_task_id(key)]
-        ttl = call_state_ttl_s(self.settings)
+        """Settle a call whose orchestrator died before journaling its outcome, from the state of its
+        one task id (`_settle.settle`). Revoked without terminating: a call killed midway could leave
+        a partial effect that nothing undoes."""
         dispatcher = self._dispatcher
+
+        def revoke(task_id: str) -> None:
+            dispatcher.abandon(task_id, terminate=False)
+
         with mapped_redis_errors(self.settings.redis_url):
-            return await settle(
-                dispatcher.redis, ids, lambda i: dispatcher.abandon(i, terminate=False), mark_ttl_s=ttl
-            )
+            return await settle(dispatcher, call_task_id(key), revoke)
 
     def close(self) -> None:
         """Close this executor's Redis connection and broker publisher."""
