@@ -122,18 +122,19 @@ class Dispatcher:
         except TimeoutError:
             if abandon_atomically and not self.mark_abandoned(task_id):
                 # The worker finished first: the call succeeded and its result is on its way.
-                meta = await asyncio.wait_for(waiting, LATE_RESULT_GRACE_S)
+                late = await self._late_result(waiting, task_id)
+                if late is None:
+                    log.warning("%s finished at its deadline; its result never arrived", task_id)
+                    if notify:
+                        notify(OutcomeKind.TIMED_OUT.value, None)
+                    return _timed_out(definition, timeout_s, task_id, pool)
+                meta = late
             else:
                 collector.forget(task_id)
                 self.abandon(task_id, pool)
                 if notify:
                     notify(OutcomeKind.TIMED_OUT.value, None)
-                outcome = failed_outcome(
-                    OutcomeKind.TIMED_OUT,
-                    f"Tool '{definition.name}' did not finish within {seconds_text(timeout_s)} s",
-                    "TimeoutError",
-                )
-                return dataclasses.replace(outcome, task_id=task_id, pool=pool)
+                return _timed_out(definition, timeout_s, task_id, pool)
         except asyncio.CancelledError:
             collector.forget(task_id)
             self.abandon(task_id, pool)
@@ -197,6 +198,18 @@ class Dispatcher:
         except OperationalError as exc:
             log.warning("could not revoke %s: %s", task_id, exc)
 
+    async def _late_result(
+        self, waiting: asyncio.Future[dict[str, Any]], task_id: str
+    ) -> dict[str, Any] | None:
+        """The final state of a call its worker marked finished just as its deadline passed: heard by
+        the collector within `LATE_RESULT_GRACE_S`, else read from the result backend (the collector
+        may have missed it); None if it never arrives."""
+        try:
+            return await asyncio.wait_for(waiting, LATE_RESULT_GRACE_S)
+        except TimeoutError:
+            self.collector.forget(task_id)
+            return await self.stored_result(task_id)
+
     def stored_state(self, task_id: str) -> dict[str, Any] | None:
         """The state the result backend holds for a task, if any (one read; Redis errors raised)."""
         raw = self.redis.get(META_PREFIX + task_id)
@@ -241,3 +254,12 @@ class Dispatcher:
                 "could not mark %s abandoned (%s); it will not be compensated if it finishes", task_id, exc
             )
             return True
+
+
+def _timed_out(definition: ToolDefinition, timeout_s: float, task_id: str, pool: str) -> ToolOutcome:
+    outcome = failed_outcome(
+        OutcomeKind.TIMED_OUT,
+        f"Tool '{definition.name}' did not finish within {seconds_text(timeout_s)} s",
+        "TimeoutError",
+    )
+    return dataclasses.replace(outcome, task_id=task_id, pool=pool)
