@@ -70,20 +70,12 @@ FAILURE_MODULE = "workers._failures"
 _CALL_NAMESPACE = uuid.UUID("0d7c3f52-8a61-4c1e-9b7e-6f2a41d3e9b5")
 _COMPENSATION_NAMESPACE = uuid.UUID("5b0b6a8e-4f5e-4a57-9a43-2f3c54a0c1de")
 
-_CALL_NAMESPACE = uuid.UUID("0d7c3f52-8a61-4c1e-9b7e-6f2a41d3e9b5")
 
-
-def call_task_id(idempotency_key: str, attempt: int = 0) -> str:
-    """The task id of one dispatch of a call, derived from its idempotency key.
-
-    The first dispatch (`attempt` 0) has the id the journal records before the call is published,
-    so a recoverer finds the call's state from the log alone; a dispatch of the same call again
-    (its worker was lost) is attempt 1, 2, ... with an id of its own, found the same way.
-    """
-    if attempt < 0:
-        raise ValueError(f"attempt must be at least 0, got {attempt}")
-    name = idempotency_key if attempt == 0 else f"{idempotency_key}\x00{attempt}"
-    return str(uuid.uuid5(_CALL_NAMESPACE, name))  # a UUID, as Celery's own task ids are
+def call_task_id(idempotency_key: str) -> str:
+    """The task id of a call, derived from its idempotency key: the one the journal records before
+    the call is published, so a recoverer finds the call's state from the log alone. A call has no
+    other: an idempotent call whose worker died is published again under the same id."""
+    return str(uuid.uuid5(_CALL_NAMESPACE, idempotency_key))  # a UUID, as Celery's own task ids are
 
 
 @dataclass(frozen=True)
@@ -315,20 +307,18 @@ def _carried(data: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class CallTask:
-    """The keyword arguments of a `tool.<name>` task: the call, its invocation, the dispatch's number
-    (`attempt`, from 1), whether a late success is undone by its worker, and the wall-clock deadline."""
+    """The keyword arguments of a `tool.<name>` task: the call, its invocation, whether a late success
+    is undone by its worker, and the wall-clock deadline."""
 
     request: ToolExecutionRequest
     invocation: Invocation
     compensate_if_late: bool = False
-    attempt: int = 1
     deadline: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "request": self.request.to_json(),
             "compensate_if_late": self.compensate_if_late,
-            "attempt": self.attempt,
             **_carried_json(self.invocation, self.deadline),
         }
 
@@ -337,7 +327,6 @@ class CallTask:
         return cls(
             request=ToolExecutionRequest.from_json(data["request"]),
             compensate_if_late=bool(data.get("compensate_if_late")),
-            attempt=int(data.get("attempt") or 1),
             **_carried(data),
         )
 

@@ -55,7 +55,8 @@ class _Pending:
     worker: str | None = None
     on_started: Callable[[str], None] | None = None
     redispatch: Callable[[], None] | None = None
-    lost: set[str] = field(default_factory=set)  # workers declared lost while running it
+    lost: tuple[str, ...] = ()  # workers declared lost while running it, oldest first
+    redispatched_at: float = 0.0  # when it was last published again (monotonic)
 
 
 class ResultCollector:
@@ -110,8 +111,10 @@ class ResultCollector:
 
         With `redispatch` (idempotent calls), a call whose worker is declared lost is not ended: it
         is published again under the same task id by `redispatch()` (on another thread), and
-        watched on; the lost worker's own STARTED state is then ignored. Up to `MAX_REDISPATCHES`
-        times; the caller's deadline bounds the wait as always.
+        watched on. The STARTED state the lost worker left behind is then ignored; a STARTED
+        published after the call was sent again is taken, whichever worker it names (a worker
+        restarted under the lost one's name may take the copy). Up to `MAX_REDISPATCHES` times; the
+        caller's deadline bounds the wait as always.
         """
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         with self._lock:
@@ -199,11 +202,16 @@ class ResultCollector:
         task_id = channel[len(META_PREFIX) :]
         if task_id in self._pending:
             try:
-                self._on_state(task_id, json.loads(message["data"]))
+                # Delivered as it is published: it was written now, not before a redispatch.
+                self._on_state(task_id, json.loads(message["data"]), published_at=time.monotonic())
             except ValueError as exc:
                 log.warning("unreadable state of %s ignored: %s", task_id, exc)
 
-    def _on_state(self, task_id: str, meta: dict[str, Any]) -> None:
+    def _on_state(self, task_id: str, meta: dict[str, Any], *, published_at: float | None = None) -> None:
+        """Act on a state of `task_id`: a final one resolves its future, a STARTED one names its worker.
+
+        `published_at` is when the state is known to have been written (a published message), None
+        when it was read back from the store and may be older than the call's last redispatch."""
         status = meta.get("status")
         if status in FINAL_STATES or status in (LOST, NO_WORKER):
             with self._lock:
@@ -223,7 +231,7 @@ class ResultCollector:
                 entry is not None
                 and isinstance(worker, str)
                 and worker != entry.worker
-                and worker not in entry.lost  # the stale state of a worker that died running it
+                and not _stale(entry, worker, published_at)
             ):
                 entry.worker = worker
                 if entry.on_started is not None:
@@ -282,9 +290,9 @@ class ResultCollector:
         redispatch = entry.redispatch
         assert redispatch is not None
         with self._lock:
-            entry.lost.add(lost_worker)
+            entry.lost = (*entry.lost, lost_worker)
             entry.worker = None
-            entry.since = time.monotonic()
+            entry.since = entry.redispatched_at = time.monotonic()
         log.info("call %s lost its worker %s; dispatching it again (idempotent)", entry.task_id, lost_worker)
 
         def publish() -> None:
@@ -298,3 +306,11 @@ class ResultCollector:
             self._redispatcher.submit(publish)
         except RuntimeError:  # closing
             self._on_state(entry.task_id, {"status": LOST, "worker": lost_worker})
+
+
+def _stale(entry: _Pending, worker: str, published_at: float | None) -> bool:
+    """Whether a STARTED naming `worker` is the one a worker declared lost left before the call was
+    published again: written by that worker, and not known to be written after the redispatch."""
+    if worker not in entry.lost:
+        return False
+    return published_at is None or published_at < entry.redispatched_at

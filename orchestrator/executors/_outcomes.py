@@ -20,12 +20,7 @@ def outcome_of_meta(meta: dict[str, Any], definition: ToolDefinition, timeout_s:
     status = meta.get("status")
     name = definition.name
     if status == "SUCCESS":
-        result = meta.get("result")
-        if isinstance(result, dict) and "kind" in result:
-            return ToolOutcome.from_json(result)
-        return failed_outcome(
-            OutcomeKind.EXECUTION_ERROR, f"Tool '{name}' returned an unreadable result", "ProtocolError"
-        )
+        return outcome_of_success(meta, name)
     if status == NO_WORKER:
         return no_worker_outcome(definition)
     if status == LOST:
@@ -64,6 +59,16 @@ def outcome_of_meta(meta: dict[str, Any], definition: ToolDefinition, timeout_s:
             exc_type,
         )
     return failed_outcome(OutcomeKind.EXECUTION_ERROR, str(message or exc_type), exc_type)
+
+
+def outcome_of_success(meta: dict[str, Any], name: str) -> ToolOutcome:
+    """The outcome a task of tool `name` stored with its SUCCESS state (the tool's own outcome)."""
+    result = meta.get("result")
+    if isinstance(result, dict) and "kind" in result:
+        return ToolOutcome.from_json(result)
+    return failed_outcome(
+        OutcomeKind.EXECUTION_ERROR, f"Tool '{name}' returned an unreadable result", "ProtocolError"
+    )
 
 
 def worker_of(meta: dict[str, Any]) -> str | None:

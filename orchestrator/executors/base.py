@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from workers import ToolDefinition, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.calls.invocation import Invocation
 from workers.calls.invocation import idempotency_key as _call_key
 
-if TYPE_CHECKING:  # the saga package imports this module: only the type is needed here
-    from orchestrator.saga._inflight import Settled
-
-__all__ = ["ToolExecutor", "execute_batch", "fanout_limit", "idempotency_key"]
+__all__ = ["Settled", "ToolExecutor", "execute_batch", "fanout_limit", "idempotency_key"]
 
 
 def idempotency_key(invocation: Invocation, request: ToolExecutionRequest) -> str:
     """The key that identifies one call everywhere: invocation id and call id."""
     return _call_key(invocation.context.invocation_id, request.id or request.name)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What became of a call whose outcome was never journaled (`ToolExecutor.settle`).
+
+    `state`: succeeded (undo it), failed (nothing to undo) or abandoned (revoked; its worker undoes it
+    if it finishes), the texts of the journal's call states. `meta` is the call's stored final state;
+    None for a success whose result never arrived, whose outcome is then unknown."""
+
+    state: Literal["succeeded", "failed", "abandoned"]
+    task_id: str
+    meta: dict[str, Any] | None = None
 
 
 class ToolExecutor(Protocol):

@@ -9,10 +9,9 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 from orchestrator.errors import UnknownToolError
-from orchestrator.executors.base import execute_batch, idempotency_key
+from orchestrator.executors.base import Settled, execute_batch, idempotency_key
 from workers import (
     OutcomeKind,
     ToolDefinition,
@@ -32,9 +31,6 @@ from workers.calls.runner import (
     run_tool,
 )
 from workers.settings import Settings
-
-if TYPE_CHECKING:  # the saga package imports the executors: only the type is needed here
-    from orchestrator.saga._inflight import Settled
 
 __all__ = ["LocalExecutor"]
 

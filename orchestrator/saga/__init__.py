@@ -5,7 +5,8 @@
 - `migrations`: the journal's schema under Alembic (`toolfleet db upgrade`).
 - `recovery`: `recover()`, which finishes the sagas of orchestrators that died (`toolfleet recover`).
 - `compensation`: one journaled compensation, shared by the two.
-- `_inflight`, `_late`: what became of calls an orchestrator gave up on, read from Redis.
+- `_late`: what became of calls an orchestrator gave up on, read from Redis (a call left in flight
+  by an orchestrator that died is settled by its executor: `ToolExecutor.settle`).
 """
 
 from orchestrator.saga._late import LateCompensation, LateState, late_compensation

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 import redis
 
-from orchestrator.executors._outcomes import outcome_of_meta, worker_of
+from orchestrator.executors._outcomes import outcome_of_meta, outcome_of_success, worker_of
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.journal import CallRecord, Journal
@@ -86,10 +86,12 @@ async def _recover_one(
 ) -> Recovered:
     report = Recovered(invocation_id)
     invocation = Invocation.from_json(invocation_json)
+    unsettled: list[str] = []  # left dispatched for the next `recover` to read again
     for call in journal.calls(invocation_id):
         if call.state == CallState.DISPATCHED:
             definition = definitions.get(call.tool) or executor.definition(call.tool)
-            await _settle(journal, executor, call, definition, report)
+            if not await _settle(journal, executor, call, definition, report):
+                unsettled.append(f"{call.tool} ({call.call_id})")
     calls = journal.calls(invocation_id)
     todo = [
         c for c in calls if c.compensable and c.state in (CallState.SUCCEEDED, CallState.COMPENSATION_FAILED)
@@ -115,9 +117,11 @@ async def _recover_one(
         )
     if report.unknown:
         state_error += f"; calls with unknown outcome: {', '.join(report.unknown)}"
+    if unsettled:  # left compensating, so the next `recover` reads them again
+        state_error += f"; outcome to read again by the next recover: {', '.join(unsettled)}"
     if report.failed:  # still owed: left compensating, so the next `recover` retries them
         state_error += f"; compensations still owed: {', '.join(report.failed)}"
-    state = InvocationState.COMPENSATING if report.failed else InvocationState.FAILED
+    state = InvocationState.COMPENSATING if report.failed or unsettled else InvocationState.FAILED
     journal.set_invocation_state(invocation_id, state, state_error)
     return report
 
@@ -128,35 +132,42 @@ async def _settle(
     call: CallRecord,
     definition: ToolDefinition | None,
     report: Recovered,
-) -> None:
-    """Journal what became of a call dispatched but never journaled as finished."""
+) -> bool:
+    """Journal what became of a call dispatched but never journaled as finished. False when its
+    outcome may still be learnt (its state was unreadable, or its result had not arrived): the call
+    is left dispatched, for the next `recover` to read again."""
     label = f"{call.tool} ({call.call_id})"
     if not call.compensable:
         report.unknown.append(label)
-        return
+        return True
     try:
         settled = await executor.settle(call.idempotency_key, definition)
     except redis.RedisError as exc:
         log.warning("state of %s unreadable (%s); its outcome stays unknown", label, exc)
         report.unknown.append(label)
-        return
+        return False
     if settled is None:  # the executor cannot know (the call ran in a process that is gone)
         report.unknown.append(label)
-        return
-    if settled.state == CallState.ABANDONED:
+        return True
+    state = CallState(settled.state)
+    if state == CallState.ABANDONED:
         journal.set_call_state(call.id, CallState.ABANDONED)
         report.abandoned.append(label)
-        return
-    outcome = (
-        outcome_of_meta(settled.meta, definition, definition.timeout or 0.0)
-        if settled.meta is not None and definition is not None
-        else ToolOutcome(
-            OutcomeKind.SUCCESS if settled.state == CallState.SUCCEEDED else OutcomeKind.EXECUTION_ERROR,
-            f"Tool '{call.tool}' {settled.state}",
-        )
-    )
-    worker = worker_of(settled.meta) if settled.meta is not None else None
+        return True
+    if settled.meta is None:
+        # Its worker marked it finished, but its result never arrived: what to undo is unknown.
+        log.warning("%s finished but its result is not in the backend; its outcome stays unknown", label)
+        report.unknown.append(label)
+        return False
+    if definition is not None:
+        outcome = outcome_of_meta(settled.meta, definition, definition.timeout or 0.0)
+    elif state == CallState.SUCCEEDED:
+        outcome = outcome_of_success(settled.meta, call.tool)
+    else:
+        outcome = ToolOutcome(OutcomeKind.EXECUTION_ERROR, f"Tool '{call.tool}' {state}")
+    worker = worker_of(settled.meta)
     outcome = dataclasses.replace(outcome, task_id=settled.task_id, pool=call.pool, worker=worker)
     journal.record_outcome(call.id, outcome, outcome.text)
     if outcome.is_error:
         report.nothing_to_undo.append(label)
+    return True

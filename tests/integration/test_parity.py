@@ -344,9 +344,10 @@ def _definition(executor: Any, case: Case) -> ToolDefinition | None:
 def _run(executor: Any, case: Case) -> list[ToolOutcome]:
     async def calls() -> list[ToolOutcome]:
         outcomes = []
-        for number in range(case.calls):
+        for _ in range(case.calls):
             arguments = case.arguments.replace("@KEY@", uuid.uuid4().hex)
-            request = ToolExecutionRequest(f"call-{number}", case.tool, arguments)
+            # a call of its own each time: one call id is one call, run once
+            request = ToolExecutionRequest(f"call-{uuid.uuid4().hex}", case.tool, arguments)
             outcomes.append(await executor.execute(request, _definition(executor, case), INVOCATION))
         return outcomes
 

@@ -27,7 +27,7 @@ from tests._waiting import wait_until
 from tests.integration.orchestrator_processes import kill_driver_when, toolfleet_on
 from tests.integration.recover_tools import POOL, k, release
 from tests.integration.worker_processes import tool_worker
-from workers.protocol import META_PREFIX, call_task_id, compensation_task_id
+from workers.protocol import META_PREFIX, call_state_key, call_task_id, compensation_task_id
 from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -204,6 +204,45 @@ def test_credit_that_succeeded_unjournaled_is_compensated_by_recover(
     assert (settled.state, settled.result) == ("compensated", f"credited {key}")
     shown = stage.toolfleet("show", invocation_id)
     assert "compensation succeeded after 1 attempt(s) (recovered: the orchestrator stopped" in shown.stdout
+
+
+def test_credit_marked_finished_without_its_result_is_left_for_the_next_recover(
+    worker: WorkerProcess, stage: Stage
+) -> None:
+    # Given: an orchestrator SIGKILLed while its credit runs, and the credit marked finished (as its
+    # worker marks a call once the tool returned) while its result is not in the backend
+    key = stage.new_key("no-result")
+    invocation_id, call = stage.kill_while_running("rc_credit", key)
+    task_id = call_task_id(call.idempotency_key)
+    stage.client.set(call_state_key(task_id), "finished")
+
+    # When: recover runs, and the result does not arrive within its grace time
+    recovered = stage.recover()
+
+    # Then: the outcome is unknown: nothing is undone on a made-up result, the call stays dispatched,
+    # and the invocation stays unfinished
+    assert "unknown      rc_credit (1)" in recovered.stdout
+    assert "compensated" not in recovered.stdout
+    assert stage.counts(key) == {"runs": 1, "done": 0, "comps": 0}
+    _, [left] = stage.left_calls()
+    assert (left.state, left.result) == ("dispatched", None)
+    journal = Journal(f"sqlite:///{stage.journal_file}")
+    try:
+        record = journal.invocation(invocation_id)
+        assert record is not None and record.state == "compensating"
+    finally:
+        journal.engine.dispose()
+
+    # When: the credit's result arrives, and recover runs again
+    release(stage.client, key)
+    assert wait_until(lambda: stage.status(task_id) == "SUCCESS", 30)
+    again = stage.recover()
+
+    # Then: the credit is compensated once, its real result journaled
+    assert "compensated  rc_credit (1)" in again.stdout
+    assert stage.counts(key) == {"runs": 1, "done": 1, "comps": 1}
+    _, [settled] = stage.left_calls()
+    assert (settled.state, settled.result) == ("compensated", f"credited {key}")
 
 
 def test_payment_that_failed_unjournaled_is_left_alone_by_recover(

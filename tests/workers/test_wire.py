@@ -31,7 +31,7 @@ INVOCATION = Invocation(InvocationContext(service_name="bank"), {"user": "ann"})
 
 
 def test_call_task_round_trips_through_json() -> None:
-    envelope = CallTask(REQUEST, INVOCATION, compensate_if_late=True, attempt=2, deadline=1234.5)
+    envelope = CallTask(REQUEST, INVOCATION, compensate_if_late=True, deadline=1234.5)
 
     again = CallTask.from_json(json.loads(json.dumps(envelope.to_json())))
 
@@ -48,10 +48,10 @@ def test_compensation_task_round_trips_through_json() -> None:
     assert (again.idempotency_key, again.deadline, again.failures) == ("key-1", 99.0, 2)
 
 
-def test_a_task_without_deadline_or_attempt_reads_with_defaults() -> None:
+def test_a_task_without_deadline_reads_with_defaults() -> None:
     envelope = CallTask.from_json({"request": REQUEST.to_json(), "invocation": INVOCATION.to_json()})
 
-    assert (envelope.attempt, envelope.deadline, envelope.compensate_if_late) == (1, None, False)
+    assert (envelope.deadline, envelope.compensate_if_late) == (None, False)
 
 
 def test_flower_shows_the_arguments_and_ids_never_the_parameters() -> None:

@@ -8,9 +8,10 @@ from workers.protocol import OutcomeKind, ToolOutcome
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
-__all__ = ["backoff_s", "compensation_timeout_s", "is_transient"]
+__all__ = ["backoff_s", "call_state_ttl_s", "compensation_timeout_s", "is_transient"]
 
 MIN_COMPENSATION_ATTEMPT_S = 30.0
+MIN_CALL_STATE_TTL_S = 60
 
 
 def is_transient(outcome: ToolOutcome, definition: ToolDefinition) -> bool:
@@ -30,3 +31,9 @@ def compensation_timeout_s(definition: ToolDefinition, settings: Settings) -> fl
     """How long undoing one call may take, retries and backoff included."""
     per_attempt = max(definition.timeout or settings.default_tool_timeout_s, MIN_COMPENSATION_ATTEMPT_S)
     return per_attempt * (1 + settings.compensation_retries) + settings.retry_backoff_max_s
+
+
+def call_state_ttl_s(settings: Settings) -> int:
+    """How long a call's per-call state (`call_state_key`: finished or abandoned) is kept: as long as
+    its result, and at least a minute, so a late completion always finds the orchestrator's mark."""
+    return int(max(settings.result_expires_s, MIN_CALL_STATE_TTL_S))

@@ -16,7 +16,7 @@ from celery import Task
 
 from workers._failures import failure_for
 from workers.calls.invocation import Invocation
-from workers.calls.retry import backoff_s, compensation_timeout_s
+from workers.calls.retry import backoff_s, call_state_ttl_s, compensation_timeout_s
 from workers.calls.runner import call_identity, run_compensation
 from workers.protocol import (
     CALL_ABANDONED,
@@ -111,7 +111,7 @@ def finish_or_compensate_late(
     One atomic SET ... GET decides: whichever of worker and orchestrator writes first wins, so a late
     success is either collected by the orchestrator or compensated here, never both, never neither.
     """
-    ttl = int(max(settings.result_expires_s, 60))
+    ttl = call_state_ttl_s(settings)
     attempt = 0
     while True:  # the side effect happened: this mark must land, or a late success goes unnoticed
         try:

@@ -69,7 +69,7 @@ def _run_call(
     identity = call_identity(
         invocation,
         request,
-        attempt=envelope.attempt + int(task.request.retries or 0),
+        attempt=1 + int(task.request.retries or 0),  # the first run, then Celery's retries
         key=(task.request.headers or {}).get(IDEMPOTENCY_HEADER),
     )
     outcome = run_tool(definition, request, invocation, identity, log_outcome=False)

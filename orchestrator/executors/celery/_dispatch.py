@@ -27,6 +27,7 @@ from orchestrator.executors._outcomes import (
 )
 from orchestrator.executors.celery._pools import OUTAGE_HOLD_S, Pools
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
+from workers.calls.retry import call_state_ttl_s
 from workers.protocol import (
     CALL_ABANDONED,
     IDEMPOTENCY_HEADER,
@@ -119,20 +120,21 @@ class Dispatcher:
         try:
             meta = await asyncio.wait_for(asyncio.shield(waiting), max(remaining, 0.0))
         except TimeoutError:
-            if abandon_atomically and not self._mark_abandoned(task_id):
+            if abandon_atomically and not self.mark_abandoned(task_id):
                 # The worker finished first: the call succeeded and its result is on its way.
-                meta = await asyncio.wait_for(waiting, LATE_RESULT_GRACE_S)
+                late = await self._late_result(waiting, task_id)
+                if late is None:
+                    log.warning("%s finished at its deadline; its result never arrived", task_id)
+                    if notify:
+                        notify(OutcomeKind.TIMED_OUT.value, None)
+                    return _timed_out(definition, timeout_s, task_id, pool)
+                meta = late
             else:
                 collector.forget(task_id)
                 self.abandon(task_id, pool)
                 if notify:
                     notify(OutcomeKind.TIMED_OUT.value, None)
-                outcome = failed_outcome(
-                    OutcomeKind.TIMED_OUT,
-                    f"Tool '{definition.name}' did not finish within {seconds_text(timeout_s)} s",
-                    "TimeoutError",
-                )
-                return dataclasses.replace(outcome, task_id=task_id, pool=pool)
+                return _timed_out(definition, timeout_s, task_id, pool)
         except asyncio.CancelledError:
             collector.forget(task_id)
             self.abandon(task_id, pool)
@@ -141,11 +143,11 @@ class Dispatcher:
         if (
             outcome.kind is OutcomeKind.WORKER_LOST
             and abandon_atomically
-            and not self._mark_abandoned(task_id)
+            and not self.mark_abandoned(task_id)
         ):
             # Declared lost, yet its worker marked it finished: the result is on its way.
             collector.forget(task_id)
-            stored = await self._stored_result(task_id)
+            stored = await self.stored_result(task_id)
             if stored is not None:
                 meta = stored
                 outcome = outcome_of_meta(meta, definition, timeout_s)
@@ -196,28 +198,68 @@ class Dispatcher:
         except OperationalError as exc:
             log.warning("could not revoke %s: %s", task_id, exc)
 
-    async def _stored_result(self, task_id: str) -> dict[str, Any] | None:
-        """The final state of a task, read from the result backend for up to a few seconds."""
-        deadline = time.monotonic() + LATE_RESULT_GRACE_S
-        while time.monotonic() < deadline:
-            try:
-                raw = self.redis.get(META_PREFIX + task_id)
-            except redis.RedisError:
-                raw = None
-            if raw:
-                meta: dict[str, Any] = json.loads(raw)
-                if meta.get("status") in FINAL_STATES:
-                    return meta
-            await asyncio.sleep(0.05)
-        return None
-
-    def _mark_abandoned(self, task_id: str) -> bool:
-        """Claim a call as abandoned, unless its worker already marked it finished."""
-        ttl = int(max(self.settings.result_expires_s, 60))
+    async def _late_result(
+        self, waiting: asyncio.Future[dict[str, Any]], task_id: str
+    ) -> dict[str, Any] | None:
+        """The final state of a call its worker marked finished just as its deadline passed: heard by
+        the collector within `LATE_RESULT_GRACE_S`, else read from the result backend (the collector
+        may have missed it); None if it never arrives."""
         try:
-            return bool(self.redis.set(call_state_key(task_id), CALL_ABANDONED, nx=True, ex=ttl))
+            return await asyncio.wait_for(waiting, LATE_RESULT_GRACE_S)
+        except TimeoutError:
+            self.collector.forget(task_id)
+            return await self.stored_result(task_id)
+
+    def stored_state(self, task_id: str) -> dict[str, Any] | None:
+        """The state the result backend holds for a task, if any (one read; Redis errors raised)."""
+        raw = self.redis.get(META_PREFIX + task_id)
+        if not raw:
+            return None
+        meta: dict[str, Any] = json.loads(raw)
+        return meta
+
+    async def stored_result(self, task_id: str, *, raise_errors: bool = False) -> dict[str, Any] | None:
+        """The final state of a task, read from the result backend for up to `LATE_RESULT_GRACE_S`;
+        None if none arrived. A Redis error counts as no state yet, or is raised with `raise_errors`."""
+        deadline = time.monotonic() + LATE_RESULT_GRACE_S
+        while True:
+            try:
+                meta = self.stored_state(task_id)
+            except redis.RedisError:
+                if raise_errors:
+                    raise
+                meta = None
+            if meta is not None and meta.get("status") in FINAL_STATES:
+                return meta
+            if time.monotonic() >= deadline:
+                log.warning("%s was marked finished but its result never arrived", task_id)
+                return None
+            await asyncio.sleep(0.05)
+
+    def mark_abandoned(self, task_id: str, *, raise_errors: bool = False) -> bool:
+        """Claim a call as abandoned, unless its worker already marked it finished (one `SET NX`).
+
+        A Redis error counts as claimed (the call will not be compensated if it finishes), or is
+        raised with `raise_errors`."""
+        try:
+            return bool(
+                self.redis.set(
+                    call_state_key(task_id), CALL_ABANDONED, nx=True, ex=call_state_ttl_s(self.settings)
+                )
+            )
         except redis.RedisError as exc:
+            if raise_errors:
+                raise
             log.warning(
                 "could not mark %s abandoned (%s); it will not be compensated if it finishes", task_id, exc
             )
             return True
+
+
+def _timed_out(definition: ToolDefinition, timeout_s: float, task_id: str, pool: str) -> ToolOutcome:
+    outcome = failed_outcome(
+        OutcomeKind.TIMED_OUT,
+        f"Tool '{definition.name}' did not finish within {seconds_text(timeout_s)} s",
+        "TimeoutError",
+    )
+    return dataclasses.replace(outcome, task_id=task_id, pool=pool)

@@ -1,7 +1,8 @@
 """`CeleryExecutor`: every tool call a Celery task on its pool's queue, awaited under a deadline.
 
 The jobs behind it live beside it: `_pools` (which pools have live workers), `_dispatch` (publish, await,
-abandon) and `_compensation` (undo a call, waiting for a worker within its deadline).
+abandon), `_compensation` (undo a call, waiting for a worker within its deadline) and `_settle` (what
+became of a call an orchestrator that died left in flight).
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from collections.abc import Callable, Iterable, Sequence
 import redis
 from celery import Celery
 
-from orchestrator.executors._attempts import Attempts
 from orchestrator.executors._call_events import CallEvent
 from orchestrator.executors._outcomes import failed_outcome
-from orchestrator.executors.base import execute_batch, idempotency_key
+from orchestrator.executors.base import Settled, execute_batch, idempotency_key
 from orchestrator.executors.celery._compensation import compensate
 from orchestrator.executors.celery._dispatch import Dispatcher
 from orchestrator.executors.celery._pools import CATALOG_CACHE_S, CATALOG_RECHECK_S, Pools
-from orchestrator.saga._inflight import Settled, settle
+from orchestrator.executors.celery._settle import settle
 from workers import (
     OutcomeKind,
     ToolDefinition,
@@ -41,8 +41,6 @@ from workers.settings import Settings
 __all__ = ["CallEvent", "CeleryExecutor"]
 
 log = logging.getLogger(__name__)
-
-_ATTEMPTS = Attempts()  # process-wide: every executor of this process counts a key's dispatches
 
 
 class CeleryExecutor:
@@ -124,7 +122,9 @@ class CeleryExecutor:
 
         With `compensate_if_late`, a call abandoned at its deadline that completes afterwards is undone
         by its worker: the call's state in Redis decides atomically between collected and abandoned.
-        Each dispatch's task id follows from the call's idempotency key and attempt (`call_task_id`).
+        The call has one task id, derived from its idempotency key (`call_task_id`): the one the journal
+        records before it is published. An idempotent call whose worker dies is published again under
+        that id by the result collector, within the deadline; `retries` are the worker's own.
         """
         definition = definition or self.definition(request.name)
         invocation = invocation or Invocation()
@@ -141,29 +141,19 @@ class CeleryExecutor:
                 "ArgumentsTooLarge",
             )
         timeout_s = definition.timeout or self.settings.default_tool_timeout_s
-        deadline = time.monotonic() + timeout_s
         key = idempotency_key(invocation, request)
-        attempts = 1 + (definition.options.retries if definition.options.idempotent else 0)
-        outcome = failed_outcome(OutcomeKind.EXECUTION_ERROR, "not run", "NotRun")
         late = compensate_if_late and definition.compensation is not None
-        for attempt in range(1, attempts + 1):
-            outcome = await self._dispatcher.dispatch(
-                tool_task_name(definition.name),
-                call_task_id(key, _ATTEMPTS.next(key)),
-                CallTask(request, invocation, compensate_if_late=late, attempt=attempt),
-                definition,
-                deadline,
-                timeout_s,
-                key=key,
-                on_call=self.on_call,
-                abandon_atomically=late,
-            )
-            if outcome.kind is not OutcomeKind.WORKER_LOST or time.monotonic() >= deadline:
-                break
-            log.info(
-                "tool %s call %s: worker lost; dispatching again (idempotent)", definition.name, request.id
-            )
-        return outcome
+        return await self._dispatcher.dispatch(
+            tool_task_name(definition.name),
+            call_task_id(key),
+            CallTask(request, invocation, compensate_if_late=late),
+            definition,
+            time.monotonic() + timeout_s,
+            timeout_s,
+            key=key,
+            on_call=self.on_call,
+            abandon_atomically=late,
+        )
 
     async def compensate(
         self, definition: ToolDefinition, execution: ToolExecution, invocation: Invocation
@@ -179,17 +169,16 @@ class CeleryExecutor:
         return await compensate(self._dispatcher, definition, execution, invocation, on_call=self.on_call)
 
     async def settle(self, key: str, definition: ToolDefinition | None) -> Settled:
-        """Settle a call whose orchestrator died before journaling its outcome, from the states of
-        every dispatch it can have had (`orchestrator.saga._inflight.settle`). Revoked without terminating:
-        a call killed midway could leave a partial effect that nothing undoes."""
-        retries = definition.options.retries if definition and definition.options.idempotent else 0
-        ids = [call_task_id(key, attempt) for attempt in range(1 + retries)]
-        ttl = int(max(self.settings.result_expires_s, 60))
+        """Settle a call whose orchestrator died before journaling its outcome, from the state of its
+        one task id (`_settle.settle`). Revoked without terminating: a call killed midway could leave
+        a partial effect that nothing undoes."""
         dispatcher = self._dispatcher
+
+        def revoke(task_id: str) -> None:
+            dispatcher.abandon(task_id, terminate=False)
+
         with mapped_redis_errors(self.settings.redis_url):
-            return await settle(
-                dispatcher.redis, ids, lambda i: dispatcher.abandon(i, terminate=False), mark_ttl_s=ttl
-            )
+            return await settle(dispatcher, call_task_id(key), revoke)
 
     def close(self) -> None:
         """Close this executor's Redis connection and broker publisher."""

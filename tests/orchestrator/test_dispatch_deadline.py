@@ -1,0 +1,186 @@
+"""A compensable call whose worker finishes it just as its deadline passes (`Dispatcher.dispatch`).
+
+The dispatcher's claim (`SET NX` on the call's state) loses to the worker's "finished" mark, so the
+call succeeded and its result is on its way. The collector, Redis, the broker and the catalog are
+stubs here: the race is set up exactly, which real processes cannot do on demand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from orchestrator.executors.celery import _dispatch as dispatch_module
+from orchestrator.executors.celery._dispatch import Dispatcher
+from workers import OutcomeKind, ToolDefinition, ToolOutcome, ToolRegistry, compensate_for, tool
+from workers.calls.invocation import Invocation
+from workers.calls.retry import call_state_ttl_s
+from workers.protocol import CALL_FINISHED, META_PREFIX, CallTask, ToolExecutionRequest, call_state_key
+from workers.settings import Settings
+
+
+class Bank:
+    @tool("Credits an account", pool="bank", timeout=0.05)
+    def credit(self, amount: int) -> str:
+        return f"credited {amount}"
+
+    @compensate_for("credit")
+    def debit(self, amount: int) -> None:
+        pass
+
+
+class Collector:
+    """Hands out futures nobody resolves: the call's result is never heard on the subscription."""
+
+    def __init__(self) -> None:
+        self.watched: list[str] = []
+        self.forgotten: list[str] = []
+
+    def watch(
+        self,
+        task_id: str,
+        pool: str,
+        on_started: Callable[[str], None] | None = None,
+        *,
+        redispatch: Callable[[], None] | None = None,
+    ) -> concurrent.futures.Future[dict[str, Any]]:
+        self.watched.append(task_id)
+        return concurrent.futures.Future()
+
+    def forget(self, task_id: str) -> None:
+        self.forgotten.append(task_id)
+
+
+class Redis:
+    """The call's state as the worker left it: marked finished, its result stored or not."""
+
+    def __init__(self, stored: dict[str, Any] | None) -> None:
+        self.values: dict[str, bytes] = {}
+        self.stored = stored
+        self.sets: list[tuple[str, str, dict[str, Any]]] = []
+
+    def set(self, key: str, value: str, **options: Any) -> bool:
+        self.sets.append((key, value, options))
+        return False  # the worker's mark is there first
+
+    def get(self, key: str) -> bytes | None:
+        if key.startswith(META_PREFIX) and self.stored is not None:
+            return json.dumps(self.stored).encode()
+        return self.values.get(key)
+
+
+class Pools:
+    def has_workers(self, pool: str) -> bool:
+        return True
+
+    def kind(self, pool: str) -> str:
+        return "threads"
+
+
+class Control:
+    def __init__(self) -> None:
+        self.revoked: list[str] = []
+
+    def revoke(self, task_id: str, **options: Any) -> None:
+        self.revoked.append(task_id)
+
+
+class Publisher:
+    def __init__(self) -> None:
+        self.control = Control()
+        self.sent: list[str] = []
+
+    def send_task(self, name: str, **options: Any) -> None:
+        self.sent.append(options["task_id"])
+
+
+class Stubbed(Dispatcher):
+    """The dispatcher with its collector replaced."""
+
+    def __init__(self, stored: dict[str, Any] | None) -> None:
+        super().__init__(Settings(), Publisher(), Redis(stored), Pools())  # type: ignore[arg-type]
+        self.stub = Collector()
+
+    @property
+    def collector(self) -> Any:
+        return self.stub
+
+
+def definition() -> ToolDefinition:
+    found = ToolRegistry([Bank()]).get("credit")
+    assert found is not None and found.compensation is not None
+    return found
+
+
+def dispatch(dispatcher: Dispatcher) -> ToolOutcome:
+    request = ToolExecutionRequest("c1", "credit", '{"amount": 5}')
+    envelope = CallTask(request, Invocation(), compensate_if_late=True)
+    started = time.monotonic()
+    return asyncio.run(
+        dispatcher.dispatch(
+            "tool.credit",
+            "t-1",
+            envelope,
+            definition(),
+            started + 0.05,
+            0.05,
+            key="inv:c1",
+            on_call=None,
+            abandon_atomically=True,
+        )
+    )
+
+
+@pytest.fixture(autouse=True)
+def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatch_module, "LATE_RESULT_GRACE_S", 0.2)
+
+
+def test_a_result_the_collector_missed_is_read_from_the_backend() -> None:
+    # given: a call its worker finished at the deadline; its result is stored, yet never heard
+    stored = {"status": "SUCCESS", "result": {"kind": "success", "text": "credited 5", "worker": "bank@h"}}
+    dispatcher = Stubbed(stored)
+
+    # when: it is dispatched and its deadline passes
+    outcome = dispatch(dispatcher)
+
+    # then: the stored result is its outcome; the call is forgotten by the collector, not revoked
+    assert (outcome.kind, outcome.text, outcome.worker, outcome.task_id) == (
+        OutcomeKind.SUCCESS,
+        "credited 5",
+        "bank@h",
+        "t-1",
+    )
+    assert dispatcher.stub.forgotten == ["t-1"]
+    assert dispatcher.publisher.control.revoked == []
+    # ... and the claim it lost was the one-shot SET NX, kept as long as the call's state lives
+    [(key, value, options)] = dispatcher.redis.sets  # type: ignore[attr-defined]
+    assert (key, value, options) == (
+        call_state_key("t-1"),
+        "abandoned",
+        {"nx": True, "ex": call_state_ttl_s(dispatcher.settings)},
+    )
+
+
+def test_a_result_that_never_arrives_times_the_call_out_without_revoking_it() -> None:
+    # given: a call its worker finished at the deadline, whose result is nowhere
+    dispatcher = Stubbed(None)
+    dispatcher.redis.values[call_state_key("t-1")] = CALL_FINISHED.encode()  # type: ignore[attr-defined]
+
+    # when: it is dispatched and its deadline passes
+    outcome = dispatch(dispatcher)
+
+    # then: it timed out (an outcome, not an exception), and nothing is revoked: it finished
+    assert (outcome.kind, outcome.text, outcome.task_id) == (
+        OutcomeKind.TIMED_OUT,
+        "Tool 'credit' did not finish within 0.05 s",
+        "t-1",
+    )
+    assert dispatcher.stub.forgotten == ["t-1"]
+    assert dispatcher.publisher.control.revoked == []
