@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 import redis
 
+from orchestrator.errors import JournalKeyError
 from orchestrator.executors._outcomes import outcome_of_meta, outcome_of_success, worker_of
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.saga.compensation import run_compensation
@@ -48,6 +49,7 @@ class Recovered:
     nothing_to_undo: list[str] = field(default_factory=list)
     abandoned: list[str] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
+    error: str | None = None  # why the invocation was not recovered at all (its parameters unreadable)
 
 
 async def recover(
@@ -68,12 +70,16 @@ async def recover(
         targets = journal.unfinished(stale_after_s)
     reports: list[Recovered] = []
     for record in targets:
+        try:  # opened before the claim: a row no key opens is reported, and the others go on
+            invocation_json = record.invocation_json
+        except JournalKeyError as exc:
+            log.error("invocation %s not recovered: %s", record.id, exc)
+            reports.append(Recovered(record.id, error=str(exc)))
+            continue
         if not journal.claim(record.id, stale_before):
             log.info("invocation %s is alive or taken by another recoverer; skipped", record.id)
             continue
-        reports.append(
-            await _recover_one(journal, executor, definitions or {}, record.id, record.invocation_json)
-        )
+        reports.append(await _recover_one(journal, executor, definitions or {}, record.id, invocation_json))
     return reports
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -264,8 +265,11 @@ def test_runs_show_and_sagas_need_no_key_and_recovery_of_the_row_names_the_key_e
     # and recovering it is where the key error is: it names the invocation and the variable
     recoverer = Journal(url)
     journals.append(recoverer)
-    with pytest.raises(JournalKeyError, match=rf"invocation {invocation_id}: .*TOOLFLEET_JOURNAL_KEYS"):
-        asyncio.run(recover(recoverer, LocalExecutor(), stale_after_s=0))
+    [report] = asyncio.run(recover(recoverer, LocalExecutor(), stale_after_s=0))
+    assert report.invocation_id == invocation_id and report.compensated == []
+    assert re.search(rf"invocation {invocation_id}: .*TOOLFLEET_JOURNAL_KEYS", report.error or "")
+    # and the row is left as it was, unclaimed, for a recoverer that holds the key
+    assert recoverer.invocation(invocation_id).state == "running"
 
 
 def test_a_command_seals_with_the_keys_of_its_settings(url: str, journals: list[Journal]) -> None:

@@ -63,6 +63,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     failed = 0
     for report in reports:
         print(f"invocation {report.invocation_id}:")
+        if report.error is not None:
+            print(f"  NOT RECOVERED  {report.error}")
+            failed += 1
+            continue
         for label in report.compensated:
             print(f"  compensated  {label}")
         for label in report.failed:
