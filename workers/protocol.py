@@ -36,6 +36,7 @@ __all__ = [
     "CallTask",
     "CompensationTask",
     "ErrorCause",
+    "NotRegisteredDetail",
     "OutcomeKind",
     "ToolExecution",
     "ToolExecutionRequest",
@@ -46,7 +47,10 @@ __all__ = [
     "compensation_task_id",
     "compensation_task_name",
     "flower_reprs",
+    "is_compensation_task",
+    "is_toolfleet_task",
     "outcome_from_failure",
+    "tool_of_task",
     "tool_task_name",
 ]
 
@@ -69,8 +73,6 @@ FAILURE_MODULE = "workers._failures"
 
 _CALL_NAMESPACE = uuid.UUID("0d7c3f52-8a61-4c1e-9b7e-6f2a41d3e9b5")
 _COMPENSATION_NAMESPACE = uuid.UUID("5b0b6a8e-4f5e-4a57-9a43-2f3c54a0c1de")
-
-_CALL_NAMESPACE = uuid.UUID("0d7c3f52-8a61-4c1e-9b7e-6f2a41d3e9b5")
 
 
 def call_task_id(idempotency_key: str, attempt: int = 0) -> str:
@@ -286,6 +288,21 @@ def compensation_task_name(tool: str) -> str:
     return COMPENSATION_PREFIX + tool
 
 
+def is_toolfleet_task(task: str) -> bool:
+    """Whether the task named `task` is toolfleet's: a tool's call or its compensation."""
+    return task.startswith((TASK_PREFIX, COMPENSATION_PREFIX))
+
+
+def is_compensation_task(task: str) -> bool:
+    """Whether the task named `task` undoes a call (`compensate.<name>`)."""
+    return task.startswith(COMPENSATION_PREFIX)
+
+
+def tool_of_task(task: str) -> str | None:
+    """The tool whose calls the task named `task` runs (`tool.<name>`), else `None`."""
+    return task[len(TASK_PREFIX) :] if task.startswith(TASK_PREFIX) else None
+
+
 def compensation_task_id(idempotency_key: str) -> str:
     """The one task id of the compensation of a call: every path that undoes it uses the same id."""
     return "compensate-" + str(uuid.uuid5(_COMPENSATION_NAMESPACE, idempotency_key))
@@ -370,6 +387,32 @@ class CompensationTask:
     def reprs(self) -> dict[str, str]:
         """What Flower shows as the task's arguments (see `flower_reprs`)."""
         return flower_reprs(self.execution.request, self.invocation)
+
+
+@dataclass(frozen=True)
+class NotRegisteredDetail:
+    """What a worker adds to Celery's `NotRegistered(<task name>)` when it refuses a task it does not
+    serve: its hostname, the pool the message came through and the tools it serves there."""
+
+    worker: str
+    pool: str | None
+    tools: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"worker": self.worker, "pool": self.pool, "tools": list(self.tools)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> NotRegisteredDetail | None:
+        """The detail stored by a toolfleet worker; `None` for anything else (a plain Celery worker
+        stores none)."""
+        if not isinstance(data, dict):
+            return None
+        worker, pool, tools = data.get("worker"), data.get("pool"), data.get("tools")
+        if not isinstance(worker, str) or not worker or not isinstance(tools, list):
+            return None
+        return cls(
+            worker=worker, pool=pool if isinstance(pool, str) and pool else None, tools=tuple(map(str, tools))
+        )
 
 
 def flower_reprs(request: ToolExecutionRequest, invocation: Invocation) -> dict[str, str]:

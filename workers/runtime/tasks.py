@@ -21,14 +21,13 @@ from workers._failures import ToolFailure, failure_for
 from workers.calls.retry import backoff_s, is_transient
 from workers.calls.runner import bound_outcome, call_identity, log_call, run_tool
 from workers.protocol import (
-    COMPENSATION_PREFIX,
     IDEMPOTENCY_HEADER,
-    TASK_PREFIX,
     CallTask,
     CompensationTask,
     OutcomeKind,
     ToolOutcome,
     compensation_task_name,
+    is_toolfleet_task,
     tool_task_name,
 )
 from workers.runtime._compensation import finish_or_compensate_late, run_compensation_task
@@ -128,7 +127,7 @@ def _only_toolfleet_tasks(app: Celery) -> None:
 
     def drop(sender: Any = None, **_: Any) -> None:
         for name in list(app.tasks):
-            if not name.startswith((TASK_PREFIX, COMPENSATION_PREFIX)):
+            if not is_toolfleet_task(name):
                 app.tasks.unregister(name)
 
     if app.finalized:
