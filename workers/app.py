@@ -10,10 +10,12 @@ import importlib
 import logging
 import math
 import os
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_init
 
 from workers.errors import ToolModuleError
 from workers.settings import Settings
@@ -116,7 +118,7 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
         },
         result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
     )
-    _keep_results_out_of_logs()
+    _worker_apps.add(app)
     if registry is not None:
         from workers.runtime.tasks import register_tasks
 
@@ -125,17 +127,23 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
 
 
 CELERY_TRACE_LOGGER = "celery.app.trace"
+_worker_apps: weakref.WeakSet[Celery] = weakref.WeakSet()
 
 
-def _keep_results_out_of_logs() -> None:
+def _keep_results_out_of_logs(sender: Any = None, **_: Any) -> None:
     """Keep Celery's per-task lines, which carry the task's return value, out of a worker's log.
 
     Celery logs "Task ... succeeded in ...: <result>" at INFO (up to 1024 characters of it), and a
-    result holds whatever the tool read. Its trace logger keeps warnings and errors only; each call's
-    line is toolfleet's own (`workers.calls.runner.log_call`): tool, ids, outcome, duration, and the
-    content at DEBUG only, cut short.
+    result holds whatever the tool read. Once a worker of an app of `make_app` starts (never merely
+    where such an app is built, as in Flower), Celery's trace logger keeps warnings and errors only;
+    each call's line is toolfleet's own (`workers.calls.runner.log_call`): tool, ids, outcome,
+    duration, and the content at DEBUG only, cut short.
     """
-    logging.getLogger(CELERY_TRACE_LOGGER).setLevel(logging.WARNING)
+    if getattr(sender, "app", None) in _worker_apps:
+        logging.getLogger(CELERY_TRACE_LOGGER).setLevel(logging.WARNING)
+
+
+worker_init.connect(_keep_results_out_of_logs, weak=False)
 
 
 def make_publisher(settings: Settings) -> Celery:
