@@ -2,7 +2,8 @@
 
 What crosses it: a call request and its outcome (`ToolExecutionRequest`, `ToolOutcome`, `ToolExecution`),
 wrapped in the keyword arguments of a task (`CallTask` for `tool.<name>`, `CompensationTask` for
-`compensate.<name>`), with ids derived from the call's idempotency key (`call_task_id`,
+`compensate.<name>`, named in `workers._task_names` with the refusal of a task a worker does not
+serve, all re-exported here), with ids derived from the call's idempotency key (`call_task_id`,
 `compensation_task_id`). What it leaves in Redis: the result backend's `celery-task-meta-<task id>`, the
 per-call state (`call_state_key`: `abandoned` by the orchestrator or `finished` by the worker), the
 compensation lock and done mark (`compensation_lock_key`), and the catalog (`WORKER_KEY`, `POOL_KEY`,
@@ -17,6 +18,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from workers._task_names import (
+    COMPENSATION_PREFIX,
+    TASK_PREFIX,
+    NotRegisteredDetail,
+    compensation_task_name,
+    is_compensation_task,
+    is_toolfleet_task,
+    tool_of_task,
+    tool_task_name,
+)
 from workers.calls.invocation import Invocation
 from workers.contents import Content, content_from_json, content_to_json
 
@@ -54,8 +65,6 @@ __all__ = [
     "tool_task_name",
 ]
 
-TASK_PREFIX = "tool."
-COMPENSATION_PREFIX = "compensate."
 IDEMPOTENCY_HEADER = "idempotency_key"  # the message header naming the call a task belongs to
 META_PREFIX = "celery-task-meta-"  # Celery's Redis result backend: key and channel of a task's state
 CALL_ABANDONED = "abandoned"  # per-call state written by the orchestrator at the call's deadline
@@ -278,31 +287,6 @@ class ToolExecution:
         )
 
 
-def tool_task_name(tool: str) -> str:
-    """The Celery task that runs a call of `tool`."""
-    return TASK_PREFIX + tool
-
-
-def compensation_task_name(tool: str) -> str:
-    """The Celery task that undoes a call of `tool`."""
-    return COMPENSATION_PREFIX + tool
-
-
-def is_toolfleet_task(task: str) -> bool:
-    """Whether the task named `task` is toolfleet's: a tool's call or its compensation."""
-    return task.startswith((TASK_PREFIX, COMPENSATION_PREFIX))
-
-
-def is_compensation_task(task: str) -> bool:
-    """Whether the task named `task` undoes a call (`compensate.<name>`)."""
-    return task.startswith(COMPENSATION_PREFIX)
-
-
-def tool_of_task(task: str) -> str | None:
-    """The tool whose calls the task named `task` runs (`tool.<name>`), else `None`."""
-    return task[len(TASK_PREFIX) :] if task.startswith(TASK_PREFIX) else None
-
-
 def compensation_task_id(idempotency_key: str) -> str:
     """The one task id of the compensation of a call: every path that undoes it uses the same id."""
     return "compensate-" + str(uuid.uuid5(_COMPENSATION_NAMESPACE, idempotency_key))
@@ -387,32 +371,6 @@ class CompensationTask:
     def reprs(self) -> dict[str, str]:
         """What Flower shows as the task's arguments (see `flower_reprs`)."""
         return flower_reprs(self.execution.request, self.invocation)
-
-
-@dataclass(frozen=True)
-class NotRegisteredDetail:
-    """What a worker adds to Celery's `NotRegistered(<task name>)` when it refuses a task it does not
-    serve: its hostname, the pool the message came through and the tools it serves there."""
-
-    worker: str
-    pool: str | None
-    tools: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"worker": self.worker, "pool": self.pool, "tools": list(self.tools)}
-
-    @classmethod
-    def from_json(cls, data: Any) -> NotRegisteredDetail | None:
-        """The detail stored by a toolfleet worker; `None` for anything else (a plain Celery worker
-        stores none)."""
-        if not isinstance(data, dict):
-            return None
-        worker, pool, tools = data.get("worker"), data.get("pool"), data.get("tools")
-        if not isinstance(worker, str) or not worker or not isinstance(tools, list):
-            return None
-        return cls(
-            worker=worker, pool=pool if isinstance(pool, str) and pool else None, tools=tuple(map(str, tools))
-        )
 
 
 def flower_reprs(request: ToolExecutionRequest, invocation: Invocation) -> dict[str, str]:
