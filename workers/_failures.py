@@ -4,7 +4,7 @@ The classes live in this module, whose dotted path is part of the wire contract 
 the orchestrator reads the outcome back from a stored failure of this module), so that Celery can
 pickle them and keeps their own names: Flower then shows a failed call as, say,
 `InsufficientFunds('...')`. A prefork pool's parent process unpickles what its children raise, so a
-class is created here on first lookup by name, in any process.
+class is created on first lookup by name (the module's `__getattr__`), in any process.
 """
 
 from __future__ import annotations
@@ -38,13 +38,23 @@ _failure_types: dict[str, type[ToolFailure]] = {"ToolFailure": ToolFailure}
 
 
 def failure_type(name: str) -> type[ToolFailure]:
-    """The `ToolFailure` subclass named `name`, created in this module on first use."""
+    """The `ToolFailure` subclass named `name`, created in this module on first use.
+
+    Celery reads a stored failure back as `getattr(<this module>, name)`, which finds this module's
+    own names first: a name it holds for something else (`Any`, `ToolOutcome`) is `ToolFailure`.
+    """
     cls = _failure_types.get(name)
     if cls is None:
+        if not _is_free(name):
+            return ToolFailure
         cls = cast(type[ToolFailure], type(name, (ToolFailure,), {"__module__": __name__}))
-        globals().setdefault(name, cls)  # never shadows this module's own names
         _failure_types[name] = cls
     return cls
+
+
+def _is_free(name: str) -> bool:
+    """Whether a class named `name` is found by name in this module: only through `__getattr__`."""
+    return name.isidentifier() and not name.startswith("__") and name not in globals()
 
 
 def _rebuild_failure(name: str, args: tuple[Any, ...]) -> ToolFailure:
@@ -53,13 +63,13 @@ def _rebuild_failure(name: str, args: tuple[Any, ...]) -> ToolFailure:
 
 def failure_for(outcome: ToolOutcome, worker: str | None = None) -> ToolFailure:
     """The exception a task raises for an error outcome, named after the tool's exception type."""
-    name = outcome.error_type or "ToolFailure"
-    if not name.isidentifier():
-        name = "ToolFailure"
-    return failure_type(name)(outcome.text, {**outcome.to_json(), "worker": worker})
+    return failure_type(outcome.error_type or "ToolFailure")(
+        outcome.text, {**outcome.to_json(), "worker": worker}
+    )
 
 
 def __getattr__(name: str) -> Any:
-    if name.startswith("__") or not name.isidentifier():
+    # Called only for names this module does not hold: the failure classes, found or made by name.
+    if not _is_free(name):
         raise AttributeError(name)
     return failure_type(name)

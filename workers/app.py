@@ -9,12 +9,17 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+import os
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_init
 
+from workers.errors import ToolModuleError
 from workers.settings import Settings
+from workers.tools import check_compensations
 from workers.tools.registry import ToolRegistry
 
 __all__ = [
@@ -113,7 +118,7 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
         },
         result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
     )
-    _keep_results_out_of_logs()
+    _worker_apps.add(app)
     if registry is not None:
         from workers.runtime.tasks import register_tasks
 
@@ -122,17 +127,23 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
 
 
 CELERY_TRACE_LOGGER = "celery.app.trace"
+_worker_apps: weakref.WeakSet[Celery] = weakref.WeakSet()
 
 
-def _keep_results_out_of_logs() -> None:
+def _keep_results_out_of_logs(sender: Any = None, **_: Any) -> None:
     """Keep Celery's per-task lines, which carry the task's return value, out of a worker's log.
 
     Celery logs "Task ... succeeded in ...: <result>" at INFO (up to 1024 characters of it), and a
-    result holds whatever the tool read. Its trace logger keeps warnings and errors only; each call's
-    line is toolfleet's own (`workers.calls.runner.log_call`): tool, ids, outcome, duration, and the
-    content at DEBUG only, cut short.
+    result holds whatever the tool read. Once a worker of an app of `make_app` starts (never merely
+    where such an app is built, as in Flower), Celery's trace logger keeps warnings and errors only;
+    each call's line is toolfleet's own (`workers.calls.runner.log_call`): tool, ids, outcome,
+    duration, and the content at DEBUG only, cut short.
     """
-    logging.getLogger(CELERY_TRACE_LOGGER).setLevel(logging.WARNING)
+    if getattr(sender, "app", None) in _worker_apps:
+        logging.getLogger(CELERY_TRACE_LOGGER).setLevel(logging.WARNING)
+
+
+worker_init.connect(_keep_results_out_of_logs, weak=False)
 
 
 def make_publisher(settings: Settings) -> Celery:
@@ -149,16 +160,45 @@ def make_publisher(settings: Settings) -> Celery:
 
 
 def registry_from_modules(modules: Iterable[str]) -> ToolRegistry:
-    """A registry of every tool of the named modules (`package.module` or `package.module:attribute`)."""
+    """A registry of every tool of the named modules (`package.module` or `package.module:attribute`).
+
+    Every compensation is checked first: a worker never serves a tool while ignoring its
+    compensation, however it was started. A module that cannot be loaded raises `ToolModuleError`
+    naming it; a misnamed or misshapen compensation raises `ToolDefinitionError`.
+    """
     registry = ToolRegistry()
-    for spec in modules:
-        spec = spec.strip()
-        if not spec:
-            continue
-        module_name, _, attribute = spec.partition(":")
-        module = importlib.import_module(module_name)
-        registry.add(getattr(module, attribute) if attribute else module)
+    for spec in (s.strip() for s in modules):
+        if spec:
+            source = _tool_source(spec)
+            check_compensations(source)
+            registry.add(source)
     return registry
+
+
+def _tool_source(spec: str) -> object:
+    """What `module` or `module:attribute` names, imported once, or `ToolModuleError` saying why not."""
+    module_name, colon, attribute = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise ToolModuleError(
+                f"--tools {spec}: no module named {exc.name!r} (looked in {os.getcwd()} and on the "
+                "Python path)"
+            ) from None
+        raise ToolModuleError(f"--tools {spec}: importing {module_name} failed: {exc}") from exc
+    except Exception as exc:  # the module's own code failed: say where, in one line
+        raise ToolModuleError(
+            f"--tools {spec}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not colon:
+        return module
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ToolModuleError(
+            f"--tools {spec}: module {module_name} has no attribute {attribute!r}"
+        ) from None
 
 
 def _app_from_environment() -> Celery:

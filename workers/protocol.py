@@ -2,7 +2,8 @@
 
 What crosses it: a call request and its outcome (`ToolExecutionRequest`, `ToolOutcome`, `ToolExecution`),
 wrapped in the keyword arguments of a task (`CallTask` for `tool.<name>`, `CompensationTask` for
-`compensate.<name>`), with ids derived from the call's idempotency key (`call_task_id`,
+`compensate.<name>`, named in `workers._task_names` with the refusal of a task a worker does not
+serve, all re-exported here), with ids derived from the call's idempotency key (`call_task_id`,
 `compensation_task_id`). What it leaves in Redis: the result backend's `celery-task-meta-<task id>`, the
 per-call state (`call_state_key`: `abandoned` by the orchestrator or `finished` by the worker), the
 compensation lock and done mark (`compensation_lock_key`), and the catalog (`WORKER_KEY`, `POOL_KEY`,
@@ -17,6 +18,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from workers._task_names import (
+    COMPENSATION_PREFIX,
+    TASK_PREFIX,
+    NotRegisteredDetail,
+    compensation_task_name,
+    is_compensation_task,
+    is_toolfleet_task,
+    tool_of_task,
+    tool_task_name,
+)
 from workers.calls.invocation import Invocation
 from workers.contents import Content, content_from_json, content_to_json
 
@@ -36,6 +47,7 @@ __all__ = [
     "CallTask",
     "CompensationTask",
     "ErrorCause",
+    "NotRegisteredDetail",
     "OutcomeKind",
     "ToolExecution",
     "ToolExecutionRequest",
@@ -46,12 +58,13 @@ __all__ = [
     "compensation_task_id",
     "compensation_task_name",
     "flower_reprs",
+    "is_compensation_task",
+    "is_toolfleet_task",
     "outcome_from_failure",
+    "tool_of_task",
     "tool_task_name",
 ]
 
-TASK_PREFIX = "tool."
-COMPENSATION_PREFIX = "compensate."
 IDEMPOTENCY_HEADER = "idempotency_key"  # the message header naming the call a task belongs to
 META_PREFIX = "celery-task-meta-"  # Celery's Redis result backend: key and channel of a task's state
 CALL_ABANDONED = "abandoned"  # per-call state written by the orchestrator at the call's deadline
@@ -266,16 +279,6 @@ class ToolExecution:
             pool=data.get("pool"),
             worker=data.get("worker"),
         )
-
-
-def tool_task_name(tool: str) -> str:
-    """The Celery task that runs a call of `tool`."""
-    return TASK_PREFIX + tool
-
-
-def compensation_task_name(tool: str) -> str:
-    """The Celery task that undoes a call of `tool`."""
-    return COMPENSATION_PREFIX + tool
 
 
 def compensation_task_id(idempotency_key: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from orchestrator.executors._collector import LOST, NO_WORKER
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
-from workers.protocol import COMPENSATION_PREFIX, outcome_from_failure
+from workers.protocol import NotRegisteredDetail, is_compensation_task, outcome_from_failure
 
 _TIME_LIMIT_ERRORS = {"TimeLimitExceeded", "SoftTimeLimitExceeded", "Terminated"}
 
@@ -97,23 +97,21 @@ def no_worker_outcome(definition: ToolDefinition) -> ToolOutcome:
 
 def _not_registered(definition: ToolDefinition, result: Any) -> ToolOutcome:
     """The call reached a worker of the pool that does not serve its task: the pool's workers serve
-    different tools. The worker names itself and its tools in the failure (workers/_unregistered.py);
+    different tools. The worker names itself and its tools in the failure (`NotRegisteredDetail`);
     a worker that does not (plain Celery) is described as the one that received the call."""
     message = result.get("exc_message") if isinstance(result, dict) else None
     parts = list(message) if isinstance(message, list | tuple) else [message]
     task = str(parts[0]) if parts and parts[0] else ""
-    detail = parts[1] if len(parts) > 1 and isinstance(parts[1], dict) else {}
+    detail = NotRegisteredDetail.from_json(parts[1] if len(parts) > 1 else None)
     what = f"Tool '{definition.name}'"
-    if task.startswith(COMPENSATION_PREFIX):
+    if is_compensation_task(task):
         what = f"The compensation of tool '{definition.name}'"
-    pool = detail.get("pool") or definition.pool
-    worker = detail.get("worker")
-    tools = detail.get("tools")
-    if isinstance(worker, str) and worker and isinstance(tools, list):
-        served = ", ".join(str(t) for t in tools) if tools else "no tool"
+    pool = (detail.pool if detail is not None else None) or definition.pool
+    if detail is not None:
+        served = ", ".join(detail.tools) if detail.tools else "no tool"
         text = (
-            f"{what} is not served by worker '{worker}' of pool '{pool}' "
-            f"(its workers serve different tools: '{worker}' serves {served})"
+            f"{what} is not served by worker '{detail.worker}' of pool '{pool}' "
+            f"(its workers serve different tools: '{detail.worker}' serves {served})"
         )
     else:
         text = (
@@ -122,5 +120,5 @@ def _not_registered(definition: ToolDefinition, result: Any) -> ToolOutcome:
         )
     # A tool call is told to the model like a pool without workers; an undo that cannot run here is
     # recorded as failed at once (dispatching it again under its one task id would meet this failure).
-    kind = OutcomeKind.EXECUTION_ERROR if task.startswith(COMPENSATION_PREFIX) else OutcomeKind.NO_WORKER
+    kind = OutcomeKind.EXECUTION_ERROR if is_compensation_task(task) else OutcomeKind.NO_WORKER
     return failed_outcome(kind, text, "NotRegistered")

@@ -15,7 +15,7 @@ from workers.calls.invocation import (
     ToolCallIdentity,
     ToolMemoryId,
 )
-from workers.errors import ToolArgumentsError
+from workers.errors import ToolArgumentsError, ToolDefinitionError
 from workers.tools import ToolDefinition, ToolParameter
 
 __all__ = ["BoundCall", "bind_arguments", "parse_arguments"]
@@ -146,9 +146,14 @@ class BoundCall:
 
 
 def bind_arguments(
-    definition: ToolDefinition, arguments: str | None, invocation: Invocation, identity: ToolCallIdentity
+    definition: ToolDefinition,
+    arguments: str | None,
+    invocation: Invocation,
+    identity: ToolCallIdentity | None,
 ) -> BoundCall:
-    """Bind the model's arguments to `definition`'s parameters; `ToolArgumentsError` says what is wrong."""
+    """Bind the model's arguments to `definition`'s parameters; `ToolArgumentsError` says what is wrong.
+
+    `identity` is needed only when the tool takes one (`definition.takes_identity`)."""
     values = parse_arguments(arguments, definition.name)
     parameters = InvocationParameters(copy.deepcopy(dict(invocation.parameters)))  # the tool's own copy
     if definition.raw_arguments:
@@ -164,9 +169,10 @@ def bind_values(
     values: dict[str, Any],
     context: InvocationContext,
     parameters: InvocationParameters,
-    identity: ToolCallIdentity,
+    identity: ToolCallIdentity | None,
 ) -> BoundCall:
-    """The call of a function declaring `declared`: the model's `values`, and the injected data."""
+    """The call of a function declaring `declared`: the model's `values`, and the injected data
+    (`identity` is needed only when a parameter takes it)."""
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for parameter in declared:
@@ -184,9 +190,11 @@ def _value_for(
     tool_name: str,
     context: InvocationContext,
     parameters: InvocationParameters,
-    identity: ToolCallIdentity,
+    identity: ToolCallIdentity | None,
 ) -> Any:
     if parameter.injected is ToolCallIdentity:
+        if identity is None:
+            raise ToolDefinitionError(f"Tool '{tool_name}' takes a ToolCallIdentity, and none was given")
         return identity
     if parameter.injected is InvocationParameters:
         return parameters

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import functools
 import inspect
 import logging
 import time
@@ -103,7 +104,8 @@ def _bind(
     identity: ToolCallIdentity | None,
 ) -> BoundCall | ToolOutcome:
     """The bound call, or the arguments-error outcome that says why there is none."""
-    identity = identity or call_identity(invocation, request)
+    if identity is None and definition.takes_identity:
+        identity = call_identity(invocation, request)
     try:
         return bind_arguments(definition, request.arguments, invocation, identity)
     except ToolArgumentsError as exc:
@@ -235,18 +237,56 @@ CONTENT_LOG_CHARS = 200  # how much of a call's content a DEBUG line shows
 
 
 def log_call(
-    tool: str, call_id: str | None, outcome: ToolOutcome, elapsed_ms: float, *, task_id: str | None = None
+    tool: str,
+    call_id: str | None,
+    outcome: ToolOutcome,
+    elapsed_ms: float,
+    *,
+    task_id: str | None = None,
+    attempt: int | None = None,
+    retry_in_s: float | None = None,
 ) -> None:
-    """The one INFO line of a call: tool, ids, outcome and duration, never its arguments or content.
+    """The one INFO line of a call: tool, ids, outcome and duration, never its arguments or content;
+    for a failed attempt that will be retried, its number (`attempt`) and the pause (`retry_in_s`).
 
     The content (an error's message, a result's text) is logged at DEBUG only, its first
     `CONTENT_LOG_CHARS` characters: results can hold whatever the tool read.
     """
-    error = f" ({outcome.error_type})" if outcome.is_error and outcome.error_type else ""
-    task = f" task {task_id}" if task_id else ""
-    log.info("tool %s call %s%s: %s%s in %.1f ms", tool, call_id, task, outcome.kind.value, error, elapsed_ms)
+    if not log.isEnabledFor(logging.INFO):
+        return
+    error_type = outcome.error_type if outcome.is_error else None
+    args: list[Any] = [tool, call_id]
+    if task_id:
+        args.append(task_id)
+    if attempt is not None:
+        args.append(attempt)
+    args.append(outcome.kind.value)
+    if error_type:
+        args.append(error_type)
+    args.append(elapsed_ms)
+    if retry_in_s is not None:
+        args.append(retry_in_s)
+    line = _call_line(bool(task_id), attempt is not None, bool(error_type), retry_in_s is not None)
+    log.info(line, *args)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("tool %s call %s content: %s", tool, call_id, content_preview(outcome.text))
+
+
+@functools.cache
+def _call_line(task: bool, attempt: bool, error: bool, retry: bool) -> str:
+    """The %-format of a call's line with the parts it has: one of a few constant strings."""
+    return "".join(
+        (
+            "tool %s call %s",
+            " task %s" if task else "",
+            ": ",
+            "attempt %d " if attempt else "",
+            "%s",
+            " (%s)" if error else "",
+            " in %.1f ms",
+            "; retrying in %.2f s" if retry else "",
+        )
+    )
 
 
 def content_preview(text: str) -> str:

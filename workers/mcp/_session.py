@@ -23,7 +23,6 @@ import contextlib
 import functools
 import logging
 import os
-import random
 import sys
 import threading
 import weakref
@@ -31,6 +30,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from workers.calls.retry import backoff_s
 from workers.errors import McpConnectionError, McpProtocolError, McpTimeoutError
 from workers.mcp._transport import (
     CONNECTION_CLOSED,
@@ -323,7 +323,7 @@ class _Connection:
                 break
             # Back off between attempts, but no longer than the first step once a call is waiting.
             self._wanted.clear()
-            delay = random.uniform(0.5, 1.0) * min(RECONNECT_BACKOFF_MAX_S, RECONNECT_BACKOFF_S * 2**failures)
+            delay = backoff_s(failures, RECONNECT_BACKOFF_S, RECONNECT_BACKOFF_MAX_S)
             failures += 1
             await asyncio.sleep(min(delay, RECONNECT_BACKOFF_S))
             with contextlib.suppress(TimeoutError):

@@ -112,19 +112,18 @@ def finish_or_compensate_late(
     success is either collected by the orchestrator or compensated here, never both, never neither.
     """
     ttl = call_state_ttl_s(settings)
-    attempt = 0
-    while True:  # the side effect happened: this mark must land, or a late success goes unnoticed
-        try:
-            previous = _redis(settings).set(call_state_key(task.request.id), CALL_FINISHED, ex=ttl, get=True)
-            break
-        except redis.RedisError as exc:
-            pause = backoff_s(attempt, settings.retry_backoff_s, settings.retry_backoff_max_s)
-            if deadline is not None and time.time() + pause > deadline + settings.result_expires_s:
-                log.error("could not mark %s finished: %s", task.request.id, exc)
-                return
-            log.warning("marking %s finished failed (%s); retrying in %.2f s", task.request.id, exc, pause)
-            time.sleep(pause)
-            attempt += 1
+    # The side effect happened: this mark must land, or a late success goes unnoticed; yet not forever.
+    until = (deadline if deadline is not None else time.time()) + settings.result_expires_s
+    try:
+        previous = _with_retries(
+            settings,
+            f"marking {task.request.id} finished",
+            until,
+            lambda: _redis(settings).set(call_state_key(task.request.id), CALL_FINISHED, ex=ttl, get=True),
+        )
+    except redis.RedisError as exc:
+        log.error("could not mark %s finished: %s", task.request.id, exc)
+        return
     if previous != CALL_ABANDONED.encode():
         return
     key = str((task.request.headers or {}).get(IDEMPOTENCY_HEADER) or "") or task.request.id
@@ -199,7 +198,7 @@ def run_compensation_task(
                 settings,
                 f"unlocking the compensation {key}",
                 bookkeeping_until,
-                lambda: _redis(settings).delete(lock),
+                lambda: _release_lock(_redis(settings), lock, mine),
             )
         except redis.RedisError as exc:  # the lock expires by itself: the failure is what counts
             log.warning("could not unlock the compensation %s (%s); it expires in %d s", key, exc, lock_ttl)
@@ -250,6 +249,21 @@ def _take_lock(client: redis.Redis, lock: str, mine: str, lock_ttl: int, hostnam
     if holder is not None and not _holder_is_gone(client, _text(holder), hostname):
         return "busy"
     return "mine" if client.set(lock, mine, ex=lock_ttl, get=True) == holder else "busy"
+
+
+# Deletes the lock only while it still holds this delivery's value: once its TTL ran out, another
+# delivery may hold it, and deleting theirs would let a third undo the call again.
+_RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def _release_lock(client: redis.Redis, lock: str, mine: str) -> bool:
+    """Delete the compensation lock if this delivery still holds it; whether it did."""
+    return bool(client.eval(_RELEASE_SCRIPT, 1, lock, mine))
 
 
 def _with_retries(settings: Settings, what: str, until: float, write: Callable[[], T]) -> T:

@@ -3,7 +3,7 @@
 Celery's consumer stores `NotRegistered(<task name>)` as the task's failure: the orchestrator then
 knows neither which worker refused the call nor why. Here the same refusal (same log line, rejected
 message, FAILURE state, `task-failed` event, `task_unknown` signal) stores
-`NotRegistered(<task name>, {"worker", "pool", "tools"})`: the worker's hostname, the pool the message
+`NotRegistered(<task name>, NotRegisteredDetail JSON)`: the worker's hostname, the pool the message
 came through and the tools this worker serves there, so the outcome can say that the pool's workers
 serve different tools.
 """
@@ -17,19 +17,19 @@ from celery.exceptions import NotRegistered
 from celery.utils.objects import Bunch
 from celery.worker.consumer import consumer as celery_consumer
 
-from workers.protocol import TASK_PREFIX
+from workers.protocol import NotRegisteredDetail, tool_of_task
 
 __all__ = ["refuse_unknown_task", "unregistered_detail"]
 
 
-def unregistered_detail(tasks: Any, hostname: str, pool: str | None) -> dict[str, Any]:
+def unregistered_detail(tasks: Any, hostname: str, pool: str | None) -> NotRegisteredDetail:
     """The worker, the pool and the tools this worker serves on it (all its tools if the pool is unknown)."""
     tools = sorted(
-        name[len(TASK_PREFIX) :]
+        tool
         for name, task in list(tasks.items())
-        if name.startswith(TASK_PREFIX) and (pool is None or getattr(task, "queue", None) == pool)
+        if (tool := tool_of_task(name)) is not None and (pool is None or getattr(task, "queue", None) == pool)
     )
-    return {"worker": hostname, "pool": pool, "tools": tools}
+    return NotRegisteredDetail(worker=hostname, pool=pool, tools=tuple(tools))
 
 
 def refuse_unknown_task(consumer: Any, body: Any, message: Any, exc: BaseException) -> None:
@@ -59,7 +59,7 @@ def refuse_unknown_task(consumer: Any, body: Any, message: Any, exc: BaseExcepti
     message.reject_log_error(celery_consumer.logger, consumer.connection_errors)
     pool = (message.delivery_info or {}).get("routing_key") or None
     detail = unregistered_detail(consumer.app.tasks, consumer.hostname, pool)
-    consumer.app.backend.mark_as_failure(task_id, NotRegistered(name, detail), request=request)
+    consumer.app.backend.mark_as_failure(task_id, NotRegistered(name, detail.to_json()), request=request)
     if consumer.event_dispatcher:
         consumer.event_dispatcher.send("task-failed", uuid=task_id, exception=f"NotRegistered({name!r})")
     signals.task_unknown.send(sender=consumer, message=message, exc=exc, name=name, id=task_id)

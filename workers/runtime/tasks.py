@@ -21,14 +21,14 @@ from workers._failures import ToolFailure, failure_for
 from workers.calls.retry import backoff_s, is_transient
 from workers.calls.runner import bound_outcome, call_identity, log_call, run_tool
 from workers.protocol import (
-    COMPENSATION_PREFIX,
     IDEMPOTENCY_HEADER,
-    TASK_PREFIX,
     CallTask,
     CompensationTask,
     OutcomeKind,
+    ToolExecutionRequest,
     ToolOutcome,
     compensation_task_name,
+    is_toolfleet_task,
     tool_task_name,
 )
 from workers.runtime._compensation import finish_or_compensate_late, run_compensation_task
@@ -47,32 +47,23 @@ def _run_call(
     task: Task, definition: ToolDefinition, settings: Settings, envelope: CallTask
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    request, invocation, deadline = envelope.request, envelope.invocation, envelope.deadline
-
-    def logged(outcome: ToolOutcome) -> ToolOutcome:
-        log_call(
-            definition.name,
-            request.id,
-            outcome,
-            (time.perf_counter() - started) * 1000,
-            task_id=task.request.id,
-        )
-        return outcome
-
+    request, deadline = envelope.request, envelope.deadline
     if deadline is not None and time.time() >= deadline:
         outcome = ToolOutcome(
             kind=OutcomeKind.TIMED_OUT,
             text=f"Tool '{definition.name}' did not start before its deadline",
             error_type="DeadlineExceeded",
         )
-        raise failure_for(logged(outcome))
-    identity = call_identity(
-        invocation,
-        request,
-        attempt=1 + int(task.request.retries or 0),  # the first run, then Celery's retries
-        key=(task.request.headers or {}).get(IDEMPOTENCY_HEADER),
-    )
-    outcome = run_tool(definition, request, invocation, identity, log_outcome=False)
+        raise failure_for(_logged(task, definition, request, outcome, started))
+    identity = None
+    if definition.takes_identity:  # built only for the tools that ask for it: most calls need none
+        identity = call_identity(
+            envelope.invocation,
+            request,
+            attempt=1 + int(task.request.retries or 0),  # the first run, then Celery's retries
+            key=(task.request.headers or {}).get(IDEMPOTENCY_HEADER),
+        )
+    outcome = run_tool(definition, request, envelope.invocation, identity, log_outcome=False)
     if outcome.error_type == "SoftTimeLimitExceeded":  # the pool's time limit: the deadline passed
         outcome = ToolOutcome(
             kind=OutcomeKind.TIMED_OUT,
@@ -85,16 +76,15 @@ def _run_call(
         if attempt < definition.options.retries and is_transient(outcome, definition):
             countdown = backoff_s(attempt, settings.retry_backoff_s, settings.retry_backoff_max_s)
             if deadline is None or time.time() + countdown < deadline:
-                log.info(
-                    "tool %s call %s task %s: attempt %d %s (%s) in %.1f ms; retrying in %.2f s",
+                elapsed_ms = (time.perf_counter() - started) * 1000
+                log_call(
                     definition.name,
                     request.id,
-                    task.request.id,
-                    attempt + 1,
-                    outcome.kind.value,
-                    outcome.error_type,
-                    (time.perf_counter() - started) * 1000,
-                    countdown,
+                    outcome,
+                    elapsed_ms,
+                    task_id=task.request.id,
+                    attempt=attempt + 1,
+                    retry_in_s=countdown,
                 )
                 raise task.retry(
                     countdown=countdown,
@@ -102,10 +92,24 @@ def _run_call(
                     exc=failure_for(outcome),
                     **envelope.reprs(),
                 )
-        raise failure_for(logged(outcome), task.request.hostname)
+        raise failure_for(_logged(task, definition, request, outcome, started), task.request.hostname)
     if envelope.compensate_if_late and definition.compensation is not None:
+        invocation = envelope.invocation
         finish_or_compensate_late(task, definition, settings, request, invocation, outcome, deadline)
-    return {**logged(outcome).to_json(), "worker": task.request.hostname}
+    return {**_logged(task, definition, request, outcome, started).to_json(), "worker": task.request.hostname}
+
+
+def _logged(
+    task: Task,
+    definition: ToolDefinition,
+    request: ToolExecutionRequest,
+    outcome: ToolOutcome,
+    started: float,
+) -> ToolOutcome:
+    """`outcome`, once its call's line is logged."""
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    log_call(definition.name, request.id, outcome, elapsed_ms, task_id=task.request.id)
+    return outcome
 
 
 def register_tasks(app: Celery, registry: ToolRegistry, settings: Settings) -> None:
@@ -128,7 +132,7 @@ def _only_toolfleet_tasks(app: Celery) -> None:
 
     def drop(sender: Any = None, **_: Any) -> None:
         for name in list(app.tasks):
-            if not name.startswith((TASK_PREFIX, COMPENSATION_PREFIX)):
+            if not is_toolfleet_task(name):
                 app.tasks.unregister(name)
 
     if app.finalized:

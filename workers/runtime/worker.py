@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import socket
@@ -22,7 +21,6 @@ from workers.runtime.catalog import (
     served_text,
 )
 from workers.settings import Settings
-from workers.tools import check_compensations
 from workers.tools.registry import ToolRegistry
 
 __all__ = ["POOL_KINDS", "ToolModuleError", "load_tools", "run_worker"]
@@ -35,11 +33,9 @@ POOL_KINDS = ("threads", "prefork", "solo")
 def load_tools(modules: Sequence[str]) -> ToolRegistry:
     """The tools of `modules` (`package.module` or `package.module:attribute`), found as `celery -A`
     finds an app: the current directory comes first on the import path, for this process and the
-    pool's children. A module that cannot be loaded raises `ToolModuleError` naming it."""
+    pool's children. A module that cannot be loaded raises `ToolModuleError` naming it; a
+    compensation that names no tool, or takes other parameters, raises `ToolDefinitionError`."""
     _current_directory_on_path()
-    for spec in (s.strip() for s in modules):
-        if spec:
-            _check_importable(spec)
     return registry_from_modules(modules)
 
 
@@ -51,25 +47,6 @@ def _current_directory_on_path() -> None:
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if cwd not in inherited:
         os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *inherited])
-
-
-def _check_importable(spec: str) -> None:
-    module_name, colon, attribute = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise ToolModuleError(
-                f"--tools {spec}: no module named {exc.name!r} (looked in {os.getcwd()} and on the "
-                "Python path)"
-            ) from None
-        raise ToolModuleError(f"--tools {spec}: importing {module_name} failed: {exc}") from exc
-    except Exception as exc:  # the module's own code failed: say where, in one line
-        raise ToolModuleError(
-            f"--tools {spec}: importing {module_name} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if colon and not hasattr(module, attribute):
-        raise ToolModuleError(f"--tools {spec}: module {module_name} has no attribute {attribute!r}")
 
 
 def run_worker(
@@ -102,8 +79,6 @@ def run_worker(
             f"No tool of {', '.join(modules)} belongs to pool(s) {', '.join(pools)}; "
             f"their pools are: {', '.join(known)}"
         )
-    for spec in filter(str.strip, modules):
-        check_compensations(_source(spec))  # a worker never serves a tool while ignoring its compensation
     hostname = hostname or f"{'-'.join(pools)}-{os.getpid()}@{socket.gethostname()}"
     _check_pools(settings, registry, hostname, pools, allow_mixed_pool)
     app = make_app(settings, registry)
@@ -126,13 +101,6 @@ def run_worker(
     ]
     log.info("serving %s on pools %s", ", ".join(served), ", ".join(pools))
     app.worker_main(argv)
-
-
-def _source(spec: str) -> object:
-    """What `module` or `module:attribute` names (already imported by the registry)."""
-    module_name, _, attribute = spec.strip().partition(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, attribute) if attribute else module
 
 
 def _check_pools(

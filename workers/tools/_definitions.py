@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from workers.calls.invocation import ToolCallIdentity
 from workers.tools._decorators import ToolOptions
 from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 
@@ -57,6 +58,12 @@ class ToolDefinition:
     raw_arguments: bool = False
     """The function takes the model's parsed arguments whole, as `arguments=` (tools proxied to
     another system, such as an MCP server, that validates them itself)."""
+    takes_identity: bool = field(init=False, repr=False, compare=False)
+    """Whether the function has a `ToolCallIdentity` parameter: a call builds one only then."""
+
+    def __post_init__(self) -> None:
+        takes = not self.raw_arguments and any(p.injected is ToolCallIdentity for p in self.parameters)
+        object.__setattr__(self, "takes_identity", takes)
 
     @property
     def name(self) -> str:
