@@ -24,6 +24,16 @@ pytestmark = pytest.mark.integration
 INTERVAL_S = 0.1
 
 
+@pytest.fixture(autouse=True)
+def no_stray_catalog_entries(client: redis.Redis) -> Iterator[None]:
+    """The stand-in worker entries these tests write never outlive them: the catalog is shared."""
+    before = set(client.scan_iter(match=WORKER_KEY.format("*")))
+    yield
+    stray = set(client.scan_iter(match=WORKER_KEY.format("*"))) - before
+    if stray:
+        client.delete(*stray)
+
+
 @pytest.fixture
 def collector(redis_url: str) -> Iterator[ResultCollector]:
     own = ResultCollector(redis_url, check_interval_s=INTERVAL_S, heartbeat_ttl_s=1.0)

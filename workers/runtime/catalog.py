@@ -219,9 +219,14 @@ class Catalog:
             keys = list(self._client.scan_iter(match=WORKER_KEY.format("*"), count=500))
             raws = self._client.mget(keys) if keys else []
         entries = []
-        for raw in raws:
-            if raw:
+        for key, raw in zip(keys, raws, strict=True):
+            if not raw:
+                continue
+            try:
                 entries.append(WorkerEntry.from_json(json.loads(raw)))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                # One entry that is not a worker's (another tool, a hand edit) must not hide the others.
+                log.warning("catalog entry %r is not a worker's and is skipped: %r", key, exc)
         return sorted(entries, key=lambda e: e.hostname)
 
     def live_workers(self, pool: str) -> list[str]:
