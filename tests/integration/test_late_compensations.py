@@ -18,6 +18,7 @@ import redis
 from celery import Celery, states
 
 from orchestrator.cli.commands import sagas, show
+from orchestrator.cli.main import build_parser
 from orchestrator.saga._late import late_compensation
 from orchestrator.saga.journal import CallRecord, Journal
 from tests.integration.private_redis import free_port
@@ -105,9 +106,9 @@ def test_show_and_sagas_report_late_compensations(
     )
 
     # when: an operator looks at the invocation, and at the compensations that need a person
-    assert show.run(argparse.Namespace(invocation=invocation_id), cli_settings) == 0
+    assert show.run(_args("show", invocation_id), cli_settings) == 0
     shown = capsys.readouterr().out
-    assert sagas.run(argparse.Namespace(failed=True, invocation=None), cli_settings) == 0
+    assert sagas.run(_args("sagas", "--failed"), cli_settings) == 0
     failed = capsys.readouterr().out
 
     # then: `show` tells both, and `sagas --failed` lists the failed one only
@@ -118,6 +119,11 @@ def test_show_and_sagas_report_late_compensations(
     assert "book_car" in row and "failed" in row and "no such booking" in row
 
 
+def _args(*argv: str) -> argparse.Namespace:
+    """A command's arguments as `toolfleet`'s own parser reads them, defaults included."""
+    return build_parser().parse_args(list(argv))
+
+
 def test_show_says_so_when_redis_is_unreachable(
     journal: Journal, cli_settings: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -125,6 +131,6 @@ def test_show_says_so_when_redis_is_unreachable(
     _abandoned(journal, invocation_id, "book")
     unreachable = dataclasses.replace(cli_settings, redis_url=f"redis://127.0.0.1:{free_port()}/0")
 
-    assert show.run(argparse.Namespace(invocation=invocation_id), unreachable) == 0
+    assert show.run(_args("show", invocation_id), unreachable) == 0
 
     assert "late compensation: unknown (Redis unreachable:" in capsys.readouterr().out
