@@ -18,7 +18,8 @@ with the original kept as `__cause__`.
         ├── JournalKeyError             the journal's keys are malformed or open no row
         ├── SchemaError                 the database's schema cannot be brought up to date
         ├── ModelSpecError              a `--model` naming no known provider (also a `ValueError`)
-        └── SetupError                  `toolfleet chat` cannot start
+        ├── SetupError                  `toolfleet chat` cannot start
+        └── ApiError                    a request `toolfleet serve` refuses (`status`, OpenAI's shape)
 
 Errors aimed at the model (`SystemToolError`, `VisibleRemoteToolError`) also derive from
 `workers.ToolErrorVisibleToLlm`; the others end an invocation or a command.
@@ -26,9 +27,12 @@ Errors aimed at the model (`SystemToolError`, `VisibleRemoteToolError`) also der
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from workers.errors import ToolErrorVisibleToLlm, ToolfleetError
 
 __all__ = [
+    "ApiError",
     "HallucinatedToolNameError",
     "JournalKeyError",
     "ModelAuthenticationError",
@@ -161,3 +165,25 @@ class ModelSpecError(OrchestratorError, ValueError):
 
 class SetupError(OrchestratorError):
     """`toolfleet chat` cannot start: the message says what to change."""
+
+
+class ApiError(OrchestratorError):
+    """A request the HTTP service refuses: its `status`, and the OpenAI error's `param` and `code`
+    (`orchestrator.server.error_shape` picks the error `type` from the status); `headers` go with
+    the answer (e.g. `Retry-After`)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = dict(headers or {})

@@ -235,15 +235,18 @@ class AiService:
         *,
         memory_id: str | None = None,
         parameters: Mapping[str, Any] | InvocationParameters | None = None,
+        memory: ChatMemory | None = None,
+        invocation_id: str | None = None,
     ) -> Result:
-        """Run one invocation and return its `Result` (from synchronous code)."""
+        """Run one invocation and return its `Result` (from synchronous code); `memory` replaces the
+        memory of `memory_id` for it, `invocation_id` (a UUID) names it instead of a new one."""
         try:
             asyncio.get_running_loop()
         except RuntimeError:
             pass
         else:
             raise OrchestratorError("chat() cannot run inside an event loop: use `await service.achat(...)`")
-        return asyncio.run(self._invoke(user_message, memory_id, parameters, "chat"))
+        return asyncio.run(self._invoke("chat", user_message, memory_id, parameters, memory, invocation_id))
 
     async def achat(
         self,
@@ -251,9 +254,11 @@ class AiService:
         *,
         memory_id: str | None = None,
         parameters: Mapping[str, Any] | InvocationParameters | None = None,
+        memory: ChatMemory | None = None,
+        invocation_id: str | None = None,
     ) -> Result:
-        """Run one invocation and return its `Result` (from async code)."""
-        return await self._invoke(user_message, memory_id, parameters, "achat")
+        """Run one invocation and return its `Result` (from async code); the arguments as `chat`'s."""
+        return await self._invoke("achat", user_message, memory_id, parameters, memory, invocation_id)
 
     async def stream(
         self,
@@ -261,12 +266,16 @@ class AiService:
         *,
         memory_id: str | None = None,
         parameters: Mapping[str, Any] | InvocationParameters | None = None,
+        memory: ChatMemory | None = None,
+        invocation_id: str | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Run one invocation, yielding the model's events and `ToolExecuted` as they happen, then one
         `CompleteResponse` carrying the `Result`; an error ends the stream by raising."""
         queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
         task = asyncio.ensure_future(
-            self._invoke(user_message, memory_id, parameters, "stream", emit=queue.put_nowait)
+            self._invoke(
+                "stream", user_message, memory_id, parameters, memory, invocation_id, queue.put_nowait
+            )
         )
         task.add_done_callback(lambda _: queue.put_nowait(None))
         try:
@@ -283,10 +292,12 @@ class AiService:
 
     async def _invoke(
         self,
+        mode: Mode,
         user_message: str | UserMessage,
         memory_id: str | None,
         parameters: Mapping[str, Any] | InvocationParameters | None,
-        mode: Mode,
+        memory: ChatMemory | None,
+        invocation_id: str | None,
         emit: Emit | None = None,
     ) -> Result:
         config = self._config
@@ -298,7 +309,10 @@ class AiService:
             await config.catalog.refresh()
         if config.handlers_defaulted:
             _notice_defaults()
-        return await run_invocation(config, new_state(config, message, memory_id, params, mode, emit))
+        state = new_state(
+            config, message, memory_id, params, mode, emit, memory=memory, invocation_id=invocation_id
+        )
+        return await run_invocation(config, state)
 
     # -- memory -----------------------------------------------------------------------------------
 
@@ -319,6 +333,12 @@ class AiService:
         if self._config.catalog is not None:
             return [definition.specification for definition in self._config.catalog.current()]
         return [tool.specification for tool in self._config.tools.values()]
+
+    def pools(self) -> set[str]:
+        """The pools the service's own tools run on (given no tools, those live workers serve now)."""
+        config = self._config
+        tools = config.catalog.current() if config.catalog is not None else config.tools.values()
+        return {tool.pool for tool in tools if isinstance(tool, ToolDefinition)}
 
     def as_tool(
         self, name: str, description: str, *, parameter: str = "request", template: str | None = None

@@ -18,6 +18,7 @@ import pytest
 
 from orchestrator.cli import COMMANDS
 from orchestrator.cli import build_parser as _parser
+from orchestrator.server.settings import SERVE_ENVIRONMENT
 from workers.settings import ENVIRONMENT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -315,7 +316,7 @@ def test_every_tool_has_a_worker_with_its_code_and_its_pool(compose: dict[str, A
 
 
 def test_toolfleet_services_set_only_variables_toolfleet_reads(compose: dict[str, Any]) -> None:
-    known = set(ENVIRONMENT.values()) | set(ALLOWED_ENVIRONMENT)
+    known = set(ENVIRONMENT.values()) | set(SERVE_ENVIRONMENT.values()) | set(ALLOWED_ENVIRONMENT)
     for name, service in _toolfleet_services(compose).items():
         environment = service.get("environment") or {}
         assert isinstance(environment, dict), f"{name}: environment is a mapping"

@@ -6,6 +6,7 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
+from orchestrator.server.settings import SERVE_ENVIRONMENT, ServeSettings
 from workers.settings import ENVIRONMENT, Settings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -46,7 +47,11 @@ def _written(value: object) -> str:
 
 def test_every_setting_is_in_the_readme_table_with_its_default() -> None:
     table = _table()
-    assert set(table) == set(ENVIRONMENT.values())
+    assert set(table) == set(ENVIRONMENT.values()) | set(SERVE_ENVIRONMENT.values())
     for item in fields(Settings):
         expected = DESCRIBED.get(item.name) or _written(item.default)
         assert table[ENVIRONMENT[item.name]] == expected, item.name
+    for item in fields(ServeSettings):
+        if item.name in SERVE_ENVIRONMENT:
+            expected = "—" if item.name in ("agents", "api_keys") else _written(item.default)
+            assert table[SERVE_ENVIRONMENT[item.name]] == expected, item.name

@@ -74,10 +74,14 @@ def new_state(
     parameters: InvocationParameters,
     mode: Mode,
     emit: Emit | None,
+    *,
+    memory: ChatMemory | None = None,
+    invocation_id: str | None = None,
 ) -> RunState:
-    """The state an invocation starts with: a new id, the memory of `memory_id`, the service's tools."""
+    """The state an invocation starts with: its id (a new one by default), `memory` or else the memory
+    of `memory_id`, the service's tools."""
     context = InvocationContext(
-        invocation_id=uuid.uuid4(),
+        invocation_id=uuid.UUID(invocation_id) if invocation_id is not None else uuid.uuid4(),
         service_name=config.name,
         memory_id=memory_id or "default",
         user_message=user_message.single_text,
@@ -90,7 +94,7 @@ def new_state(
         memory_id=context.memory_id,
         parameters=parameters,
         context=context,
-        memory=config.memories.get(memory_id),
+        memory=memory if memory is not None else config.memories.get(memory_id),
         tools=dict(config.tools),
         saga=saga,
         gate=asyncio.Semaphore(config.max_fanout),

@@ -1,0 +1,57 @@
+"""`toolfleet serve`: the agents as an HTTP service, spoken to as OpenAI's chat completions."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from workers.errors import ToolfleetError
+from workers.settings import Settings
+
+HELP = "serve agents over HTTP (OpenAI-compatible chat completions and native invocations)"
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser("serve", help=HELP, description=HELP)
+    parser.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="NAME=MODULE:ATTRIBUTE",
+        help="an agent clients name as `model`: an AiService, or a callable returning one (repeatable; "
+        "also TOOLFLEET_AGENTS, comma-separated)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    return parser
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from orchestrator.server.agents import load_agents
+    from orchestrator.server.app import create_app
+    from orchestrator.server.process import serve_until_signalled
+    from orchestrator.server.settings import SERVE_ENVIRONMENT, ServeSettings
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(
+            0, os.getcwd()
+        )  # agent modules are found from where the command runs, as a worker's tools
+    try:
+        serve = ServeSettings.from_env(args.agent, args.host, args.port)
+        agents = load_agents(serve.agents)
+    except (ValueError, ToolfleetError) as exc:
+        print(f"toolfleet serve: {exc}", file=sys.stderr)
+        return 2
+    if not serve.api_keys:
+        print(
+            f"toolfleet serve: no API keys ({SERVE_ENVIRONMENT['api_keys']} is empty): every request is "
+            f"accepted, so the service listens on {serve.host} only",
+            file=sys.stderr,
+        )
+    print(
+        f"toolfleet serve: agents {', '.join(agents)} on http://{serve.host}:{serve.port}/v1", file=sys.stderr
+    )
+    serve_until_signalled(create_app(agents, serve, settings), serve)
+    return 0

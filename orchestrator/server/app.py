@@ -1,0 +1,114 @@
+"""The HTTP service of `toolfleet serve`: FastAPI routes over the agents, in OpenAI's shape.
+
+Every replica is alike and keeps nothing an invocation needs beyond its run: conversations are in
+SQL, tool calls on the worker pools. A replica admits at most `max_invocations` at once (429 beyond),
+reads a body up to `max_body_bytes` (413 beyond) and asks for a bearer key when keys are configured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+
+from orchestrator.errors import ApiError
+from orchestrator.memory import SqlChatMemoryStore
+from orchestrator.server import routes
+from orchestrator.server.error_shape import api_error_body, error_body
+from orchestrator.server.settings import ServeSettings
+from orchestrator.server.state import ServiceState
+from orchestrator.service import AiService
+from workers.settings import Settings
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+
+def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: Settings) -> FastAPI:
+    """The service's application, serving `agents` by name."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        client = aioredis.Redis.from_url(settings.redis_url)
+        app.state.toolfleet = ServiceState(
+            agents=agents,
+            serve=serve,
+            settings=settings,
+            memory_store=SqlChatMemoryStore(settings.database_url),
+            redis=client,
+        )
+        try:
+            yield
+        finally:
+            await client.aclose()
+
+    app = FastAPI(
+        title="toolfleet",
+        summary="LLM agents whose tool calls run on worker pools, spoken to as OpenAI's chat completions",
+        lifespan=lifespan,
+    )
+    _install_error_handlers(app)
+    app.middleware("http")(_authenticate)
+    app.include_router(routes.router)
+    return app
+
+
+_OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+
+
+async def _authenticate(request: Request, call_next: Any) -> Response:
+    """Ask for `Authorization: Bearer <key>` on every route but health and the schema, when keys
+    are configured; each configured key is compared in constant time."""
+    keys: tuple[str, ...] = request.app.state.toolfleet.serve.api_keys
+    if keys and request.url.path not in _OPEN_PATHS:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            return _error(ApiError(401, "missing API key: send the header 'Authorization: Bearer <key>'"))
+        presented = given.strip().encode()
+        matched = False
+        for key in keys:
+            matched |= hmac.compare_digest(presented, key.encode())
+        if not matched:
+            return _error(ApiError(401, "incorrect API key"))
+    return await call_next(request)  # type: ignore[no-any-return]
+
+
+def _error(error: ApiError) -> JSONResponse:
+    return JSONResponse(api_error_body(error), status_code=error.status, headers=error.headers)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def api_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return _error(exc)
+
+    async def invalid(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        param = ".".join(str(p) for p in first["loc"] if p != "body") or None
+        return _error(ApiError(400, f"invalid request: {param}: {first['msg']}", param=param))
+
+    async def http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return JSONResponse(
+            error_body(500, "the service failed to answer this request; its log has the details"),
+            status_code=500,
+        )
+
+    app.add_exception_handler(ApiError, api_error)
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)

@@ -1,0 +1,182 @@
+"""The routes: health, the agents as models, and chat completions in OpenAI's shape."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from orchestrator.errors import ApiError, ModelError
+from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory
+from orchestrator.models.base import PartialResponse
+from orchestrator.result import CompleteResponse
+from orchestrator.server import openai_wire, readiness
+from orchestrator.server.error_shape import error_body
+from orchestrator.server.state import ServiceState, read_body, service_state
+from orchestrator.service import AiService
+
+__all__ = ["router"]
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is alive and answering."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> Response:
+    """Redis, the database and the broker answer, and every pool the agents' tools need has a live
+    worker; otherwise 503 naming what is missing."""
+    problems = await readiness.problems(service_state(request))
+    if problems:
+        return JSONResponse(
+            {"status": "not ready", "problems": problems, **error_body(503, "; ".join(problems))},
+            status_code=503,
+        )
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/v1/models")
+async def models(request: Request) -> dict[str, Any]:
+    """The agents, as OpenAI's model list."""
+    state = service_state(request)
+    return {
+        "object": "list",
+        "data": [
+            {"id": name, "object": "model", "created": state.started_at, "owned_by": "toolfleet"}
+            for name in state.agents
+        ],
+    }
+
+
+@router.post("/v1/chat/completions", response_model=None)
+async def chat_completions(request: Request) -> Response:
+    """One invocation of the agent named by `model`, its tool loop run here; the final answer comes
+    back as a completion, or as chunks when `stream` is true."""
+    state = service_state(request)
+    body = openai_wire.parse_request(
+        await read_body(request, state.serve.max_body_bytes), state.serve.max_messages
+    )
+    service = _agent(state, body.model)
+    history, question = openai_wire.conversation_of(body.messages)
+    conversation_id = (body.metadata or {}).get("conversation_id") or request.headers.get("x-conversation-id")
+    invocation_id = str(uuid.uuid4())
+    completion_id = f"chatcmpl-{invocation_id}"
+    memory = _memory(state, body.model, conversation_id, history)
+    parameters = {"user": body.user} if body.user else None
+    headers = {"X-Invocation-Id": invocation_id}
+    if not body.stream:
+        with state.admitted():
+            result = await _run(
+                service.achat(question, memory=memory, parameters=parameters, invocation_id=invocation_id),
+                invocation_id,
+            )
+        payload = openai_wire.completion(
+            completion_id, body.model, result.content, result.finish_reason, result.token_usage
+        )
+        return JSONResponse(payload, headers=headers)
+    admission = state.admitted()
+    admission.__enter__()  # refused here, before the stream starts, with the error's own status
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    events = service.stream(question, memory=memory, parameters=parameters, invocation_id=invocation_id)
+    chunks = _chunks(events, completion_id, body.model, invocation_id, include_usage, admission)
+    return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
+
+
+def _agent(state: ServiceState, name: str) -> AiService:
+    service = state.agents.get(name)
+    if service is None:
+        raise ApiError(404, f"no agent named {name!r}: GET /v1/models lists them", param="model")
+    return service
+
+
+def _memory(
+    state: ServiceState, agent: str, conversation_id: str | None, history: list[Any]
+) -> MessageWindowChatMemory:
+    """The conversation: the server's SQL memory of `conversation_id` (only the new user message is
+    added to it), or, with none, the request's own messages, kept nowhere."""
+    if conversation_id:
+        if len(conversation_id) > 200:
+            raise ApiError(
+                400, "conversation_id is longer than 200 characters", param="metadata.conversation_id"
+            )
+        return MessageWindowChatMemory(
+            state.serve.history_messages, id=f"{agent}/{conversation_id}", store=state.memory_store
+        )
+    memory = MessageWindowChatMemory(
+        max(len(history), 1) + state.serve.history_messages, store=InMemoryChatMemoryStore()
+    )
+    memory.set_messages(history)
+    return memory
+
+
+async def _run(invocation: Any, invocation_id: str) -> Any:
+    try:
+        return await invocation
+    except ModelError as exc:
+        log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
+        raise ApiError(502, f"the agent's model failed (invocation {invocation_id})") from exc
+    except (ApiError, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        log.error("invocation %s failed", invocation_id, exc_info=exc)
+        raise ApiError(
+            500, f"the invocation {invocation_id} failed; the service's log has the details"
+        ) from exc
+
+
+async def _chunks(
+    events: AsyncIterator[Any],
+    completion_id: str,
+    agent: str,
+    invocation_id: str,
+    include_usage: bool,
+    admission: Any,
+) -> AsyncIterator[str]:
+    """The invocation's text as `chat.completion.chunk` events, then `[DONE]`; an error mid-stream is
+    sent as an error event (the status line is gone by then)."""
+    try:
+        yield _sse(
+            openai_wire.completion_chunk(completion_id, agent, delta={"role": "assistant", "content": ""})
+        )
+        try:
+            async for event in events:
+                if isinstance(event, PartialResponse) and event.text:
+                    yield _sse(
+                        openai_wire.completion_chunk(completion_id, agent, delta={"content": event.text})
+                    )
+                elif isinstance(event, CompleteResponse):
+                    result = event.result
+                    yield _sse(
+                        openai_wire.completion_chunk(completion_id, agent, finish=result.finish_reason)
+                    )
+                    if include_usage:
+                        yield _sse(
+                            openai_wire.completion_chunk(completion_id, agent, usage=result.token_usage)
+                        )
+        except ModelError as exc:
+            log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
+            yield _sse(error_body(502, f"the agent's model failed (invocation {invocation_id})"))
+        except Exception as exc:
+            log.error("invocation %s failed", invocation_id, exc_info=exc)
+            yield _sse(
+                error_body(500, f"the invocation {invocation_id} failed; the service's log has the details")
+            )
+        yield "data: [DONE]\n\n"
+    finally:
+        admission.__exit__(None, None, None)
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"

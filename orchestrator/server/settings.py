@@ -1,0 +1,139 @@
+"""What `toolfleet serve` reads from its command line and `TOOLFLEET_*` variables, checked once."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from workers.errors import SettingsError
+
+__all__ = ["SERVE_ENVIRONMENT", "AgentSpec", "ServeSettings", "parse_agents"]
+
+# The service's own settings and the variables they are read from (the rest are `Settings`').
+SERVE_ENVIRONMENT = {
+    "agents": "TOOLFLEET_AGENTS",
+    "api_keys": "TOOLFLEET_API_KEYS",
+    "max_body_bytes": "TOOLFLEET_SERVE_MAX_BODY_BYTES",
+    "max_messages": "TOOLFLEET_SERVE_MAX_MESSAGES",
+    "max_invocations": "TOOLFLEET_SERVE_MAX_INVOCATIONS",
+    "drain_grace_s": "TOOLFLEET_SERVE_DRAIN_GRACE_S",
+    "history_messages": "TOOLFLEET_SERVE_HISTORY_MESSAGES",
+}
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One `NAME=MODULE:ATTRIBUTE` of `--agent`: the name clients use as `model`, and where the
+    `AiService` (or a zero-argument callable returning one) is."""
+
+    name: str
+    module: str
+    attribute: str
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.module}:{self.attribute}"
+
+
+def parse_agents(values: Sequence[str]) -> list[AgentSpec]:
+    """Read `NAME=MODULE:ATTRIBUTE` items (each value may hold several, comma-separated); a name given
+    twice, or an item of another shape, is refused with the shape expected."""
+    specs: list[AgentSpec] = []
+    for value in values:
+        for item in (part.strip() for part in value.split(",")):
+            if not item:
+                continue
+            name, equals, target = item.partition("=")
+            module, colon, attribute = target.partition(":")
+            if not (equals and colon and name.strip() and module.strip() and attribute.strip()):
+                raise SettingsError(
+                    f"agent {item!r} is not NAME=MODULE:ATTRIBUTE (e.g. bank=myapp.agents:bank)"
+                )
+            spec = AgentSpec(name.strip(), module.strip(), attribute.strip())
+            if any(s.name == spec.name for s in specs):
+                raise SettingsError(f"agent name {spec.name!r} is given twice")
+            specs.append(spec)
+    return specs
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """The HTTP service's settings: where it listens, its agents, its keys and its limits."""
+
+    agents: tuple[AgentSpec, ...] = ()
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: tuple[str, ...] = ()
+    max_body_bytes: int = 1 << 20
+    max_messages: int = 500
+    max_invocations: int = 256
+    drain_grace_s: float = 30.0
+    history_messages: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_messages", "max_invocations", "history_messages"):
+            if getattr(self, name) < 1:
+                raise SettingsError(
+                    f"{SERVE_ENVIRONMENT[name]} must be at least 1, got {getattr(self, name)}"
+                )
+        if self.drain_grace_s < 0:
+            raise SettingsError(
+                f"{SERVE_ENVIRONMENT['drain_grace_s']} must be at least 0, got {self.drain_grace_s:g}"
+            )
+        if not 0 <= self.port <= 65535:
+            raise SettingsError(f"--port must be between 0 and 65535, got {self.port}")
+        if not self.agents:
+            raise SettingsError(
+                f"no agent to serve: give --agent NAME=MODULE:ATTRIBUTE or {SERVE_ENVIRONMENT['agents']}"
+            )
+        if not self.api_keys and not is_loopback(self.host):
+            raise SettingsError(
+                f"refusing to listen on {self.host} without API keys: set {SERVE_ENVIRONMENT['api_keys']} "
+                "(comma-separated bearer keys), or listen on 127.0.0.1"
+            )
+
+    @classmethod
+    def from_env(
+        cls,
+        agents: Sequence[str] = (),
+        host: str | None = None,
+        port: int | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> ServeSettings:
+        """The settings from the command line (`agents`, `host`, `port`) and the environment; `--agent`
+        values come before `TOOLFLEET_AGENTS`' items."""
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for name in ("max_body_bytes", "max_messages", "max_invocations", "history_messages"):
+            if env.get(SERVE_ENVIRONMENT[name]):
+                values[name] = _number(env, name, int)
+        if env.get(SERVE_ENVIRONMENT["drain_grace_s"]):
+            values["drain_grace_s"] = _number(env, "drain_grace_s", float)
+        keys = tuple(k.strip() for k in env.get(SERVE_ENVIRONMENT["api_keys"], "").split(",") if k.strip())
+        specs = parse_agents([*agents, env.get(SERVE_ENVIRONMENT["agents"], "")])
+        return cls(
+            agents=tuple(specs),
+            host=host or "127.0.0.1",
+            port=8000 if port is None else port,
+            api_keys=keys,
+            **values,  # type: ignore[arg-type]
+        )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is an address only this machine reaches (`localhost` included)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> int | float:
+    variable = SERVE_ENVIRONMENT[name]
+    try:
+        return kind(env[variable])
+    except ValueError:
+        raise SettingsError(f"{variable} must be a number, got {env[variable]!r}") from None

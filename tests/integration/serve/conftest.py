@@ -1,0 +1,84 @@
+"""Fixtures of the `toolfleet serve` tests: one scripted upstream model, one worker of pool `serve`,
+and two replicas sharing PostgreSQL (SQLite when it does not answer, outside CI) and the test Redis."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests._postgres import postgres_unreachable
+from tests.integration.fake_openai import FakeOpenAi, fake_openai
+from tests.integration.serve.replicas import AGENTS_MODULE, Replica, replica_env, start_replica
+from tests.integration.serve.upstream import script
+from tests.integration.worker_processes import tool_worker
+from workers.runtime.process import WorkerProcess
+
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeOpenAi]:
+    with fake_openai(script) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def database_url() -> str:
+    try:
+        engine = sa.create_engine(POSTGRES_URL, connect_args={"connect_timeout": 2})
+        with engine.connect() as connection:
+            connection.execute(sa.text("select 1"))
+        engine.dispose()
+    except Exception as exc:
+        postgres_unreachable(POSTGRES_URL, exc)
+    return POSTGRES_URL
+
+
+@pytest.fixture(scope="module")
+def serve_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    logs = tmp_path_factory.mktemp("serve-worker")
+    worker = tool_worker(
+        redis_url, ["serve"], [AGENTS_MODULE], logs / "serve.log", f"serve-{uuid.uuid4().hex[:6]}@integration"
+    )
+    try:
+        worker.wait_ready(timeout_s=60)
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    redis_url: str,
+    database_url: str,
+    upstream: FakeOpenAi,
+    serve_worker: WorkerProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Replica, Replica]]:
+    """Two replicas of one service, as behind a load balancer."""
+    logs = tmp_path_factory.mktemp("serve-replicas")
+    env = replica_env(redis_url, database_url, upstream.base_url)
+    first = start_replica(env, logs / "a.log")
+    try:
+        second = start_replica(env, logs / "b.log")
+        try:
+            yield first, second
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+
+
+@pytest.fixture
+def ns() -> str:
+    """The namespace of one test's side effects in Redis."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    return tmp_path

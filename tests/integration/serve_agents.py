@@ -1,0 +1,82 @@
+"""The agent and tools of the `toolfleet serve` tests.
+
+`assistant` is an `AiService` on the real OpenAI provider pointed at the test's scripted upstream
+(`SERVE_TEST_UPSTREAM`), its tools on pool `serve`, its journal at `TOOLFLEET_DATABASE_URL`. The
+tools record what they did in the test Redis under `serve:<ns>:*`, `ns` being an argument the
+scripted model passes (one per test):
+
+- `serve:<ns>:booked` (list): every `book` call's `what`;
+- `serve:<ns>:undone` (list): every compensation of `book`, in the order they ran;
+- `serve:<ns>:napping` (counter): `nap` calls that started.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from orchestrator import AiService, CeleryExecutor, Journal, LocalExecutor, OpenAiChatModel, ScriptedChatModel
+from tests.integration.side_effects import process_client
+from workers import ToolErrorVisibleToLlm, compensate_for, tool
+
+POOL = "serve"
+
+
+@tool("Adds two integers", pool=POOL, timeout=10)
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@tool("Sleeps `seconds`, then says so", pool=POOL, timeout=30)
+def nap(ns: str, seconds: float) -> str:
+    process_client().incr(f"serve:{ns}:napping")
+    time.sleep(seconds)
+    return f"slept {seconds:g} s"
+
+
+class Desk:
+    """Bookings that are undone when a later call of the batch fails."""
+
+    @tool("Books `what`; returns what was booked", pool=POOL, timeout=10)
+    def book(self, ns: str, what: str) -> str:
+        process_client().rpush(f"serve:{ns}:booked", what)
+        return f"booked {what}"
+
+    @compensate_for("book")
+    def unbook(self, ns: str, what: str) -> None:
+        process_client().rpush(f"serve:{ns}:undone", what)
+
+    @tool("Always fails", pool=POOL, timeout=10)
+    def refuse(self, ns: str) -> str:
+        raise ToolErrorVisibleToLlm.from_message("the desk refuses")
+
+
+def assistant() -> AiService:
+    """The agent the tests serve (a callable, as `--agent NAME=MODULE:ATTRIBUTE` allows)."""
+    model = OpenAiChatModel("gpt-4o-mini", api_key="sk-upstream", base_url=os.environ["SERVE_TEST_UPSTREAM"])
+    return AiService(
+        chat_model=model,
+        tools=[add, nap, Desk()],
+        executor=CeleryExecutor(),
+        journal=Journal(os.environ["TOOLFLEET_DATABASE_URL"]),
+        compensate_on_tool_errors=True,
+    )
+
+
+@tool("Runs where no worker serves", pool="serve-unstaffed", timeout=10)
+def unstaffed() -> str:
+    return "never"
+
+
+def _fails(request: object) -> str:
+    raise RuntimeError("internal detail: the vault password is hunter2")
+
+
+def broken() -> AiService:
+    """An agent whose model fails unexpectedly: the service answers 500 without the details."""
+    return AiService(chat_model=ScriptedChatModel(_fails), executor=LocalExecutor())
+
+
+def lonely() -> AiService:
+    """An agent whose tool's pool has no worker: the replica is not ready."""
+    return AiService(chat_model=ScriptedChatModel(["unused"]), tools=[unstaffed], executor=CeleryExecutor())
