@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from bench._timing import Timer
+from bench._timing import Sample, Side, Timer
 from orchestrator.executors.celery import CeleryExecutor
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome
 from workers.app import make_publisher
@@ -73,6 +73,19 @@ class Bench:
     def reps(self, count: int) -> int:
         """A measure's repetition count; with `--quick` (a smoke run, noisier) a third of it, rounded up."""
         return math.ceil(count / 3) if self.quick else count
+
+    async def interleaved(
+        self, a: Side, b: Side, *, warmup: int, pairs: int
+    ) -> tuple[list[Sample], list[Sample]]:
+        """`warmup` pairs of `a` and `b` thrown away, then the `pairs` that count (`Timer.interleaved`);
+        both counts scaled by `reps`."""
+        await self.timer.interleaved(a, b, self.reps(warmup))
+        return await self.timer.interleaved(a, b, self.reps(pairs))
+
+    async def repeat(self, side: Side, *, warmup: int, times: int) -> list[Sample]:
+        """`warmup` runs of `side` thrown away, then the `times` that count; both scaled by `reps`."""
+        await self.timer.repeat(side, self.reps(warmup))
+        return await self.timer.repeat(side, self.reps(times))
 
     def request(self, name: str, arguments: str = "{}") -> ToolExecutionRequest:
         return ToolExecutionRequest(f"bench-{next(self._ids)}", name, arguments)

@@ -4,26 +4,8 @@ Sub-packages by job: `models/` (chat models), `executors/` (where tool calls run
 the journal, recovery), `cli/` (the `toolfleet` command). Every error is in `errors`.
 """
 
-from orchestrator.errors import (
-    HallucinatedToolNameError,
-    JournalKeyError,
-    ModelAuthenticationError,
-    ModelConnectionError,
-    ModelError,
-    ModelInvalidRequestError,
-    ModelRateLimitError,
-    ModelResponseError,
-    ModelServerError,
-    ModelTimeoutError,
-    OrchestratorError,
-    RemoteToolError,
-    RoundTripLimitError,
-    SchemaError,
-    ScriptExhaustedError,
-    SystemToolError,
-    UnknownToolError,
-    UnsupportedContentError,
-)
+from orchestrator import errors, memory, models, providers
+from orchestrator.errors import *  # noqa: F403 - every error, listed once in `errors.__all__`
 from orchestrator.executors import CeleryExecutor, LocalExecutor, ToolExecutor
 from orchestrator.executors.celery import CallEvent
 from orchestrator.handlers import (
@@ -36,13 +18,7 @@ from orchestrator.handlers import (
     send_exception_message_to_llm,
     send_generic_message_to_llm_unless_visible_to_llm,
 )
-from orchestrator.memory import (
-    ChatMemory,
-    ChatMemoryStore,
-    InMemoryChatMemoryStore,
-    MessageWindowChatMemory,
-    SqlChatMemoryStore,
-)
+from orchestrator.memory import *  # noqa: F403
 from orchestrator.messages import (
     AiMessage,
     ChatMessage,
@@ -50,30 +26,12 @@ from orchestrator.messages import (
     ToolExecutionResultMessage,
     UserMessage,
 )
-from orchestrator.models import (
-    ChatEvent,
-    ChatModel,
-    ChatRequest,
-    ChatResponse,
-    CompleteResponse,
-    CompleteToolCall,
-    FinishReason,
-    PartialResponse,
-    PartialToolCall,
-    TokenUsage,
-    ToolChoice,
-)
+from orchestrator.models import *  # noqa: F403
 from orchestrator.models._http import RetryPolicy
 from orchestrator.models.anthropic import AnthropicChatModel
 from orchestrator.models.openai import OpenAiChatModel
 from orchestrator.models.scripted import ScriptedChatModel
-from orchestrator.providers import (
-    AiServiceTool,
-    ToolProvider,
-    ToolProviderRequest,
-    ToolProviderResult,
-    ToolRunContext,
-)
+from orchestrator.providers import *  # noqa: F403
 from orchestrator.result import Result, ToolExecuted
 from orchestrator.saga import CallState, CompensationState, InvocationState, Journal
 from orchestrator.search import (
@@ -90,58 +48,25 @@ from workers import ToolCallIdentity, ToolExecution, ToolExecutionRequest
 __all__ = [
     "AiMessage",
     "AiService",
-    "AiServiceTool",
     "AnthropicChatModel",
     "CallEvent",
     "CallState",
     "CeleryExecutor",
-    "ChatEvent",
-    "ChatMemory",
-    "ChatMemoryStore",
     "ChatMessage",
-    "ChatModel",
-    "ChatRequest",
-    "ChatResponse",
     "CompensationState",
-    "CompleteResponse",
-    "CompleteToolCall",
     "EmbeddingModel",
-    "FinishReason",
-    "HallucinatedToolNameError",
     "HashingEmbeddingModel",
-    "InMemoryChatMemoryStore",
     "InvocationState",
     "Journal",
-    "JournalKeyError",
     "LocalExecutor",
-    "MessageWindowChatMemory",
-    "ModelAuthenticationError",
-    "ModelConnectionError",
-    "ModelError",
-    "ModelInvalidRequestError",
-    "ModelRateLimitError",
-    "ModelResponseError",
-    "ModelServerError",
-    "ModelTimeoutError",
     "OpenAiChatModel",
-    "OrchestratorError",
-    "PartialResponse",
-    "PartialToolCall",
-    "RemoteToolError",
     "Result",
     "RetryPolicy",
-    "RoundTripLimitError",
-    "SchemaError",
-    "ScriptExhaustedError",
     "ScriptedChatModel",
     "SimpleToolSearchStrategy",
-    "SqlChatMemoryStore",
     "SystemMessage",
-    "SystemToolError",
-    "TokenUsage",
     "ToolArgumentsErrorHandler",
     "ToolCallIdentity",
-    "ToolChoice",
     "ToolErrorContext",
     "ToolErrorHandlerResult",
     "ToolExecuted",
@@ -150,14 +75,8 @@ __all__ = [
     "ToolExecutionRequest",
     "ToolExecutionResultMessage",
     "ToolExecutor",
-    "ToolProvider",
-    "ToolProviderRequest",
-    "ToolProviderResult",
-    "ToolRunContext",
     "ToolSearchResult",
     "ToolSearchStrategy",
-    "UnknownToolError",
-    "UnsupportedContentError",
     "UserMessage",
     "VectorToolSearchStrategy",
     "fail_invocation",
@@ -165,3 +84,7 @@ __all__ = [
     "send_exception_message_to_llm",
     "send_generic_message_to_llm_unless_visible_to_llm",
 ]
+__all__ += errors.__all__
+__all__ += memory.__all__
+__all__ += models.__all__
+__all__ += providers.__all__

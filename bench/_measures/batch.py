@@ -35,8 +35,7 @@ async def measure_batch(b: Bench) -> Measure:
         if len(values) != BATCH_SIZE:
             raise RuntimeError(f"group returned {len(values)} results")
 
-    await b.timer.interleaved(tool_batch, group_batch, b.reps(WARMUP))
-    tool_runs, group_runs = await b.timer.interleaved(tool_batch, group_batch, b.reps(PAIRS))
+    tool_runs, group_runs = await b.interleaved(tool_batch, group_batch, warmup=WARMUP, pairs=PAIRS)
     tool_times, group_times = walls(tool_runs), walls(group_runs)
     pairs = list(zip(tool_times, group_times, strict=True))
     speedup = median([g / t for t, g in pairs])

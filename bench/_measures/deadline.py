@@ -52,8 +52,7 @@ async def measure_deadline(b: Bench) -> Measure:
             result.backend.remove_pending_result(result)
         raise RuntimeError(f"raw_sleep({SLOW_TOOL_S:g}) finished within its {DEADLINE_S:g} s timeout")
 
-    await b.timer.interleaved(tool_call, raw_call, b.reps(WARMUP))
-    tool_runs, raw_runs = await b.timer.interleaved(tool_call, raw_call, b.reps(PAIRS))
+    tool_runs, raw_runs = await b.interleaved(tool_call, raw_call, warmup=WARMUP, pairs=PAIRS)
     tool_times, raw_times = walls(tool_runs), walls(raw_runs)
     took = median(tool_times)
     m.sides = {"executor": summarize(tool_times), "celery_get_timeout": summarize(raw_times)}

@@ -28,8 +28,7 @@ async def measure_sleeps(b: Bench) -> Measure:
     async def sleeps() -> None:
         expect(await b.calls(b.sleep_for, arguments, BATCH_SIZE), OutcomeKind.SUCCESS)
 
-    await b.timer.repeat(sleeps, b.reps(WARMUP))
-    runs = await b.timer.repeat(sleeps, b.reps(REPS))
+    runs = await b.repeat(sleeps, warmup=WARMUP, times=REPS)
     took = median(walls(runs))
     m.sides = {"executor": summarize(walls(runs))}
     m.cpu = {"executor": cpu_json(runs, BATCH_SIZE)}

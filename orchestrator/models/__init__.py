@@ -1,29 +1,7 @@
-"""Chat models: the protocol and events, a scripted model, and real providers over httpx."""
+"""Chat models: the protocol and events (named once, in `base`), a scripted model, and real providers
+over httpx."""
 
-from orchestrator.models.base import (
-    ChatEvent,
-    ChatModel,
-    ChatRequest,
-    ChatResponse,
-    CompleteResponse,
-    CompleteToolCall,
-    FinishReason,
-    PartialResponse,
-    PartialToolCall,
-    TokenUsage,
-    ToolChoice,
-)
+from orchestrator.models import base
+from orchestrator.models.base import *  # noqa: F403 - the protocol's names, listed once in `base.__all__`
 
-__all__ = [
-    "ChatEvent",
-    "ChatModel",
-    "ChatRequest",
-    "ChatResponse",
-    "CompleteResponse",
-    "CompleteToolCall",
-    "FinishReason",
-    "PartialResponse",
-    "PartialToolCall",
-    "TokenUsage",
-    "ToolChoice",
-]
+__all__ = list(base.__all__)

@@ -9,6 +9,7 @@
   by an orchestrator that died is settled by its executor: `ToolExecutor.settle`).
 """
 
+from orchestrator.saga import journal
 from orchestrator.saga._late import LateCompensation, LateState, late_compensation
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.coordinator import (
@@ -18,28 +19,20 @@ from orchestrator.saga.coordinator import (
     rollback_reason,
     rolled_back_text,
 )
-from orchestrator.saga.journal import CallRecord, CompensationRecord, InvocationRecord, Journal, owner_id
+from orchestrator.saga.journal import *  # noqa: F403 - the journal's names and its states, listed in `journal.__all__`
 from orchestrator.saga.recovery import Recovered, recover
-from orchestrator.saga.states import CallState, CompensationState, InvocationState
 
 __all__ = [
     "ROLLED_BACK",
-    "CallRecord",
-    "CallState",
-    "CompensationRecord",
-    "CompensationState",
-    "InvocationRecord",
-    "InvocationState",
-    "Journal",
     "LateCompensation",
     "LateState",
     "Recovered",
     "Saga",
     "SagaStep",
     "late_compensation",
-    "owner_id",
     "recover",
     "rollback_reason",
     "rolled_back_text",
     "run_compensation",
 ]
+__all__ += journal.__all__

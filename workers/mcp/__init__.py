@@ -1,23 +1,6 @@
 """MCP servers as tools of a worker pool."""
 
-from workers.mcp._server import (
-    McpConnectionError,
-    McpProtocolError,
-    McpServer,
-    McpTimeoutError,
-    McpToolError,
-    mcp_tool_definition,
-    mcp_tools,
-    result_value,
-)
+from workers.mcp import _server
+from workers.mcp._server import *  # noqa: F403 - the names listed once in `_server.__all__`
 
-__all__ = [
-    "McpConnectionError",
-    "McpProtocolError",
-    "McpServer",
-    "McpTimeoutError",
-    "McpToolError",
-    "mcp_tool_definition",
-    "mcp_tools",
-    "result_value",
-]
+__all__ = list(_server.__all__)

@@ -1,25 +1,6 @@
 """Tools: `@tool`, `@compensate_for`, their definitions, and discovery from objects and modules."""
 
-from workers.tools._discovery import (
-    Compensation,
-    ToolDefinition,
-    ToolOptions,
-    ToolParameter,
-    check_compensations,
-    compensate_for,
-    discover_tools,
-    tool,
-    tool_specifications_from,
-)
+from workers.tools import _discovery
+from workers.tools._discovery import *  # noqa: F403 - the names listed once in `_discovery.__all__`
 
-__all__ = [
-    "Compensation",
-    "ToolDefinition",
-    "ToolOptions",
-    "ToolParameter",
-    "check_compensations",
-    "compensate_for",
-    "discover_tools",
-    "tool",
-    "tool_specifications_from",
-]
+__all__ = list(_discovery.__all__)

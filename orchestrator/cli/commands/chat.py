@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
+from orchestrator.cli.commands._command import add_command, refuse
 from orchestrator.cli.console import add_model_argument
 from orchestrator.errors import SetupError
 from workers.settings import Settings
@@ -30,18 +31,17 @@ HELP = "talk to a model from the terminal; its tool calls run on the worker pool
 DEFAULT_MODEL = "openai:gpt-4o-mini"
 EXIT_COMMAND = "/exit"
 _CONNECT_TIMEOUT_S = 3.0
+DESCRIPTION = (
+    'Ask one question (`toolfleet chat "question"`) or, without one, keep asking: a '
+    f"prompt reads lines from stdin until end of input or {EXIT_COMMAND}. Tools come from the live "
+    "catalog (the running workers) unless --tools names modules; every tool call shows as it runs "
+    "(tool, pool, worker, state, elapsed, arguments) and the answer streams as the model writes it. "
+    "Setup errors (no API key, unknown provider, unreachable --base-url, no tools) exit 2."
+)
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "chat",
-        help=HELP,
-        description='Ask one question (`toolfleet chat "question"`) or, without one, keep asking: a '
-        f"prompt reads lines from stdin until end of input or {EXIT_COMMAND}. Tools come from the live "
-        "catalog (the running workers) unless --tools names modules; every tool call shows as it runs "
-        "(tool, pool, worker, state, elapsed, arguments) and the answer streams as the model writes it. "
-        "Setup errors (no API key, unknown provider, unreachable --base-url, no tools) exit 2.",
-    )
+    parser = add_command(commands, "chat", HELP, DESCRIPTION)
     parser.add_argument(
         "question", nargs="?", default=None, help="ask this one question and exit (default: a prompt loop)"
     )
@@ -94,8 +94,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         session = _Session.build(args, settings, sys.stdout)
     except SetupError as exc:
-        print(f"toolfleet chat: {exc}", file=sys.stderr)
-        return 2
+        return refuse("chat", exc)
     with session:
         try:
             if args.question is not None:

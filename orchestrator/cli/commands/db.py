@@ -5,19 +5,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from orchestrator.cli.commands._command import add_command
 from workers.settings import Settings, redact_url
 
 HELP = "manage the database schema of the journal and the conversation store"
+DESCRIPTION = (
+    HELP.capitalize() + ". The tables are managed with Alembic; a database whose tables "
+    "were made before migrations is recognised and upgraded in place, its rows kept."
+)
 UPGRADE_HELP = "upgrade the schema to the newest revision (what every process also does at start)"
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "db",
-        help=HELP,
-        description=HELP.capitalize() + ". The tables are managed with Alembic; a database whose tables "
-        "were made before migrations is recognised and upgraded in place, its rows kept.",
-    )
+    parser = add_command(commands, "db", HELP, DESCRIPTION)
     actions = parser.add_subparsers(dest="db_command", metavar="ACTION")
     actions.required = True
     upgrade = actions.add_parser("upgrade", help=UPGRADE_HELP, description=UPGRADE_HELP.capitalize() + ".")

@@ -6,21 +6,21 @@ import argparse
 import sys
 from typing import Any
 
+from orchestrator.cli.commands._command import add_command, refuse
 from orchestrator.cli.console import add_model_argument
 from workers.settings import Settings
 
 HELP = "run the whole system on this machine: two worker pools and four stories"
+DESCRIPTION = (
+    "Start two worker pools (io: threads, heavy: prefork) with the example tools and run "
+    "four conversations through them: the documentation's square root, weather lookups fanned out, a "
+    "bank transfer that is compensated, and a trip booking whose timed-out car rental undoes the rest. "
+    "An embedded Redis is started when none answers at TOOLFLEET_REDIS_URL."
+)
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "demo",
-        help=HELP,
-        description="Start two worker pools (io: threads, heavy: prefork) with the example tools and run "
-        "four conversations through them: the documentation's square root, weather lookups fanned out, a "
-        "bank transfer that is compensated, and a trip booking whose timed-out car rental undoes the rest. "
-        "An embedded Redis is started when none answers at TOOLFLEET_REDIS_URL.",
-    )
+    parser = add_command(commands, "demo", HELP, DESCRIPTION)
     add_model_argument(
         parser,
         default=None,
@@ -39,6 +39,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         try:
             model_of(args.model)  # before any pool starts: a bad --model or a missing key fails at once
         except SetupError as exc:
-            print(f"toolfleet demo: {exc}", file=sys.stderr)
-            return 2
+            return refuse("demo", exc)
     return run_demo(sys.stdout, settings=settings, model=args.model)

@@ -11,9 +11,17 @@ import threading
 import time
 from typing import Any
 
+from orchestrator.cli.commands._command import add_command
 from workers.settings import Settings
 
 HELP = "run Flower, the web monitor of every tool call and compensation"
+DESCRIPTION = (
+    "Run Flower for toolfleet's Celery app (broker TOOLFLEET_BROKER_URL, result backend "
+    "TOOLFLEET_RESULT_BACKEND). Authentication: --basic-auth or the FLOWER_BASIC_AUTH environment "
+    "variable (preferred: it keeps the password out of the process list); Flower's other "
+    "FLOWER_* variables (e.g. FLOWER_URL_PREFIX, FLOWER_AUTH with FLOWER_AUTH_PROVIDER for OAuth) "
+    "are honoured too. Listening on anything but a loopback address requires authentication."
+)
 
 BASIC_AUTH_ENV = "FLOWER_BASIC_AUTH"
 UNAUTHENTICATED_API_ENV = "FLOWER_UNAUTHENTICATED_API"
@@ -26,15 +34,7 @@ EXIT_GRACE_S = 1.0
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "flower",
-        help=HELP,
-        description="Run Flower for toolfleet's Celery app (broker TOOLFLEET_BROKER_URL, result backend "
-        "TOOLFLEET_RESULT_BACKEND). Authentication: --basic-auth or the FLOWER_BASIC_AUTH environment "
-        "variable (preferred: it keeps the password out of the process list); Flower's other "
-        "FLOWER_* variables (e.g. FLOWER_URL_PREFIX, FLOWER_AUTH with FLOWER_AUTH_PROVIDER for OAuth) "
-        "are honoured too. Listening on anything but a loopback address requires authentication.",
-    )
+    parser = add_command(commands, "flower", HELP, DESCRIPTION)
     parser.add_argument("--port", type=int, default=5555, help="port to listen on (default 5555)")
     parser.add_argument(
         "--address",

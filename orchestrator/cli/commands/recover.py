@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from typing import Any
 
+from orchestrator.cli.commands._command import add_command, refuse
 from orchestrator.saga.recovery import STALE_AFTER_S
 from workers.settings import Settings
 
 HELP = "complete the compensations of invocations whose orchestrator stopped mid-saga"
+DESCRIPTION = (
+    HELP.capitalize() + ". Reads the SQL log (TOOLFLEET_DATABASE_URL), claims each stale "
+    "invocation, settles the calls it left in flight (a success is undone, a call still queued or "
+    "running is revoked and abandoned) and runs its remaining compensations on the tools' pools."
+)
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "recover",
-        help=HELP,
-        description=HELP.capitalize() + ". Reads the SQL log (TOOLFLEET_DATABASE_URL), claims each stale "
-        "invocation, settles the calls it left in flight (a success is undone, a call still queued or "
-        "running is revoked and abandoned) and runs its remaining compensations on the tools' pools.",
-    )
+    parser = add_command(commands, "recover", HELP, DESCRIPTION)
     parser.add_argument(
         "--stale-after",
         type=float,
@@ -47,8 +46,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         tools = load_tools(args.tools.split(","))
     except ToolfleetError as exc:
-        print(f"toolfleet recover: {exc}", file=sys.stderr)
-        return 2
+        return refuse("recover", exc)
     journal = Journal(settings.database_url, keys=settings.journal_keys)
     executor = CeleryExecutor(settings=settings, tools=tools)
     try:

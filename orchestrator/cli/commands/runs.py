@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from orchestrator.cli.commands._command import add_command
 from orchestrator.saga.states import InvocationState
 from workers.settings import Settings
 
@@ -12,7 +13,7 @@ HELP = "list recent invocations from the SQL log"
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser("runs", help=HELP, description=HELP)
+    parser = add_command(commands, "runs", HELP)
     parser.add_argument("--limit", type=int, default=20, help="how many (default 20)")
     parser.add_argument("--state", choices=[state.value for state in InvocationState], default=None)
     return parser

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.cli.commands._command import add_command
 from orchestrator.saga.recovery import STALE_AFTER_S
 from orchestrator.saga.states import CompensationState
 from workers.settings import Settings
@@ -16,7 +17,7 @@ HELP = "list compensations from the SQL log (--failed: those owed, that need rec
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser("sagas", help=HELP, description=HELP)
+    parser = add_command(commands, "sagas", HELP)
     parser.add_argument("--failed", action="store_true", help="only compensations that kept failing")
     parser.add_argument("--invocation", default=None, help="only this invocation's compensations")
     parser.add_argument(

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.cli.commands._command import add_command
 from orchestrator.saga.states import CallState, InvocationState
 from workers.settings import Settings
 
@@ -13,15 +14,14 @@ if TYPE_CHECKING:
     from orchestrator.saga.journal import CallRecord, CompensationRecord, InvocationRecord, Journal
 
 HELP = "show one invocation: its calls, outcomes, compensations and timings"
+DESCRIPTION = (
+    HELP.capitalize() + ": what the user asked, the calls of each model turn, which failed "
+    "call set off a rollback, and the final answer."
+)
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "show",
-        help=HELP,
-        description=HELP.capitalize() + ": what the user asked, the calls of each model turn, which failed "
-        "call set off a rollback, and the final answer.",
-    )
+    parser = add_command(commands, "show", HELP, DESCRIPTION)
     parser.add_argument(
         "invocation", help="the invocation id, or a unique beginning of it (see `toolfleet runs`)"
     )

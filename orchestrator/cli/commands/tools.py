@@ -11,23 +11,23 @@ from urllib.parse import urlsplit
 
 import redis
 
+from orchestrator.cli.commands._command import add_command
 from workers.runtime.catalog import Catalog, CatalogTool, MixedPool, WorkerEntry, mixed_pools, served_text
 from workers.settings import ENVIRONMENT, Settings
 
 HELP = "list the live workers and the tools they serve"
+DESCRIPTION = (
+    "Show the live catalog in Redis (TOOLFLEET_REDIS_URL): every worker whose heartbeat "
+    "has not expired, with its pools, pool kind and concurrency, and every tool those workers serve. "
+    "Pools whose workers serve different tools are flagged: a call lands on any worker of its pool. "
+    "Exits 2 when Redis cannot be reached."
+)
 
 _DESCRIPTION_WIDTH = 72
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "tools",
-        help=HELP,
-        description="Show the live catalog in Redis (TOOLFLEET_REDIS_URL): every worker whose heartbeat "
-        "has not expired, with its pools, pool kind and concurrency, and every tool those workers serve. "
-        "Pools whose workers serve different tools are flagged: a call lands on any worker of its pool. "
-        "Exits 2 when Redis cannot be reached.",
-    )
+    parser = add_command(commands, "tools", HELP, DESCRIPTION)
     parser.add_argument(
         "--pool", default=None, help="only these pools (comma-separated): their workers and their tools"
     )

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
+from orchestrator.cli.commands._command import add_command, refuse
 from workers.errors import ToolfleetError
 from workers.runtime.worker import POOL_KINDS
 from workers.settings import Settings
 
+HELP = "serve pools with the tools of some modules"
+DESCRIPTION = (
+    "Start a Celery worker that serves the given pools (queues) with the tools of the given "
+    "modules, and publishes them in the live catalog."
+)
+
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "worker",
-        help="serve pools with the tools of some modules",
-        description="Start a Celery worker that serves the given pools (queues) with the tools of the given "
-        "modules, and publishes them in the live catalog.",
-    )
+    parser = add_command(commands, "worker", HELP, DESCRIPTION)
     parser.add_argument("--pool", required=True, help="pool names to serve, comma-separated (e.g. io,heavy)")
     parser.add_argument(
         "--tools",
@@ -55,6 +56,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             allow_mixed_pool=args.allow_mixed_pool,
         )
     except (ValueError, ImportError, ToolfleetError) as exc:
-        print(f"toolfleet worker: {exc}", file=sys.stderr)
-        return 2
+        return refuse("worker", exc)
     return 0
