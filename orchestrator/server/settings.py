@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from workers.errors import SettingsError
 
-__all__ = ["SERVE_ENVIRONMENT", "AgentSpec", "ServeSettings", "parse_agents"]
+__all__ = ["SERVE_ENVIRONMENT", "AgentSpec", "ServeSettings", "is_loopback", "parse_agents"]
 
 # The service's own settings and the variables they are read from (the rest are `Settings`').
 SERVE_ENVIRONMENT = {

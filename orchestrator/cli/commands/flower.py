@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
 import os
 import sys
 import threading
@@ -12,6 +11,7 @@ import time
 from typing import Any
 
 from orchestrator.cli.commands._command import add_command
+from orchestrator.server.settings import is_loopback
 from workers.settings import Settings
 
 HELP = "run Flower, the web monitor of every tool call and compensation"
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         source = "--basic-auth" if args.basic_auth is not None else BASIC_AUTH_ENV
         return _fail(f"{source} must be USER:PASSWORD (several separated by commas), each part non-empty")
     authenticated = bool(users) or bool(os.environ.get(OAUTH_ENV))
-    if not authenticated and not _is_loopback(args.address):
+    if not authenticated and not is_loopback(args.address):
         return _fail(
             f"refusing to serve Flower on {args.address or 'every interface'} without authentication: "
             f"set {BASIC_AUTH_ENV}=USER:PASSWORD (or --basic-auth), or listen on 127.0.0.1"
@@ -130,15 +130,6 @@ def _users(credentials: str) -> list[str] | None:
             return None
         users.append(user.strip())
     return users
-
-
-def _is_loopback(address: str) -> bool:
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
 
 
 def _fail(message: str) -> int:

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from orchestrator.cli.commands._command import add_command, refuse
 from workers.errors import ToolfleetError
 from workers.settings import Settings
 
@@ -14,7 +15,7 @@ HELP = "serve agents over HTTP (OpenAI-compatible chat completions and native in
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser("serve", help=HELP, description=HELP)
+    parser = add_command(commands, "serve", HELP)
     parser.add_argument(
         "--agent",
         action="append",
@@ -42,8 +43,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         serve = ServeSettings.from_env(args.agent, args.host, args.port)
         agents = load_agents(serve.agents)
     except (ValueError, ToolfleetError) as exc:
-        print(f"toolfleet serve: {exc}", file=sys.stderr)
-        return 2
+        return refuse("serve", exc)
     if not serve.api_keys:
         print(
             f"toolfleet serve: no API keys ({SERVE_ENVIRONMENT['api_keys']} is empty): every request is "
