@@ -1,14 +1,17 @@
-"""The steps of a dispatched task, as `CallEvent`s for a `CeleryExecutor`'s `on_call` observer, and the
-notifier that reports them; an observer that fails is logged and never fails the call."""
+"""The steps of a dispatched task, as `CallEvent`s for a `CeleryExecutor`'s `on_call` observer and for
+the observer of the invocation that dispatched it (`observe_calls`), and the notifier that reports
+them; an observer that fails is logged and never fails the call."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-__all__ = ["CallEvent"]
+__all__ = ["CallEvent", "observe_calls"]
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +31,36 @@ class CallEvent:
     arguments: str = ""
 
 
+_invocation_observer: contextvars.ContextVar[Callable[[CallEvent], None] | None] = contextvars.ContextVar(
+    "invocation_call_observer", default=None
+)
+
+
+@contextlib.contextmanager
+def observe_calls(observer: Callable[[CallEvent], None]) -> Iterator[None]:
+    """Report to `observer` the steps of every task dispatched in this block, and in the tasks it
+    starts (an invocation's calls and compensations). The observer may be called from another
+    thread than the block's (a worker's `started`): it must be thread-safe."""
+    token = _invocation_observer.set(observer)
+    try:
+        yield
+    finally:
+        _invocation_observer.reset(token)
+
+
 def call_notifier(
     on_call: Callable[[CallEvent], None] | None, task_id: str, task_name: str, pool: str, arguments: str = ""
 ) -> Callable[[str, str | None], None] | None:
-    if on_call is None:
+    observers = [o for o in (on_call, _invocation_observer.get()) if o is not None]
+    if not observers:
         return None
 
     def notify(state: str, worker: str | None) -> None:
-        try:
-            on_call(CallEvent(task_id, task_name, pool, state, worker, time.monotonic(), arguments))
-        except Exception:
-            log.exception("on_call observer failed")
+        event = CallEvent(task_id, task_name, pool, state, worker, time.monotonic(), arguments)
+        for observer in observers:
+            try:
+                observer(event)
+            except Exception:
+                log.exception("call observer failed")
 
     return notify

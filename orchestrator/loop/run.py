@@ -29,6 +29,7 @@ from orchestrator.models.base import (
 )
 from orchestrator.result import Result
 from orchestrator.saga import rollback_reason, rolled_back_text
+from orchestrator.saga.states import InvocationState
 
 __all__ = ["RoundTripLimitError", "run_invocation"]
 
@@ -53,7 +54,7 @@ async def run_invocation(config: LoopConfig, state: RunState) -> Result:
     finally:
         if beating is not None:
             beating.cancel()
-    state.saga.end("succeeded", answer=result.content)
+    state.saga.end(InvocationState.SUCCEEDED, answer=result.content)
     return result
 
 
@@ -217,7 +218,10 @@ async def _end_abnormally(config: LoopConfig, state: RunState, error: BaseExcept
             await asyncio.shield(undo)
         except asyncio.CancelledError:
             await undo
-    state.saga.end("failed", f"{type(error).__name__}: {error}")
+    if isinstance(error, asyncio.CancelledError):
+        state.saga.end(InvocationState.CANCELLED, "cancelled by its caller")
+    else:
+        state.saga.end(InvocationState.FAILED, f"{type(error).__name__}: {error}")
 
 
 async def _heartbeat(config: LoopConfig, state: RunState) -> None:

@@ -1,6 +1,7 @@
 """The states the journal records, as `str` enums: a member is its stored text (`CallState.KEPT == "kept"`).
 
-An invocation is `running` until it ends `succeeded` or `failed`; it is `compensating` while its
+An invocation is `running` until it ends `succeeded`, `failed` or `cancelled` (stopped by its caller,
+what it did compensated); it is `compensating` while its
 compensations run, and stays so when it ended owing some (`toolfleet recover` retries them). A call
 is `dispatched` (its intent, written before it is sent), then `succeeded` or `failed`; a success of a
 compensable tool later becomes `compensated` or `compensation_failed`, or `kept` when it stands in an
@@ -22,11 +23,12 @@ class InvocationState(StrEnum):
     COMPENSATING = "compensating"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
     @property
     def finished(self) -> bool:
         """Whether the invocation has ended for good (an owing one has not: it is `compensating`)."""
-        return self in (InvocationState.SUCCEEDED, InvocationState.FAILED)
+        return self in (InvocationState.SUCCEEDED, InvocationState.FAILED, InvocationState.CANCELLED)
 
 
 class CallState(StrEnum):

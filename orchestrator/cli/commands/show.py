@@ -109,6 +109,8 @@ def _answer(record: InvocationRecord) -> str:
         return "(none yet: the invocation has not ended)"
     if record.state == InvocationState.SUCCEEDED:
         return "(none journaled: it ended with a tool's result, or before answers were journaled)"
+    if record.state == InvocationState.CANCELLED:
+        return "(none: the invocation was cancelled)"
     return "(none: the invocation failed)"
 
 

@@ -136,7 +136,11 @@ class Dispatcher:
                     notify(OutcomeKind.TIMED_OUT.value, None)
                 return _timed_out(definition, timeout_s, task_id, pool)
         except asyncio.CancelledError:
+            # The invocation was cancelled: the call is abandoned as at a deadline, so its worker
+            # undoes it if it still finishes.
             collector.forget(task_id)
+            if abandon_atomically and not self.mark_abandoned(task_id):
+                log.warning("%s finished as its invocation was cancelled: recovery finds its result", task_id)
             self.abandon(task_id, pool)
             raise
         outcome = outcome_of_meta(meta, definition, timeout_s)

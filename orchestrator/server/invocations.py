@@ -1,0 +1,203 @@
+"""The invocations one replica runs in the background (the native API), writing their events to the
+shared event log, and their cancellation from any replica.
+
+A cancel request may reach any replica: it is published on `CANCEL_CHANNEL` (and remembered under
+`CANCELLED_KEY`, for an invocation that starts on a replica just after), and the replica running the
+invocation cancels its task. The invocation then ends as it does when its caller cancels it: running
+calls are abandoned as at a deadline (their workers undo them if they finish), what succeeded is
+compensated, and the journal says `cancelled`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from orchestrator.errors import ModelError
+from orchestrator.executors._call_events import CallEvent, observe_calls
+from orchestrator.memory import ChatMemory
+from orchestrator.messages import UserMessage
+from orchestrator.models.base import PartialResponse
+from orchestrator.result import CompleteResponse, ToolExecuted
+from orchestrator.server.events import EVENTS_TTL_S, EventLog
+from orchestrator.service import AiService
+from workers.protocol import COMPENSATION_PREFIX
+
+__all__ = ["CANCELLED_KEY", "CANCEL_CHANNEL", "Invocations"]
+
+log = logging.getLogger(__name__)
+
+CANCEL_CHANNEL = "toolfleet:cancel"
+CANCELLED_KEY = "toolfleet:cancelled:{}"
+
+
+class Invocations:
+    """This replica's running invocations, by id."""
+
+    def __init__(self, client: aioredis.Redis, events: EventLog) -> None:
+        self.client = client
+        self.events = events
+        self.running: dict[str, asyncio.Task[None]] = {}
+
+    def start(
+        self,
+        invocation_id: str,
+        agent: str,
+        service: AiService,
+        question: UserMessage,
+        memory: ChatMemory,
+        parameters: Mapping[str, Any] | None,
+        on_end: Any,
+    ) -> None:
+        """Run the invocation as a task of this replica; `on_end()` is called when it ends."""
+        task = asyncio.create_task(self._run(invocation_id, agent, service, question, memory, parameters))
+        self.running[invocation_id] = task
+
+        def ended(_: asyncio.Task[None]) -> None:
+            self.running.pop(invocation_id, None)
+            on_end()
+
+        task.add_done_callback(ended)
+
+    async def cancel(self, invocation_id: str) -> None:
+        """Ask whichever replica runs the invocation to cancel it."""
+        await self.client.set(CANCELLED_KEY.format(invocation_id), b"1", ex=EVENTS_TTL_S)
+        await self.client.publish(CANCEL_CHANNEL, invocation_id)
+
+    async def listen_for_cancels(self) -> None:
+        """Cancel this replica's invocations whose cancellation is published (runs until cancelled)."""
+        while True:
+            try:
+                async with self.client.pubsub() as pubsub:
+                    await pubsub.subscribe(CANCEL_CHANNEL)
+                    async for message in pubsub.listen():
+                        if message.get("type") != "message":
+                            continue
+                        task = self.running.get(message["data"].decode())
+                        if task is not None:
+                            task.cancel()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("cancel subscription lost (%s); subscribing again", exc)
+                await asyncio.sleep(0.5)
+
+    async def _run(
+        self,
+        invocation_id: str,
+        agent: str,
+        service: AiService,
+        question: UserMessage,
+        memory: ChatMemory,
+        parameters: Mapping[str, Any] | None,
+    ) -> None:
+        add = self.events.add
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        pending: set[asyncio.Future[Any]] = set()
+
+        def observed(event: CallEvent) -> None:  # called from the collector's thread too
+            payload = call_event(event)
+            if payload is None:
+                return
+
+            def write() -> None:
+                future = asyncio.ensure_future(add(invocation_id, payload))
+                pending.add(future)
+                future.add_done_callback(pending.discard)
+
+            loop.call_soon_threadsafe(write)
+
+        await add(
+            invocation_id, {"type": "invocation.started", "invocation_id": invocation_id, "agent": agent}
+        )
+        try:
+            if await self.client.exists(CANCELLED_KEY.format(invocation_id)):
+                raise asyncio.CancelledError
+            with observe_calls(observed):
+                stream = service.stream(
+                    question, memory=memory, parameters=parameters, invocation_id=invocation_id
+                )
+                async for event in stream:
+                    if isinstance(event, PartialResponse) and event.text:
+                        await add(invocation_id, {"type": "text.delta", "text": event.text})
+                    elif isinstance(event, ToolExecuted):
+                        await add(invocation_id, finished_event(event))
+                    elif isinstance(event, CompleteResponse):
+                        await _settle(pending)
+                        await add(invocation_id, completed_event(event, time.monotonic() - started))
+        except asyncio.CancelledError:
+            await _settle(pending)
+            await add(invocation_id, {"type": "invocation.cancelled", "invocation_id": invocation_id})
+        except ModelError as exc:
+            log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
+            await _settle(pending)
+            await add(invocation_id, {"type": "invocation.failed", "error": "the agent's model failed"})
+        except Exception as exc:
+            log.error("invocation %s failed", invocation_id, exc_info=exc)
+            await _settle(pending)
+            error = "the invocation failed; the service's log has the details"
+            await add(invocation_id, {"type": "invocation.failed", "error": error})
+
+
+async def _settle(pending: set[asyncio.Future[Any]]) -> None:
+    """Let the call events already observed reach the log before the invocation's last event."""
+    await asyncio.sleep(0)
+    with contextlib.suppress(Exception):
+        await asyncio.gather(*list(pending), return_exceptions=True)
+
+
+def call_event(event: CallEvent) -> dict[str, Any] | None:
+    """A step the executor reported, as an event: a tool call queued or started (its end is told by
+    `finished_event`, with the call's id), or any step of a compensation."""
+    is_tool = not event.task_name.startswith(COMPENSATION_PREFIX)
+    step = event.state if event.state in ("queued", "started") else "finished"
+    if is_tool and step == "finished":
+        return None
+    kind = "tool_call" if is_tool else "compensation"
+    name = event.task_name.split(".", 1)[-1]
+    payload: dict[str, Any] = {
+        "type": f"{kind}.{step}",
+        "tool": name,
+        "pool": event.pool,
+        "task_id": event.task_id,
+        "worker": event.worker,
+    }
+    if step == "finished":
+        payload["outcome"] = event.state
+    return payload
+
+
+def finished_event(event: ToolExecuted) -> dict[str, Any]:
+    execution = event.execution
+    elapsed = execution.duration_s
+    return {
+        "type": "tool_call.finished",
+        "call_id": execution.request.id,
+        "tool": execution.request.name,
+        "pool": execution.pool,
+        "worker": execution.worker,
+        "task_id": execution.task_id,
+        "outcome": execution.status,
+        "elapsed_ms": None if elapsed is None else round(elapsed * 1000, 1),
+    }
+
+
+def completed_event(event: CompleteResponse, elapsed_s: float) -> dict[str, Any]:
+    result = event.result
+    usage = result.token_usage
+    return {
+        "type": "invocation.completed",
+        "content": result.content,
+        "finish_reason": None if result.finish_reason is None else str(result.finish_reason),
+        "usage": None
+        if usage is None
+        else {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
+        "elapsed_ms": round(elapsed_s * 1000, 1),
+    }
