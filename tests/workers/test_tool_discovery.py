@@ -34,20 +34,17 @@ from workers import (
 # Discovery: objects, classes, modules, functions
 # ---------------------------------------------------------------------------------------------------
 
+
+def parameters(required: list[str], **json_types: str) -> dict[str, object]:
+    """The parameters schema of a tool whose parameters have the JSON types named."""
+    properties = {name: {"type": json_type} for name, json_type in json_types.items()}
+    return {"type": "object", "properties": properties, "required": required}
+
+
 WEATHER_SPECIFICATIONS = [
+    ToolSpecification("forecast", "Returns the forecast", parameters(["city"], city="string")),
     ToolSpecification(
-        name="forecast",
-        description="Returns the forecast",
-        parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    ),
-    ToolSpecification(
-        name="temperature",
-        description="Returns the temperature.",
-        parameters={
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-            "required": ["city"],
-        },
+        "temperature", "Returns the temperature.", parameters(["city"], city="string", days="integer")
     ),
 ]
 
@@ -84,15 +81,7 @@ def test_specifications_from_a_module_include_functions_and_tool_objects() -> No
 
     # then
     assert sorted(specifications, key=lambda s: s.name) == [
-        ToolSpecification(
-            name="add",
-            description="Adds two numbers",
-            parameters={
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        ),
+        ToolSpecification("add", "Adds two numbers", parameters(["a", "b"], a="integer", b="integer")),
         *WEATHER_SPECIFICATIONS,
     ]
 
@@ -104,15 +93,7 @@ def test_specifications_from_a_single_decorated_function() -> None:
         return a + b
 
     assert tool_specifications_from(add) == [
-        ToolSpecification(
-            name="add",
-            description="Adds two numbers.",
-            parameters={
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a"],
-            },
-        )
+        ToolSpecification("add", "Adds two numbers.", parameters(["a"], a="integer", b="integer"))
     ]
 
 
@@ -178,11 +159,7 @@ def test_static_method_tools_in_either_decorator_order(source: object) -> None:
     add, multiply = registry.get("add"), registry.get("multiply")
     assert add is not None
     assert multiply is not None
-    expected_parameters = {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    }
+    expected_parameters = parameters(["a", "b"], a="integer", b="integer")
     assert add.specification.parameters == expected_parameters
     assert multiply.specification.parameters == expected_parameters
     assert add.specification.description == "Adds two numbers"
