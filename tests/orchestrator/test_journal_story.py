@@ -3,58 +3,19 @@ that set off a rollback, and the final answer."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, ToolExecutionRequest
+from orchestrator import AiMessage, LocalExecutor
 from orchestrator.models.scripted import ScriptExhaustedError
 from orchestrator.saga.journal import Journal
-from workers import ToolErrorVisibleToLlm, compensate_for, tool
-
-
-class Bank:
-    """Deposits and credits that can be undone, and a payment that is always declined."""
-
-    def __init__(self) -> None:
-        self.undone: list[str] = []
-
-    @tool("Deposits money")
-    def deposit(self, amount: int, memo: str = "") -> str:
-        return f"Deposited {amount}"
-
-    @compensate_for("deposit")
-    def undeposit(self, amount: int, memo: str = "") -> None:
-        self.undone.append(f"deposit {amount}")
-
-    @tool("Credits money")
-    def credit(self, amount: int) -> str:
-        return f"Credited {amount}"
-
-    @compensate_for("credit")
-    def uncredit(self, amount: int) -> None:
-        self.undone.append(f"credit {amount}")
-
-    @tool("A payment that is always declined")
-    def pay(self) -> str:
-        raise ToolErrorVisibleToLlm.from_message("declined")
-
-
-def call(call_id: str, name: str, **arguments: object) -> ToolExecutionRequest:
-    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
+from tests.orchestrator._bank import Bank, chat_compensating
+from tests.orchestrator._service import call
 
 
 def _run(journal: Journal, script: list[AiMessage | str], message: str) -> str:
     executor = LocalExecutor(compensation_retries=0)
-    service = AiService(
-        chat_model=ScriptedChatModel(script),
-        tools=[Bank()],
-        executor=executor,
-        compensate_on_tool_errors=True,
-        journal=journal,
-    )
     try:
-        result = service.chat(message)
+        result = chat_compensating(Bank(), executor, journal, script, message)
     finally:
         executor.close()
     assert result.invocation_id is not None
@@ -64,8 +25,8 @@ def _run(journal: Journal, script: list[AiMessage | str], message: str) -> str:
 def test_the_final_answer_and_the_turn_of_each_call_are_journaled(journal: Journal) -> None:
     # given: two calls in the first turn, one in the second, then the answer
     script: list[AiMessage | str] = [
-        AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40), call("c1", "credit", amount=5)]),
-        AiMessage(tool_execution_requests=[call("c2", "credit", amount=7)]),
+        AiMessage(tool_execution_requests=[call("deposit", "d1", amount=40), call("credit", "c1", amount=5)]),
+        AiMessage(tool_execution_requests=[call("credit", "c2", amount=7)]),
         "Deposited 40 and credited 12.",
     ]
     # when
@@ -85,8 +46,8 @@ def test_the_final_answer_and_the_turn_of_each_call_are_journaled(journal: Journ
 def test_the_compensations_name_the_failed_call_that_set_them_off(journal: Journal) -> None:
     # given: a deposit and a credit stand, then a payment fails, then the model answers
     script: list[AiMessage | str] = [
-        AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40)]),
-        AiMessage(tool_execution_requests=[call("c1", "credit", amount=5), call("p1", "pay")]),
+        AiMessage(tool_execution_requests=[call("deposit", "d1", amount=40)]),
+        AiMessage(tool_execution_requests=[call("credit", "c1", amount=5), call("pay", "p1")]),
         "The payment was declined; nothing was kept.",
     ]
     # when
@@ -101,7 +62,7 @@ def test_the_compensations_name_the_failed_call_that_set_them_off(journal: Journ
 
 def test_an_invocation_that_fails_journals_no_answer(journal: Journal) -> None:
     # given: the model's script ends before an answer
-    script: list[AiMessage | str] = [AiMessage(tool_execution_requests=[call("d1", "deposit", amount=1)])]
+    script: list[AiMessage | str] = [AiMessage(tool_execution_requests=[call("deposit", "d1", amount=1)])]
     # when
     with pytest.raises(ScriptExhaustedError):
         _run(journal, script, "deposit 1")
