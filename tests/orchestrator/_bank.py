@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from orchestrator import AiMessage, AiService, LocalExecutor, Result, ScriptedChatModel
 from orchestrator.saga.journal import Journal
+from tests.orchestrator._service import call
 from workers import ToolErrorVisibleToLlm, compensate_for, tool
 
 CLOSED = "the deposit desk is closed"
@@ -60,3 +61,22 @@ def chat_compensating(
         journal=journal,
     )
     return service.chat(message)
+
+
+def invocation_of(journal: Journal, script: list[AiMessage | str], message: str) -> str:
+    """The id of one such invocation on a fresh `Bank`, without retrying a compensation."""
+    executor = LocalExecutor(compensation_retries=0)
+    try:
+        result = chat_compensating(Bank(), executor, journal, script, message)
+    finally:
+        executor.close()
+    assert result.invocation_id is not None
+    return result.invocation_id
+
+
+ROLLED_BACK: list[AiMessage | str] = [
+    AiMessage(tool_execution_requests=[call("deposit", "d1", amount=40)]),
+    AiMessage(tool_execution_requests=[call("credit", "c1", amount=5), call("pay", "p1")]),
+    "The payment was declined; nothing was kept.",
+]
+"""The model's script of a saga rolled back: turn 1 deposits, turn 2 credits and pays (declined)."""

@@ -5,21 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import AiMessage, LocalExecutor
+from orchestrator import AiMessage
 from orchestrator.models.scripted import ScriptExhaustedError
 from orchestrator.saga.journal import Journal
-from tests.orchestrator._bank import Bank, chat_compensating
+from tests.orchestrator._bank import ROLLED_BACK, invocation_of
 from tests.orchestrator._service import call
-
-
-def _run(journal: Journal, script: list[AiMessage | str], message: str) -> str:
-    executor = LocalExecutor(compensation_retries=0)
-    try:
-        result = chat_compensating(Bank(), executor, journal, script, message)
-    finally:
-        executor.close()
-    assert result.invocation_id is not None
-    return result.invocation_id
 
 
 def test_the_final_answer_and_the_turn_of_each_call_are_journaled(journal: Journal) -> None:
@@ -30,7 +20,7 @@ def test_the_final_answer_and_the_turn_of_each_call_are_journaled(journal: Journ
         "Deposited 40 and credited 12.",
     ]
     # when
-    invocation_id = _run(journal, script, "deposit 40, credit 5 then 7")
+    invocation_id = invocation_of(journal, script, "deposit 40, credit 5 then 7")
     # then
     record = journal.invocation(invocation_id)
     assert record is not None and record.state == "succeeded"
@@ -45,13 +35,8 @@ def test_the_final_answer_and_the_turn_of_each_call_are_journaled(journal: Journ
 
 def test_the_compensations_name_the_failed_call_that_set_them_off(journal: Journal) -> None:
     # given: a deposit and a credit stand, then a payment fails, then the model answers
-    script: list[AiMessage | str] = [
-        AiMessage(tool_execution_requests=[call("deposit", "d1", amount=40)]),
-        AiMessage(tool_execution_requests=[call("credit", "c1", amount=5), call("pay", "p1")]),
-        "The payment was declined; nothing was kept.",
-    ]
     # when
-    invocation_id = _run(journal, script, "deposit, credit and pay")
+    invocation_id = invocation_of(journal, ROLLED_BACK, "deposit, credit and pay")
     # then
     reasons = {c.tool: c.reason for c in journal.compensations(invocation_id)}
     assert reasons == {"deposit": "tool 'pay' call p1 failed", "credit": "tool 'pay' call p1 failed"}
@@ -65,7 +50,7 @@ def test_an_invocation_that_fails_journals_no_answer(journal: Journal) -> None:
     script: list[AiMessage | str] = [AiMessage(tool_execution_requests=[call("deposit", "d1", amount=1)])]
     # when
     with pytest.raises(ScriptExhaustedError):
-        _run(journal, script, "deposit 1")
+        invocation_of(journal, script, "deposit 1")
     # then
     [record] = journal.invocations()
     assert record.state == "failed" and record.final_answer is None
