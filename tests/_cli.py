@@ -26,6 +26,18 @@ def toolfleet(
     )
 
 
+def on_journal(url: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`toolfleet ARGS` in `cwd`, reading the journal at `url`."""
+    return toolfleet(*args, cwd=cwd, env={"TOOLFLEET_DATABASE_URL": url})
+
+
+def journal_lines(url: str, *args: str, cwd: Path) -> list[str]:
+    """The lines `toolfleet ARGS` prints reading the journal at `url`; the command must succeed."""
+    result = on_journal(url, *args, cwd=cwd)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
 def environment(changes: Mapping[str, str | None] | None = None) -> dict[str, str]:
     result = dict(os.environ)
     for name, value in (changes or {}).items():

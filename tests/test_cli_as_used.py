@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from orchestrator.saga.journal import Journal, invocations
-from tests._cli import TOOLFLEET, environment, toolfleet
+from tests._cli import TOOLFLEET, environment, on_journal, toolfleet
 from workers import InvocationContext
 
 TOOL_MODULE = """
@@ -169,7 +169,7 @@ def test_show_takes_a_unique_beginning_of_the_id(tmp_path: Path) -> None:
     ids = ["1a2b3c4d-0000-4000-8000-000000000001", "1a2b9999-0000-4000-8000-000000000002"]
     _invocations(url, ids)
     # when
-    result = toolfleet("show", "1a2b3", cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    result = on_journal(url, "show", "1a2b3", cwd=tmp_path)
     # then
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"invocation {ids[0]}  [running]")
@@ -182,7 +182,7 @@ def test_show_lists_the_candidates_of_an_ambiguous_beginning(tmp_path: Path) -> 
     ids = ["1a2b3c4d-0000-4000-8000-000000000001", "1a2b9999-0000-4000-8000-000000000002"]
     _invocations(url, [*ids, "ffff0000-0000-4000-8000-000000000003"])
     # when
-    result = toolfleet("show", "1a2b", cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    result = on_journal(url, "show", "1a2b", cwd=tmp_path)
     # then
     assert result.returncode == 2
     assert result.stdout == ""
@@ -199,7 +199,7 @@ def test_show_of_an_id_nothing_starts_with_is_an_error(tmp_path: Path, given: st
     url = _journal_url(tmp_path / "j.db")
     _invocations(url, ["1a2b3c4d-0000-4000-8000-000000000001"])
     # when
-    result = toolfleet("show", given, cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    result = on_journal(url, "show", given, cwd=tmp_path)
     # then
     assert result.returncode == 2
     assert result.stdout == ""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from orchestrator import AiMessage
 from orchestrator.saga.journal import Journal
-from tests._cli import toolfleet
+from tests._cli import journal_lines
 from tests.orchestrator._bank import ROLLED_BACK, invocation_of
 from tests.orchestrator._service import call
 
@@ -30,10 +30,8 @@ def test_show_tells_the_question_the_turns_the_rollback_cause_and_the_answer(tmp
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     invocation_id = _rolled_back_invocation(url)
     # when
-    result = toolfleet("show", invocation_id, cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    lines = journal_lines(url, "show", invocation_id, cwd=tmp_path)
     # then
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
     assert lines[0] == f"invocation {invocation_id}  [succeeded]  owner {lines[0].rsplit(' ', 1)[1]}"
     story = [line for line in lines if not line.startswith("      ") and not line.startswith("  service")]
     assert story[1:] == [
@@ -57,10 +55,8 @@ def test_sagas_rows_name_the_call_and_its_arguments(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     invocation_id = _rolled_back_invocation(url)
     # when
-    result = toolfleet("sagas", cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    header, *rows = journal_lines(url, "sagas", cwd=tmp_path)
     # then: one row per compensation, each naming its call id and the call
-    assert result.returncode == 0, result.stderr
-    header, *rows = result.stdout.splitlines()
     assert header.split()[:4] == ["invocation", "call", "tool(arguments)", "state"]
     assert [row.split()[:4] for row in rows] == [
         [invocation_id, "c1", 'credit({"amount":', "5})"],
@@ -78,9 +74,8 @@ def test_sagas_bounds_long_arguments(tmp_path: Path) -> None:
     ]
     _journaled(url, script, "deposit a lot, then pay")
     # when
-    result = toolfleet("sagas", cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    header, row = journal_lines(url, "sagas", cwd=tmp_path)
     # then: the call is cut to its column, with an ellipsis
-    header, row = result.stdout.splitlines()
     column = header.index("tool(arguments)")
     shown = row[column : column + 48]
     assert shown.startswith('deposit({"amount": 40, "memo": "mmm') and shown.endswith("…")
