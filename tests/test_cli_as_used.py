@@ -5,7 +5,6 @@ invocations named by the beginning of their id."""
 from __future__ import annotations
 
 import importlib.metadata
-import subprocess
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from orchestrator.saga.journal import Journal, invocations
-from tests._cli import TOOLFLEET, environment, on_journal, toolfleet
+from tests._cli import TOOLFLEET, environment, on_journal, run_command, toolfleet
 from workers import InvocationContext
 
 TOOL_MODULE = """
@@ -111,14 +110,9 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path) -> None:
             ],
         )
     # when: `toolfleet runs | head -n 1`, in a shell
-    result = subprocess.run(
-        ["bash", "-c", f'"{TOOLFLEET}" runs --limit 3000 | head -n 1; exit "${{PIPESTATUS[0]}}"'],
-        cwd=tmp_path,
-        env=environment({"TOOLFLEET_DATABASE_URL": url}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    shell = f'"{TOOLFLEET}" runs --limit 3000 | head -n 1; exit "${{PIPESTATUS[0]}}"'
+    result = run_command(
+        ["bash", "-c", shell], cwd=tmp_path, env=environment({"TOOLFLEET_DATABASE_URL": url})
     )
     # then: the first line, then a quiet end with the status of a process ended by SIGPIPE
     assert result.stdout.startswith("invocation"), result.stdout
