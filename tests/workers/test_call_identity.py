@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator import LocalExecutor
 from orchestrator.executors.base import idempotency_key
+from tests.workers._schemas import parameters
 from workers import (
     InvocationContext,
     ToolCallIdentity,
@@ -26,7 +27,7 @@ from workers.tools import check_compensations, discover_tools
 
 INVOCATION_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 INVOCATION = Invocation(InvocationContext(invocation_id=INVOCATION_ID))
-AMOUNT_ONLY = {"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]}
+AMOUNT_ONLY = parameters(["amount"], amount="integer")
 """The parameters the model sees of a tool taking an `amount` and the identity."""
 
 

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 import pytest
 from pydantic import BaseModel, Field
 
+from tests.workers._schemas import described
 from workers import Param, ToolDefinitionError, tool, tool_specifications_from
 
 
@@ -206,11 +207,6 @@ TAGGED_PETS: dict[str, Any] = {
 def obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     """The schema of a model (dataclass, pydantic model, TypedDict): no keys beyond its fields."""
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
-
-
-def described(json_type: str, description: str) -> dict[str, str]:
-    """The schema of a field of one JSON type, with its description."""
-    return {"type": json_type, "description": description}
 
 
 COUNT_AND_LABEL = {"count": {"type": "integer"}, "label": {"type": "string"}}

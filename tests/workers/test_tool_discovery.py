@@ -5,6 +5,7 @@ import types
 
 import pytest
 
+from tests.workers._schemas import parameters
 from tests.workers.tool_classes import (
     BankTools,
     ChildTools,
@@ -33,12 +34,6 @@ from workers import (
 # ---------------------------------------------------------------------------------------------------
 # Discovery: objects, classes, modules, functions
 # ---------------------------------------------------------------------------------------------------
-
-
-def parameters(required: list[str], **json_types: str) -> dict[str, object]:
-    """The parameters schema of a tool whose parameters have the JSON types named."""
-    properties = {name: {"type": json_type} for name, json_type in json_types.items()}
-    return {"type": "object", "properties": properties, "required": required}
 
 
 WEATHER_SPECIFICATIONS = [
