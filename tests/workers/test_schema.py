@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.workers._schemas import described
+from tests.workers._schemas import described, obj
 from workers import Param, ToolDefinitionError, tool, tool_specifications_from
 
 
@@ -202,11 +202,6 @@ TAGGED_PETS: dict[str, Any] = {
         },
     ]
 }
-
-
-def obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    """The schema of a model (dataclass, pydantic model, TypedDict): no keys beyond its fields."""
-    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
 COUNT_AND_LABEL = {"count": {"type": "integer"}, "label": {"type": "string"}}
