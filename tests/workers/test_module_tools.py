@@ -142,13 +142,15 @@ def test_the_saga_runs_a_module_level_compensation_on_the_local_executor(journal
     )
 
 
-def test_a_module_level_compensation_of_no_tool_of_the_module_is_refused_when_checked() -> None:
-    @tool
-    def credit(name: str) -> str:
-        return name
+@tool
+def credit(name: str, amount: int) -> str:
+    """A tool the tests below give compensations of their own."""
+    return name
 
+
+def test_a_module_level_compensation_of_no_tool_of_the_module_is_refused_when_checked() -> None:
     @compensate_for("credti")
-    def uncredit(name: str) -> None: ...
+    def uncredit(name: str, amount: int) -> None: ...
 
     module = module_of("typo", credit=credit, uncredit=uncredit)
 
@@ -161,10 +163,6 @@ def test_a_module_level_compensation_of_no_tool_of_the_module_is_refused_when_ch
 
 
 def test_a_module_level_compensation_with_other_parameters_is_refused_when_checked() -> None:
-    @tool
-    def credit(name: str, amount: int) -> str:
-        return name
-
     @compensate_for("credit")
     def uncredit(name: str) -> None: ...
 
@@ -177,10 +175,6 @@ def test_a_module_level_compensation_with_other_parameters_is_refused_when_check
 
 
 def test_an_ai_service_with_compensation_refuses_a_misshapen_module_level_compensation() -> None:
-    @tool
-    def credit(name: str, amount: int) -> str:
-        return name
-
     @compensate_for("credit")
     def uncredit(amount: str) -> None: ...
 
@@ -195,15 +189,11 @@ def test_an_ai_service_with_compensation_refuses_a_misshapen_module_level_compen
 
 
 def test_two_module_level_compensations_of_one_tool_are_refused() -> None:
-    @tool
-    def credit(name: str) -> str:
-        return name
+    @compensate_for("credit")
+    def uncredit(name: str, amount: int) -> None: ...
 
     @compensate_for("credit")
-    def uncredit(name: str) -> None: ...
-
-    @compensate_for("credit")
-    def refund(name: str) -> None: ...
+    def refund(name: str, amount: int) -> None: ...
 
     with pytest.raises(ToolDefinitionError) as caught:
         discover_tools(module_of("twice", credit=credit, uncredit=uncredit, refund=refund))
