@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from pathlib import Path
 
-__all__ = ["HARNESS_PREFIX", "HARNESS_VARIABLES", "integration_redis_url", "make_hermetic"]
+import pytest
+import redis
+
+__all__ = ["HARNESS_PREFIX", "HARNESS_VARIABLES", "emptied_redis", "integration_redis_url", "make_hermetic"]
 
 # Read by the harness to find its servers and choose its databases: kept.
 HARNESS_VARIABLES = frozenset({"TOOLFLEET_REDIS_URL"})
@@ -23,11 +26,30 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_TEST_REDIS_DB = "13"
 
 
-def integration_redis_url(environ: MutableMapping[str, str]) -> str:
-    """The test database (`TOOLFLEET_TEST_REDIS_DB`, default 13) on the server at `TOOLFLEET_REDIS_URL`."""
+def integration_redis_url(
+    environ: MutableMapping[str, str],
+    *,
+    db_variable: str = "TOOLFLEET_TEST_REDIS_DB",
+    default_db: str = DEFAULT_TEST_REDIS_DB,
+) -> str:
+    """The test database (`TOOLFLEET_TEST_REDIS_DB`, default 13, unless another variable and default are
+    given) on the server at `TOOLFLEET_REDIS_URL`."""
     base = environ.get("TOOLFLEET_REDIS_URL") or DEFAULT_REDIS_URL
-    db = environ.get("TOOLFLEET_TEST_REDIS_DB") or DEFAULT_TEST_REDIS_DB
+    db = environ.get(db_variable) or default_db
     return base.rsplit("/", 1)[0] + "/" + db if base.count("/") >= 3 else base + "/" + db
+
+
+def emptied_redis(url: str, needed_by: str) -> redis.Redis:
+    """A client of the Redis database at `url`, emptied; when no Redis answers there, the test fails
+    saying that `needed_by` needs one."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        client.close()
+        pytest.fail(f"{needed_by} need a Redis at {url} (make test starts one): {exc}")
+    client.flushdb()
+    return client
 
 
 def make_hermetic(environ: MutableMapping[str, str], scratch: Path) -> list[str]:

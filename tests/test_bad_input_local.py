@@ -93,16 +93,9 @@ _valid_values: dict[str, st.SearchStrategy[Any]] = {
     "bad_list": st.lists(int64, max_size=5),
     "bad_point": _points,
 }
+# The required parameters of `bad_mixed` have, in order, the types of the SINGLE tools; `opt` comes last.
 valid_mixed = st.fixed_dictionaries(
-    {
-        "i": int64,
-        "f": finite_floats,
-        "b": st.booleans(),
-        "s": plain_text,
-        "e": st.sampled_from([c.name for c in bad.Color]),
-        "items": st.lists(int64, max_size=4),
-        "p": _points,
-    },
+    {parameter: _valid_values[tool] for parameter, tool in zip(MIXED_PARAMS[:-1], SINGLE, strict=True)},
     optional={"opt": int64},
 )
 

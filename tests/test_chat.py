@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._cli import CLI, run_command
 from tests._fake_openai import FakeOpenAi
 from tests._processes import reap
 
@@ -30,21 +30,13 @@ def chat_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def chat_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "orchestrator.cli", "chat", *args]
+    return [*CLI, "chat", *args]
 
 
 def run_chat(
     env: Mapping[str, str], *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        chat_command(*args),
-        env=dict(env),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_command(chat_command(*args), env=env, stdin=stdin)
 
 
 class _Output:

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests._cli import CLI, run_command
+
 
 def test_help_lists_the_commands(capsys: object) -> None:
     # when
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "--help"], capture_output=True, text=True, check=False
-    )
+    result = run_command([*CLI, "--help"])
     # then
     assert result.returncode == 0
     for command in ("demo", "worker"):
@@ -33,13 +32,7 @@ def test_demo_runs_the_four_stories_and_leaves_no_process_behind(tmp_path: Path)
     env.pop("TOOLFLEET_BROKER_URL", None)
     env.pop("TOOLFLEET_RESULT_BACKEND", None)
     # when
-    result = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "demo"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_command([*CLI, "demo"], env=env, timeout_s=120)
     # then: it succeeds and tells the four stories
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
@@ -61,22 +54,7 @@ def test_demo_runs_the_four_stories_and_leaves_no_process_behind(tmp_path: Path)
 
 def test_worker_with_a_pool_no_tool_belongs_to_fails_clearly() -> None:
     # when
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "orchestrator.cli",
-            "worker",
-            "--pool",
-            "nowhere",
-            "--tools",
-            "workers.examples.math",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
+    result = run_command([*CLI, "worker", "--pool", "nowhere", "--tools", "workers.examples.math"])
     # then
     assert result.returncode == 2
     assert (

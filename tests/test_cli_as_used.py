@@ -5,7 +5,6 @@ invocations named by the beginning of their id."""
 from __future__ import annotations
 
 import importlib.metadata
-import subprocess
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from orchestrator.saga.journal import Journal, invocations
-from tests._cli import TOOLFLEET, environment, toolfleet
+from tests._cli import TOOLFLEET, environment, on_journal, run_command, toolfleet
 from workers import InvocationContext
 
 TOOL_MODULE = """
@@ -111,14 +110,9 @@ def test_output_cut_short_by_its_reader_ends_quietly(tmp_path: Path) -> None:
             ],
         )
     # when: `toolfleet runs | head -n 1`, in a shell
-    result = subprocess.run(
-        ["bash", "-c", f'"{TOOLFLEET}" runs --limit 3000 | head -n 1; exit "${{PIPESTATUS[0]}}"'],
-        cwd=tmp_path,
-        env=environment({"TOOLFLEET_DATABASE_URL": url}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    shell = f'"{TOOLFLEET}" runs --limit 3000 | head -n 1; exit "${{PIPESTATUS[0]}}"'
+    result = run_command(
+        ["bash", "-c", shell], cwd=tmp_path, env=environment({"TOOLFLEET_DATABASE_URL": url})
     )
     # then: the first line, then a quiet end with the status of a process ended by SIGPIPE
     assert result.stdout.startswith("invocation"), result.stdout
@@ -169,7 +163,7 @@ def test_show_takes_a_unique_beginning_of_the_id(tmp_path: Path) -> None:
     ids = ["1a2b3c4d-0000-4000-8000-000000000001", "1a2b9999-0000-4000-8000-000000000002"]
     _invocations(url, ids)
     # when
-    result = toolfleet("show", "1a2b3", cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    result = on_journal(url, "show", "1a2b3", cwd=tmp_path)
     # then
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"invocation {ids[0]}  [running]")
@@ -182,7 +176,7 @@ def test_show_lists_the_candidates_of_an_ambiguous_beginning(tmp_path: Path) -> 
     ids = ["1a2b3c4d-0000-4000-8000-000000000001", "1a2b9999-0000-4000-8000-000000000002"]
     _invocations(url, [*ids, "ffff0000-0000-4000-8000-000000000003"])
     # when
-    result = toolfleet("show", "1a2b", cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    result = on_journal(url, "show", "1a2b", cwd=tmp_path)
     # then
     assert result.returncode == 2
     assert result.stdout == ""
@@ -199,7 +193,7 @@ def test_show_of_an_id_nothing_starts_with_is_an_error(tmp_path: Path, given: st
     url = _journal_url(tmp_path / "j.db")
     _invocations(url, ["1a2b3c4d-0000-4000-8000-000000000001"])
     # when
-    result = toolfleet("show", given, cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    result = on_journal(url, "show", given, cwd=tmp_path)
     # then
     assert result.returncode == 2
     assert result.stdout == ""

@@ -4,33 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel
+from orchestrator import AiMessage
 from orchestrator.saga.journal import Journal
-from tests._cli import toolfleet
-from tests.orchestrator.test_journal_story import Bank, call
+from tests._cli import journal_lines
+from tests.orchestrator._bank import ROLLED_BACK, invocation_of
+from tests.orchestrator._service import call
+
+
+def _journaled(url: str, script: list[AiMessage | str], message: str) -> str:
+    """The id of one invocation compensating on tool errors, journaled at `url`."""
+    journal = Journal(url)
+    try:
+        return invocation_of(journal, script, message)
+    finally:
+        journal.engine.dispose()
 
 
 def _rolled_back_invocation(url: str) -> str:
     """Turn 1 deposits, turn 2 credits and pays (declined): both are undone; then the answer."""
-    journal = Journal(url)
-    executor = LocalExecutor(compensation_retries=0)
-    model = ScriptedChatModel(
-        [
-            AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40)]),
-            AiMessage(tool_execution_requests=[call("c1", "credit", amount=5), call("p1", "pay")]),
-            "The payment was declined; nothing was kept.",
-        ]
-    )
-    service = AiService(
-        chat_model=model, tools=[Bank()], executor=executor, compensate_on_tool_errors=True, journal=journal
-    )
-    try:
-        result = service.chat("deposit 40, credit 5, then pay")
-    finally:
-        executor.close()
-        journal.engine.dispose()
-    assert result.invocation_id is not None
-    return result.invocation_id
+    return _journaled(url, ROLLED_BACK, "deposit 40, credit 5, then pay")
 
 
 def test_show_tells_the_question_the_turns_the_rollback_cause_and_the_answer(tmp_path: Path) -> None:
@@ -38,10 +30,8 @@ def test_show_tells_the_question_the_turns_the_rollback_cause_and_the_answer(tmp
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     invocation_id = _rolled_back_invocation(url)
     # when
-    result = toolfleet("show", invocation_id, cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    lines = journal_lines(url, "show", invocation_id, cwd=tmp_path)
     # then
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
     assert lines[0] == f"invocation {invocation_id}  [succeeded]  owner {lines[0].rsplit(' ', 1)[1]}"
     story = [line for line in lines if not line.startswith("      ") and not line.startswith("  service")]
     assert story[1:] == [
@@ -65,10 +55,8 @@ def test_sagas_rows_name_the_call_and_its_arguments(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     invocation_id = _rolled_back_invocation(url)
     # when
-    result = toolfleet("sagas", cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    header, *rows = journal_lines(url, "sagas", cwd=tmp_path)
     # then: one row per compensation, each naming its call id and the call
-    assert result.returncode == 0, result.stderr
-    header, *rows = result.stdout.splitlines()
     assert header.split()[:4] == ["invocation", "call", "tool(arguments)", "state"]
     assert [row.split()[:4] for row in rows] == [
         [invocation_id, "c1", 'credit({"amount":', "5})"],
@@ -79,27 +67,15 @@ def test_sagas_rows_name_the_call_and_its_arguments(tmp_path: Path) -> None:
 def test_sagas_bounds_long_arguments(tmp_path: Path) -> None:
     # given: a compensated call with long arguments
     url = f"sqlite:///{tmp_path / 'journal.db'}"
-    journal = Journal(url)
-    executor = LocalExecutor(compensation_retries=0)
-    model = ScriptedChatModel(
-        [
-            AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40, memo="m" * 500)]),
-            AiMessage(tool_execution_requests=[call("p1", "pay")]),
-            "declined",
-        ]
-    )
-    service = AiService(
-        chat_model=model, tools=[Bank()], executor=executor, compensate_on_tool_errors=True, journal=journal
-    )
-    try:
-        service.chat("deposit a lot, then pay")
-    finally:
-        executor.close()
-        journal.engine.dispose()
+    script: list[AiMessage | str] = [
+        AiMessage(tool_execution_requests=[call("deposit", "d1", amount=40, memo="m" * 500)]),
+        AiMessage(tool_execution_requests=[call("pay", "p1")]),
+        "declined",
+    ]
+    _journaled(url, script, "deposit a lot, then pay")
     # when
-    result = toolfleet("sagas", cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    header, row = journal_lines(url, "sagas", cwd=tmp_path)
     # then: the call is cut to its column, with an ellipsis
-    header, row = result.stdout.splitlines()
     column = header.index("tool(arguments)")
     shown = row[column : column + 48]
     assert shown.startswith('deposit({"amount": 40, "memo": "mmm') and shown.endswith("…")

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from orchestrator.cli.commands import tools
+from tests._cli import CLI, run_command
+from tests._environment import emptied_redis, integration_redis_url
 from workers.runtime.process import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,27 +43,13 @@ def _environment(**variables: str) -> dict[str, str]:
 
 
 def _toolfleet(*args: str, **variables: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        env=_environment(**variables),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    return run_command([*CLI, *args], env=_environment(**variables), timeout_s=30)
 
 
 @pytest.fixture(scope="module")
 def redis_url() -> Iterator[str]:
-    base = os.environ.get("TOOLFLEET_REDIS_URL", "redis://127.0.0.1:6379/0")
-    db = os.environ.get("TOOLFLEET_TEST_CLI_REDIS_DB", "12")
-    url = base.rsplit("/", 1)[0] + "/" + db if base.count("/") >= 3 else base + "/" + db
-    client = redis.Redis.from_url(url)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        pytest.fail(f"these tests need a Redis at {url} (make test starts one): {exc}")
-    client.flushdb()
+    url = integration_redis_url(os.environ, db_variable="TOOLFLEET_TEST_CLI_REDIS_DB", default_db="12")
+    client = emptied_redis(url, "these tests")
     yield url
     client.close()
 

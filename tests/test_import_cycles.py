@@ -160,7 +160,8 @@ def test_the_product_packages_have_no_import_cycle() -> None:
 
 
 def _tree(root: Path, files: Mapping[str, str]) -> None:
-    for name, source in files.items():
+    """Writes `files` below `root`, and an empty `p/__init__.py` unless `files` has one."""
+    for name, source in {"p/__init__.py": "", **files}.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source, encoding="utf-8")
@@ -170,18 +171,17 @@ def _tree(root: Path, files: Mapping[str, str]) -> None:
     ("files", "expected"),
     [
         pytest.param(
-            {"p/__init__.py": "", "p/a.py": "import p.b\n", "p/b.py": "from p import c\n", "p/c.py": ""},
+            {"p/a.py": "import p.b\n", "p/b.py": "from p import c\n", "p/c.py": ""},
             [],
             id="a chain is no cycle",
         ),
         pytest.param(
-            {"p/__init__.py": "", "p/a.py": "from p.b import X\n", "p/b.py": "from p.a import Y\n"},
+            {"p/a.py": "from p.b import X\n", "p/b.py": "from p.a import Y\n"},
             [["p.a", "p.b"]],
             id="two modules import names of each other",
         ),
         pytest.param(
             {
-                "p/__init__.py": "",
                 "p/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.b import X\n",
                 "p/b.py": "def f():\n    from . import a\n",
             },
@@ -190,7 +190,6 @@ def _tree(root: Path, files: Mapping[str, str]) -> None:
         ),
         pytest.param(
             {
-                "p/__init__.py": "",
                 "p/q/__init__.py": "from .m import Z\n",
                 "p/q/m.py": "from ..a import Y\n",
                 "p/a.py": "from p.q import Z\n",

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tests._cli import run_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,14 +34,7 @@ def test_a_property_test_ends_at_its_per_test_timeout(tmp_path: Path) -> None:
     command += ["-o", "timeout=1", "-q", "test_hangs.py"]
     # when
     started = time.monotonic()
-    done = subprocess.run(
-        command,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=25,
-    )
+    done = run_command(command, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout_s=25)
     elapsed = time.monotonic() - started
     # then: it failed on the timeout, within a few seconds, without trying another example
     assert done.returncode == 1, done.stdout[-3000:]

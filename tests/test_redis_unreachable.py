@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,7 +19,8 @@ import redis
 from orchestrator import CeleryExecutor
 from orchestrator.saga._journal_records import CallRecord
 from orchestrator.saga._late import late_compensation
-from workers import ToolExecutionRequest
+from orchestrator.saga.journal import Journal
+from workers import InvocationContext, ToolExecutionRequest
 from workers.errors import RedisUnavailableError, ToolfleetError
 from workers.runtime.catalog import Catalog
 from workers.settings import Settings
@@ -55,26 +55,22 @@ def client(url: str) -> Iterator[redis.Redis]:
 
 
 def _abandoned_call() -> CallRecord:
-    return CallRecord(
-        id=1,
-        invocation_id="inv-1",
-        sequence=1,
-        turn=1,
-        call_id="call-1",
-        tool="book",
-        arguments="{}",
-        pool="io",
-        compensable=True,
-        idempotency_key="inv-1:call-1",
-        state="abandoned",
-        outcome=None,
-        result=None,
-        result_object=None,
-        task_id="task-1",
-        worker=None,
-        started_at=datetime.now(UTC),
-        finished_at=None,
-    )
+    """A compensable call journaled as abandoned at its deadline, as recovery reads it back."""
+    journal = Journal("sqlite://")
+    try:
+        context = InvocationContext(memory_id="m")
+        journal.start_invocation(context, {})
+        invocation_id = str(context.invocation_id)
+        request = ToolExecutionRequest("call-1", "book", "{}")
+        key = f"{invocation_id}:call-1"
+        row = journal.record_intent(
+            invocation_id, 1, request, pool="io", compensable=True, idempotency_key=key
+        )
+        journal.set_call_state(row, "abandoned")
+        [call] = journal.abandoned_calls()
+        return call
+    finally:
+        journal.engine.dispose()
 
 
 def _assert_names_redis(raised: pytest.ExceptionInfo[RedisUnavailableError], url: str) -> None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests._cli import CLI, run_command
 from workers.errors import SettingsError, ToolfleetError
 from workers.settings import ENVIRONMENT, Settings
 
@@ -108,12 +107,6 @@ def test_a_redis_url_that_is_not_one_is_refused_with_its_password_masked(url: st
 
 def test_a_command_started_with_a_setting_out_of_range_exits_naming_it() -> None:
     environment = {**os.environ, "PYTHONPATH": str(REPO), "TOOLFLEET_MAX_FANOUT": "0"}
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "tools"],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_command([*CLI, "tools"], env=environment)
     assert done.returncode == 2, done
     assert done.stderr.strip() == "toolfleet: TOOLFLEET_MAX_FANOUT must be an integer >= 1, got 0"

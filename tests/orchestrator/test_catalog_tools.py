@@ -13,6 +13,7 @@ import gc
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 
 import pytest
 
@@ -33,14 +34,16 @@ from workers import ToolDefinition, tool
 from workers.tools import discover_tools
 
 
-@tool("Says hello")
-def hello(name: str) -> str:
-    return f"hello {name}"
+def _greeting(word: str) -> Callable[[str], str]:
+    """The tool `word`, described as saying it, that says it to `name`."""
+
+    def greet(name: str) -> str:
+        return f"{word} {name}"
+
+    return tool(f"Says {word}", name=word)(greet)
 
 
-@tool("Says goodbye")
-def goodbye(name: str) -> str:
-    return f"goodbye {name}"
+hello, goodbye = _greeting("hello"), _greeting("goodbye")
 
 
 class CatalogExecutor(LocalExecutor):

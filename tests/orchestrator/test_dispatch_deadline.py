@@ -11,7 +11,6 @@ import asyncio
 import concurrent.futures
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,13 +25,14 @@ from workers.settings import Settings
 
 
 class Bank:
+    """One compensable tool, whose deadline passes long before the test's grace for late results."""
+
     @tool("Credits an account", pool="bank", timeout=0.05)
     def credit(self, amount: int) -> str:
         return f"credited {amount}"
 
     @compensate_for("credit")
-    def debit(self, amount: int) -> None:
-        pass
+    def debit(self, amount: int) -> None: ...
 
 
 class Collector:
@@ -43,12 +43,7 @@ class Collector:
         self.forgotten: list[str] = []
 
     def watch(
-        self,
-        task_id: str,
-        pool: str,
-        on_started: Callable[[str], None] | None = None,
-        *,
-        redispatch: Callable[[], None] | None = None,
+        self, task_id: str, *arguments: Any, **options: Any
     ) -> concurrent.futures.Future[dict[str, Any]]:
         self.watched.append(task_id)
         return concurrent.futures.Future()

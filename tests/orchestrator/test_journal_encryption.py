@@ -46,6 +46,19 @@ def _write(journal: Journal) -> str:
     return str(context.invocation_id)
 
 
+def _pay_succeeded(journal: Journal, invocation_id: str) -> None:
+    """Journals a compensable `pay` call, c1, that succeeded."""
+    row = journal.record_intent(
+        invocation_id,
+        0,
+        ToolExecutionRequest("c1", "pay", '{"invoice": "INV-1"}'),
+        pool=None,
+        compensable=True,
+        idempotency_key=f"{invocation_id}:c1",
+    )
+    journal.set_call_state(row, "succeeded")
+
+
 def _raw(journal: Journal, invocation_id: str) -> str:
     with journal.engine.connect() as connection:
         return str(
@@ -127,15 +140,7 @@ def test_recovery_compensates_with_the_decrypted_parameters(url: str, journals: 
     dead = Journal(url, keys=[key])
     journals.append(dead)
     invocation_id = _write(dead)
-    row = dead.record_intent(
-        invocation_id,
-        0,
-        ToolExecutionRequest("c1", "pay", '{"invoice": "INV-1"}'),
-        pool=None,
-        compensable=True,
-        idempotency_key=f"{invocation_id}:c1",
-    )
-    dead.set_call_state(row, "succeeded")
+    _pay_succeeded(dead, invocation_id)
     payments = Payments()
     # when: recovery runs with the key
     recoverer = Journal(url, keys=[key])
@@ -237,15 +242,7 @@ def test_runs_show_and_sagas_need_no_key_and_recovery_of_the_row_names_the_key_e
     writer = Journal(url, keys=[_key()])
     journals.append(writer)
     invocation_id = _write(writer)
-    row = writer.record_intent(
-        invocation_id,
-        0,
-        ToolExecutionRequest("c1", "pay", '{"invoice": "INV-1"}'),
-        pool=None,
-        compensable=True,
-        idempotency_key=f"{invocation_id}:c1",
-    )
-    writer.set_call_state(row, "succeeded")
+    _pay_succeeded(writer, invocation_id)
     [call] = writer.calls(invocation_id)
     writer.plan_compensations(invocation_id, [call], "the invoice was wrong")
     monkeypatch.setenv("TOOLFLEET_DATABASE_URL", url)

@@ -3,73 +3,24 @@ that set off a rollback, and the final answer."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, ToolExecutionRequest
+from orchestrator import AiMessage
 from orchestrator.models.scripted import ScriptExhaustedError
 from orchestrator.saga.journal import Journal
-from workers import ToolErrorVisibleToLlm, compensate_for, tool
-
-
-class Bank:
-    """Deposits and credits that can be undone, and a payment that is always declined."""
-
-    def __init__(self) -> None:
-        self.undone: list[str] = []
-
-    @tool("Deposits money")
-    def deposit(self, amount: int, memo: str = "") -> str:
-        return f"Deposited {amount}"
-
-    @compensate_for("deposit")
-    def undeposit(self, amount: int, memo: str = "") -> None:
-        self.undone.append(f"deposit {amount}")
-
-    @tool("Credits money")
-    def credit(self, amount: int) -> str:
-        return f"Credited {amount}"
-
-    @compensate_for("credit")
-    def uncredit(self, amount: int) -> None:
-        self.undone.append(f"credit {amount}")
-
-    @tool("A payment that is always declined")
-    def pay(self) -> str:
-        raise ToolErrorVisibleToLlm.from_message("declined")
-
-
-def call(call_id: str, name: str, **arguments: object) -> ToolExecutionRequest:
-    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
-
-
-def _run(journal: Journal, script: list[AiMessage | str], message: str) -> str:
-    executor = LocalExecutor(compensation_retries=0)
-    service = AiService(
-        chat_model=ScriptedChatModel(script),
-        tools=[Bank()],
-        executor=executor,
-        compensate_on_tool_errors=True,
-        journal=journal,
-    )
-    try:
-        result = service.chat(message)
-    finally:
-        executor.close()
-    assert result.invocation_id is not None
-    return result.invocation_id
+from tests.orchestrator._bank import ROLLED_BACK, invocation_of
+from tests.orchestrator._service import call
 
 
 def test_the_final_answer_and_the_turn_of_each_call_are_journaled(journal: Journal) -> None:
     # given: two calls in the first turn, one in the second, then the answer
     script: list[AiMessage | str] = [
-        AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40), call("c1", "credit", amount=5)]),
-        AiMessage(tool_execution_requests=[call("c2", "credit", amount=7)]),
+        AiMessage(tool_execution_requests=[call("deposit", "d1", amount=40), call("credit", "c1", amount=5)]),
+        AiMessage(tool_execution_requests=[call("credit", "c2", amount=7)]),
         "Deposited 40 and credited 12.",
     ]
     # when
-    invocation_id = _run(journal, script, "deposit 40, credit 5 then 7")
+    invocation_id = invocation_of(journal, script, "deposit 40, credit 5 then 7")
     # then
     record = journal.invocation(invocation_id)
     assert record is not None and record.state == "succeeded"
@@ -84,13 +35,8 @@ def test_the_final_answer_and_the_turn_of_each_call_are_journaled(journal: Journ
 
 def test_the_compensations_name_the_failed_call_that_set_them_off(journal: Journal) -> None:
     # given: a deposit and a credit stand, then a payment fails, then the model answers
-    script: list[AiMessage | str] = [
-        AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40)]),
-        AiMessage(tool_execution_requests=[call("c1", "credit", amount=5), call("p1", "pay")]),
-        "The payment was declined; nothing was kept.",
-    ]
     # when
-    invocation_id = _run(journal, script, "deposit, credit and pay")
+    invocation_id = invocation_of(journal, ROLLED_BACK, "deposit, credit and pay")
     # then
     reasons = {c.tool: c.reason for c in journal.compensations(invocation_id)}
     assert reasons == {"deposit": "tool 'pay' call p1 failed", "credit": "tool 'pay' call p1 failed"}
@@ -101,10 +47,10 @@ def test_the_compensations_name_the_failed_call_that_set_them_off(journal: Journ
 
 def test_an_invocation_that_fails_journals_no_answer(journal: Journal) -> None:
     # given: the model's script ends before an answer
-    script: list[AiMessage | str] = [AiMessage(tool_execution_requests=[call("d1", "deposit", amount=1)])]
+    script: list[AiMessage | str] = [AiMessage(tool_execution_requests=[call("deposit", "d1", amount=1)])]
     # when
     with pytest.raises(ScriptExhaustedError):
-        _run(journal, script, "deposit 1")
+        invocation_of(journal, script, "deposit 1")
     # then
     [record] = journal.invocations()
     assert record.state == "failed" and record.final_answer is None

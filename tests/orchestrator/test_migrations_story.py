@@ -15,7 +15,7 @@ from alembic import command
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.migrations import head, upgrade
 from orchestrator.saga.migrations._upgrade import alembic_config
-from tests._cli import toolfleet
+from tests._cli import journal_lines
 from tests.orchestrator._databases import KINDS, fresh_database
 
 
@@ -85,10 +85,8 @@ def test_show_tells_the_story_of_an_invocation_journaled_before_the_answer_and_t
     url = f"sqlite:///{tmp_path / 'old.db'}"
     invocation_id = _journal_at_revision_0001(url)
     # when: read by this toolfleet, which upgrades it
-    result = toolfleet("show", invocation_id, cwd=tmp_path, env={"TOOLFLEET_DATABASE_URL": url})
+    lines = journal_lines(url, "show", invocation_id, cwd=tmp_path)
     # then
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
     assert "  user: book a flight" in lines
     assert (
         "  answer: (none journaled: it ended with a tool's result, or before answers were journaled)" in lines

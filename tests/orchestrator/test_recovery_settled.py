@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.executors.base import Settled
@@ -26,14 +25,7 @@ class SettledExecutor:
         self.settled = settled
         self.compensated: list[str] = []
 
-    async def execute(
-        self,
-        request: ToolExecutionRequest,
-        definition: ToolDefinition | None,
-        invocation: Invocation | None,
-        *,
-        compensate_if_late: bool = False,
-    ) -> ToolOutcome:
+    async def execute(self, *arguments: Any, **options: Any) -> ToolOutcome:
         raise AssertionError("recovery runs no call")
 
     async def compensate(
@@ -42,9 +34,7 @@ class SettledExecutor:
         self.compensated.append(execution.result)
         return ToolOutcome(OutcomeKind.SUCCESS, "undone")
 
-    async def execute_batch(
-        self, calls: Sequence[tuple[ToolExecutionRequest, ToolDefinition | None]], invocation: Invocation
-    ) -> list[ToolOutcome]:
+    async def execute_batch(self, *arguments: Any) -> list[ToolOutcome]:
         raise AssertionError("recovery runs no call")
 
     def definition(self, name: str) -> ToolDefinition | None:

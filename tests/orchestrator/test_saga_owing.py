@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,77 +15,33 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from orchestrator import AiMessage, AiService, LocalExecutor, Result, ScriptedChatModel, ToolExecutionRequest
+from orchestrator import AiMessage, LocalExecutor, Result
 from orchestrator.cli.commands import sagas
 from orchestrator.saga.journal import Journal, invocations
 from orchestrator.saga.recovery import recover
-from workers import InvocationContext, OutcomeKind, ToolErrorVisibleToLlm, ToolOutcome, compensate_for, tool
+from tests.orchestrator._bank import CLOSED, Bank, chat_compensating
+from tests.orchestrator._service import call
+from workers import InvocationContext, OutcomeKind, ToolOutcome
 from workers.settings import Settings
 from workers.tools import discover_tools
 
-CLOSED = "the deposit desk is closed"
 
-
-class Desk:
-    """Deposits undone only while the desk is open; credits always undoable; a payment that fails."""
-
-    def __init__(self) -> None:
-        self.balance = 0
-        self.open = False
-        self.undone: list[str] = []
-
-    @tool("Deposits money")
-    def deposit(self, amount: int) -> str:
-        self.balance += amount
-        return f"Deposited {amount}"
-
-    @compensate_for("deposit")
-    def undeposit(self, amount: int) -> None:
-        if not self.open:
-            raise RuntimeError(CLOSED)
-        self.balance -= amount
-        self.undone.append(f"deposit {amount}")
-
-    @tool("Credits money")
-    def credit(self, amount: int) -> str:
-        self.balance += amount
-        return f"Credited {amount}"
-
-    @compensate_for("credit")
-    def uncredit(self, amount: int) -> None:
-        self.balance -= amount
-        self.undone.append(f"credit {amount}")
-
-    @tool("A payment that is always declined")
-    def pay(self) -> str:
-        raise ToolErrorVisibleToLlm.from_message("declined")
-
-
-def call(call_id: str, name: str, **arguments: object) -> ToolExecutionRequest:
-    return ToolExecutionRequest(id=call_id, name=name, arguments=json.dumps(arguments))
-
-
-def deposit_pay_credit(desk: Desk, executor: LocalExecutor, journal: Journal) -> Result:
+def deposit_pay_credit(bank: Bank, executor: LocalExecutor, journal: Journal) -> Result:
     """One invocation, compensating on tool errors: a deposit of 40, a payment that fails, a credit of 5."""
-    model = ScriptedChatModel(
-        [
-            AiMessage(tool_execution_requests=[call("d1", "deposit", amount=40)]),
-            AiMessage(tool_execution_requests=[call("p1", "pay")]),
-            AiMessage(tool_execution_requests=[call("c1", "credit", amount=5)]),
-            "done",
-        ]
-    )
-    service = AiService(
-        chat_model=model, tools=[desk], executor=executor, compensate_on_tool_errors=True, journal=journal
-    )
-    return service.chat("deposit, pay, credit")
+    script: list[AiMessage | str] = [
+        AiMessage(tool_execution_requests=[call("deposit", "d1", amount=40)]),
+        AiMessage(tool_execution_requests=[call("pay", "p1")]),
+        AiMessage(tool_execution_requests=[call("credit", "c1", amount=5)]),
+        "done",
+    ]
+    return chat_compensating(bank, executor, journal, script, "deposit, pay, credit")
 
 
 def test_an_invocation_owing_a_compensation_is_left_compensating_and_recover_retries_only_that(
     journal: Journal,
 ) -> None:
     # Given: a deposit whose undo fails (desk closed), a failing payment, then a credit that stands
-    desk = Desk()
+    desk = Bank(open=False)
     executor = LocalExecutor(compensation_retries=0)
 
     # When
@@ -128,8 +83,7 @@ def test_an_invocation_owing_a_compensation_is_left_compensating_and_recover_ret
 
 def test_an_invocation_whose_compensations_all_succeeded_ends_succeeded(journal: Journal) -> None:
     # Given: the same saga with the desk open
-    desk = Desk()
-    desk.open = True
+    desk = Bank(open=True)
     executor = LocalExecutor(compensation_retries=0)
 
     # When
@@ -149,7 +103,7 @@ def _stopped_mid_compensation(journal: Journal, stale: bool) -> str:
     context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="default", user_message="deposit")
     invocation_id = str(context.invocation_id)
     journal.start_invocation(context, {})
-    request = call("d1", "deposit", amount=40)
+    request = call("deposit", "d1", amount=40)
     row = journal.record_intent(
         invocation_id, 1, request, pool=None, compensable=True, idempotency_key=f"{invocation_id}:d1"
     )

@@ -141,41 +141,43 @@ def test_the_tool_receives_the_declared_type(
 
 REFUSED = [
     # int
-    (integer, '{"n": 1.5}', 'Argument "n" has non-integer value for int: <1.5>'),
-    (integer, '{"n": 9223372036854775808}', 'Argument "n" is out of range for int: <9223372036854775808>'),
-    (integer, '{"n": -9223372036854775809}', 'Argument "n" is out of range for int: <-9223372036854775809>'),
-    (integer, '{"n": true}', 'Argument "n" is not convertable to int, got bool: <true>'),
+    (integer, '{"n": 1.5}', "n", "has non-integer value for int: <1.5>"),
+    (integer, '{"n": 9223372036854775808}', "n", "is out of range for int: <9223372036854775808>"),
+    (integer, '{"n": -9223372036854775809}', "n", "is out of range for int: <-9223372036854775809>"),
+    (integer, '{"n": true}', "n", "is not convertable to int, got bool: <true>"),
     # float
-    (real, '{"x": "abc"}', 'Argument "x" is not convertable to float, got str: <abc>'),
-    (real, '{"x": 1' + "0" * 400 + "}", 'Argument "x" is out of range for float: <1' + "0" * 400 + ">"),
+    (real, '{"x": "abc"}', "x", "is not convertable to float, got str: <abc>"),
+    (real, '{"x": 1' + "0" * 400 + "}", "x", "is out of range for float: <1" + "0" * 400 + ">"),
     # bool: nothing but a JSON boolean
-    (flag, '{"enabled": "true"}', 'Argument "enabled" is not convertable to bool, got str: <true>'),
-    (flag, '{"enabled": 1}', 'Argument "enabled" is not convertable to bool, got int: <1>'),
+    (flag, '{"enabled": "true"}', "enabled", "is not convertable to bool, got str: <true>"),
+    (flag, '{"enabled": 1}', "enabled", "is not convertable to bool, got int: <1>"),
     # Enum: "kelvin" is neither the exact name "Kelvin" nor, upper-cased, a member; "c" is a value
-    (temperature, '{"unit": "D"}', 'Argument "unit" is not a valid enum value for Unit: <D>'),
-    (temperature, '{"unit": "kelvin"}', 'Argument "unit" is not a valid enum value for Unit: <kelvin>'),
-    (temperature, '{"unit": "c"}', 'Argument "unit" is not a valid enum value for Unit: <c>'),
+    (temperature, '{"unit": "D"}', "unit", "is not a valid enum value for Unit: <D>"),
+    (temperature, '{"unit": "kelvin"}', "unit", "is not a valid enum value for Unit: <kelvin>"),
+    (temperature, '{"unit": "c"}', "unit", "is not a valid enum value for Unit: <c>"),
     # UUID
-    (identify, '{"id": "not-a-uuid"}', 'Argument "id" is not convertable to UUID, got str: <not-a-uuid>'),
+    (identify, '{"id": "not-a-uuid"}', "id", "is not convertable to UUID, got str: <not-a-uuid>"),
     # a wrong value inside a model or a list names its path
     (
         place_order,
         '{"order": {"customer": "Ann", "items": [{"sku": "a", "quantity": "x", "price": 1}]}}',
-        'Argument "order.items[0].quantity" is not convertable to int, got str: <x>',
+        "order.items[0].quantity",
+        "is not convertable to int, got str: <x>",
     ),
     (
         collections_tool,
         '{"numbers": [1, "two"], "labels": [], "scores": {}}',
-        'Argument "numbers[1]" is not convertable to int, got str: <two>',
+        "numbers[1]",
+        "is not convertable to int, got str: <two>",
     ),
 ]
 
 
-@pytest.mark.parametrize(("function", "arguments", "text"), REFUSED)
-def test_a_value_the_type_refuses_is_an_arguments_error(
-    function: Callable[..., Any], arguments: str, text: str
+@pytest.mark.parametrize(("function", "arguments", "argument", "problem"), REFUSED)
+def test_a_value_the_type_refuses_is_an_arguments_error_naming_the_argument(
+    function: Callable[..., Any], arguments: str, argument: str, problem: str
 ) -> None:
-    assert_arguments_error(call(function, arguments), text)
+    assert_arguments_error(call(function, arguments), f'Argument "{argument}" {problem}')
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator import LocalExecutor
 from orchestrator.executors.base import idempotency_key
+from tests.workers._schemas import parameters
 from workers import (
     InvocationContext,
     ToolCallIdentity,
@@ -26,6 +27,8 @@ from workers.tools import check_compensations, discover_tools
 
 INVOCATION_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 INVOCATION = Invocation(InvocationContext(invocation_id=INVOCATION_ID))
+AMOUNT_ONLY = parameters(["amount"], amount="integer")
+"""The parameters the model sees of a tool taking an `amount` and the identity."""
 
 
 @tool
@@ -42,8 +45,10 @@ def charge_optional(amount: int, call: ToolCallIdentity | None) -> str:
 
 
 class Payments:
+    """Its compensation takes the tool's parameters, plus the identity."""
+
     def __init__(self) -> None:
-        self.undone: list[ToolCallIdentity] = []
+        self.undone: list[tuple[object, ToolCallIdentity]] = []
 
     @tool("Pays")
     def pay(self, amount: int) -> str:
@@ -51,12 +56,14 @@ class Payments:
 
     @compensate_for("pay")
     def refund(self, amount: int, call: ToolCallIdentity) -> None:
-        self.undone.append(call)
+        self.undone.append((amount, call))
 
 
 class Transfers:
+    """Its compensation takes the execution, plus the identity."""
+
     def __init__(self) -> None:
-        self.undone: list[tuple[ToolExecution, ToolCallIdentity]] = []
+        self.undone: list[tuple[object, ToolCallIdentity]] = []
 
     @tool("Transfers")
     def transfer(self, amount: int) -> str:
@@ -67,16 +74,16 @@ class Transfers:
         self.undone.append((execution, call))
 
 
+PAYMENT = ToolExecution(ToolExecutionRequest("c-5", "pay", '{"amount": 7}'), "paid 7")
+TRANSFER = ToolExecution(ToolExecutionRequest("c-6", "transfer", '{"amount": 1}'), "sent")
+
+
 def test_the_identity_is_injected_and_never_shown_to_the_model() -> None:
     # given
     (specification,) = tool_specifications_from(charge)
 
     # then: only `amount` is a parameter the model sees
-    assert specification.parameters == {
-        "type": "object",
-        "properties": {"amount": {"type": "integer"}},
-        "required": ["amount"],
-    }
+    assert specification.parameters == AMOUNT_ONLY
 
     # when: the call runs
     (definition,) = discover_tools(charge)
@@ -94,11 +101,7 @@ def test_an_optional_identity_is_injected_too() -> None:
     )
 
     assert outcome.text == f"{INVOCATION_ID}:c-2"
-    assert tool_specifications_from(charge_optional)[0].parameters == {
-        "type": "object",
-        "properties": {"amount": {"type": "integer"}},
-        "required": ["amount"],
-    }
+    assert tool_specifications_from(charge_optional)[0].parameters == AMOUNT_ONLY
 
 
 def test_the_key_is_the_one_the_orchestrator_journals_and_dispatches() -> None:
@@ -131,34 +134,31 @@ def test_an_injected_identity_cannot_have_a_default() -> None:
         discover_tools(tool(with_default))
 
 
-def test_a_compensation_may_ask_for_the_identity_the_tool_does_not_take() -> None:
-    # given: `refund` takes the tool's parameters plus the identity
-    payments = Payments()
+@pytest.mark.parametrize(
+    ("kind", "execution", "received"),
+    [
+        pytest.param(Payments, PAYMENT, 7, id="with the tool's parameters"),
+        pytest.param(Transfers, TRANSFER, TRANSFER, id="with the execution"),
+    ],
+)
+def test_a_compensation_may_ask_for_the_identity_the_tool_does_not_take(
+    kind: type[Payments | Transfers], execution: ToolExecution, received: object
+) -> None:
+    # given: a compensation taking the tool's parameters or the execution, plus the identity
+    tools = kind()
 
     # then: it passes the registration check
-    check_compensations(payments)
+    check_compensations(tools)
 
     # when: it undoes a call
-    (definition,) = discover_tools(payments)
-    execution = ToolExecution(ToolExecutionRequest("c-5", "pay", '{"amount": 7}'), "paid 7")
+    (definition,) = discover_tools(tools)
     outcome = run_compensation(definition, execution, INVOCATION)
 
-    # then: it received the undone call's identity
+    # then: it received what it asked for, and the undone call's identity
+    call_id = execution.request.id
     assert not outcome.is_error, outcome.text
-    assert payments.undone == [ToolCallIdentity(INVOCATION_ID, "c-5", f"{INVOCATION_ID}:c-5", 1)]
-
-
-def test_a_compensation_taking_the_execution_may_ask_for_the_identity() -> None:
-    transfers = Transfers()
-    check_compensations(transfers)
-    (definition,) = discover_tools(transfers)
-    execution = ToolExecution(ToolExecutionRequest("c-6", "transfer", '{"amount": 1}'), "sent")
-
-    outcome = run_compensation(definition, execution, INVOCATION)
-
-    assert not outcome.is_error, outcome.text
-    assert transfers.undone == [
-        (execution, ToolCallIdentity(INVOCATION_ID, "c-6", f"{INVOCATION_ID}:c-6", 1))
+    assert tools.undone == [
+        (received, ToolCallIdentity(INVOCATION_ID, call_id, f"{INVOCATION_ID}:{call_id}", 1))
     ]
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
+
+from tests._cli import run_command
 
 
 def _free_port() -> int:
@@ -23,14 +24,8 @@ def test_starts_an_embedded_redis_when_none_answers_and_stops_it_after() -> None
         "raise SystemExit(3)"
     )
     # when
-    result = subprocess.run(
-        [sys.executable, "-m", "workers._devredis", "--", sys.executable, "-c", probe],
-        env={**os.environ, "TOOLFLEET_REDIS_URL": url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    command = [sys.executable, "-m", "workers._devredis", "--", sys.executable, "-c", probe]
+    result = run_command(command, env={**os.environ, "TOOLFLEET_REDIS_URL": url})
     # then: the command saw a live Redis, its exit code came back, and the server is gone
     assert result.stdout.strip() == "True"
     assert result.returncode == 3

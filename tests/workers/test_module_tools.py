@@ -142,13 +142,15 @@ def test_the_saga_runs_a_module_level_compensation_on_the_local_executor(journal
     )
 
 
-def test_a_module_level_compensation_of_no_tool_of_the_module_is_refused_when_checked() -> None:
-    @tool
-    def credit(name: str) -> str:
-        return name
+@tool
+def credit(name: str, amount: int) -> str:
+    """A tool the tests below give compensations of their own."""
+    return name
 
+
+def test_a_module_level_compensation_of_no_tool_of_the_module_is_refused_when_checked() -> None:
     @compensate_for("credti")
-    def uncredit(name: str) -> None: ...
+    def uncredit(name: str, amount: int) -> None: ...
 
     module = module_of("typo", credit=credit, uncredit=uncredit)
 
@@ -161,10 +163,6 @@ def test_a_module_level_compensation_of_no_tool_of_the_module_is_refused_when_ch
 
 
 def test_a_module_level_compensation_with_other_parameters_is_refused_when_checked() -> None:
-    @tool
-    def credit(name: str, amount: int) -> str:
-        return name
-
     @compensate_for("credit")
     def uncredit(name: str) -> None: ...
 
@@ -177,10 +175,6 @@ def test_a_module_level_compensation_with_other_parameters_is_refused_when_check
 
 
 def test_an_ai_service_with_compensation_refuses_a_misshapen_module_level_compensation() -> None:
-    @tool
-    def credit(name: str, amount: int) -> str:
-        return name
-
     @compensate_for("credit")
     def uncredit(amount: str) -> None: ...
 
@@ -195,15 +189,11 @@ def test_an_ai_service_with_compensation_refuses_a_misshapen_module_level_compen
 
 
 def test_two_module_level_compensations_of_one_tool_are_refused() -> None:
-    @tool
-    def credit(name: str) -> str:
-        return name
+    @compensate_for("credit")
+    def uncredit(name: str, amount: int) -> None: ...
 
     @compensate_for("credit")
-    def uncredit(name: str) -> None: ...
-
-    @compensate_for("credit")
-    def refund(name: str) -> None: ...
+    def refund(name: str, amount: int) -> None: ...
 
     with pytest.raises(ToolDefinitionError) as caught:
         discover_tools(module_of("twice", credit=credit, uncredit=uncredit, refund=refund))
@@ -255,8 +245,7 @@ class SeatDesk(SeatBase):
 
 def test_a_tool_class_with_a_no_argument_constructor_is_served() -> None:
     # Given: a module holding the class only, as the README's example does
-    module = types.ModuleType("ledger_tools")
-    module.Ledger = Ledger  # type: ignore[attr-defined]
+    module = module_of("ledger_tools", Ledger=Ledger)
 
     # When
     definitions = discover_tools(module)
@@ -267,26 +256,18 @@ def test_a_tool_class_with_a_no_argument_constructor_is_served() -> None:
     assert definitions[0].compensation is not None
 
 
-def test_a_tool_class_with_an_object_in_the_module_is_served_once_through_that_object() -> None:
-    module = types.ModuleType("ledger_tools")
-    module.Ledger = Ledger  # type: ignore[attr-defined]
-    module.ledger = Ledger()  # type: ignore[attr-defined]
+class CallableLedger(Ledger):
+    """A tool class whose objects can be called, as some frameworks' tool objects can."""
 
-    definitions = discover_tools(module)
-
-    assert [d.name for d in definitions] == ["add_entry"]
-    definitions[0].function("entry")
-    assert module.ledger.entries == ["entry"]
+    def __call__(self) -> str:
+        return "called"
 
 
-def test_a_callable_tool_object_of_a_module_is_served_through_that_object() -> None:
-    class CallableLedger(Ledger):
-        def __call__(self) -> str:
-            return "called"
-
-    module = types.ModuleType("callable_tools")
-    module.CallableLedger = CallableLedger  # type: ignore[attr-defined]
-    module.ledger = CallableLedger()  # type: ignore[attr-defined]
+@pytest.mark.parametrize("kind", [Ledger, CallableLedger])
+def test_a_tool_class_with_an_object_in_the_module_is_served_once_through_that_object(
+    kind: type[Ledger],
+) -> None:
+    module = module_of("ledger_tools", **{kind.__name__: kind}, ledger=kind())
 
     definitions = discover_tools(module)
 
@@ -296,9 +277,7 @@ def test_a_callable_tool_object_of_a_module_is_served_through_that_object() -> N
 
 
 def test_a_base_tool_class_is_served_through_its_subclass_only() -> None:
-    module = types.ModuleType("seat_tools")
-    module.SeatBase = SeatBase  # type: ignore[attr-defined]
-    module.SeatDesk = SeatDesk  # type: ignore[attr-defined]
+    module = module_of("seat_tools", SeatBase=SeatBase, SeatDesk=SeatDesk)
 
     definitions = discover_tools(module)
 
@@ -307,10 +286,7 @@ def test_a_base_tool_class_is_served_through_its_subclass_only() -> None:
 
 
 def test_a_base_tool_class_whose_subclass_has_an_object_is_not_served_again() -> None:
-    module = types.ModuleType("seat_tools")
-    module.SeatBase = SeatBase  # type: ignore[attr-defined]
-    module.SeatDesk = SeatDesk  # type: ignore[attr-defined]
-    module.desk = SeatDesk()  # type: ignore[attr-defined]
+    module = module_of("seat_tools", SeatBase=SeatBase, SeatDesk=SeatDesk, desk=SeatDesk())
 
     assert [d.name for d in discover_tools(module)] == ["reserve"]
 
@@ -323,9 +299,7 @@ def test_a_tool_class_that_needs_arguments_is_left_out_with_a_warning_saying_how
     def ping() -> str:
         return "pong"
 
-    module = types.ModuleType("mixed_tools")
-    module.ping = ping  # type: ignore[attr-defined]
-    module.Vault = Vault  # type: ignore[attr-defined]
+    module = module_of("mixed_tools", ping=ping, Vault=Vault)
 
     # When
     with caplog.at_level(logging.WARNING):
@@ -342,8 +316,7 @@ def test_a_tool_class_that_needs_arguments_is_left_out_with_a_warning_saying_how
 
 
 def test_a_module_with_only_classes_that_need_arguments_says_how_to_serve_them() -> None:
-    module = types.ModuleType("vault_tools")
-    module.Vault = Vault  # type: ignore[attr-defined]
+    module = module_of("vault_tools", Vault=Vault)
 
     with pytest.raises(ToolDefinitionError) as caught:
         discover_tools(module)
@@ -355,7 +328,7 @@ def test_a_module_with_only_classes_that_need_arguments_says_how_to_serve_them()
 
 
 def test_a_module_without_tools_still_says_so() -> None:
-    module = types.ModuleType("empty_tools")
+    module = module_of("empty_tools")
 
     with pytest.raises(ToolDefinitionError) as caught:
         discover_tools(module)
@@ -372,8 +345,7 @@ def test_compensations_of_a_tool_class_of_a_module_are_checked() -> None:
         @compensate_for("credit")
         def uncredit(self, who: str) -> None: ...
 
-    module = types.ModuleType("misshapen_tools")
-    module.Misshapen = Misshapen  # type: ignore[attr-defined]
+    module = module_of("misshapen_tools", Misshapen=Misshapen)
 
     with pytest.raises(ToolDefinitionError, match="same parameters"):
         check_compensations(module)

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, NotRequired, Optional, TypedDict
 import pytest
 from pydantic import BaseModel, Field
 
+from tests.workers._schemas import described, obj
 from workers import Param, ToolDefinitionError, tool, tool_specifications_from
 
 
@@ -203,11 +204,6 @@ TAGGED_PETS: dict[str, Any] = {
 }
 
 
-def obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    """The schema of a model (dataclass, pydantic model, TypedDict): no keys beyond its fields."""
-    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
-
-
 COUNT_AND_LABEL = {"count": {"type": "integer"}, "label": {"type": "string"}}
 INTEGER_ARRAY = {"type": "array", "items": {"type": "integer"}}
 
@@ -250,7 +246,7 @@ SCHEMAS = [
     pytest.param(Address, ADDRESS_SCHEMA, id="dataclass: fields without default required"),
     pytest.param(
         Person,
-        obj({"name": {"type": "string", "description": "Full name"}, "age": {"type": "integer"}}, ["name"]),
+        obj({"name": described("string", "Full name"), "age": {"type": "integer"}}, ["name"]),
         id="pydantic model with field descriptions",
     ),
     pytest.param(Totals, obj(COUNT_AND_LABEL, ["count", "label"]), id="TypedDict: total"),
@@ -262,11 +258,7 @@ SCHEMAS = [
     pytest.param(
         AnnotatedFields,
         obj(
-            {
-                "city": {"type": "string", "description": "The city"},
-                "days": {"type": "integer", "description": "How many days"},
-            },
-            ["city"],
+            {"city": described("string", "The city"), "days": described("integer", "How many days")}, ["city"]
         ),
         id="descriptions from Param and field metadata",
     ),
@@ -274,8 +266,8 @@ SCHEMAS = [
         DocumentedFields,
         obj(
             {
-                "street": {"type": "string", "description": "The street and number."},
-                "floor": {"type": "integer", "description": "Floor, 0 is the ground floor."},
+                "street": described("string", "The street and number."),
+                "floor": described("integer", "Floor, 0 is the ground floor."),
             },
             ["street"],
         ),
@@ -283,12 +275,12 @@ SCHEMAS = [
     ),
     pytest.param(
         DocumentedModel,
-        obj({"title": {"type": "string", "description": "The title of the book."}}, ["title"]),
+        obj({"title": described("string", "The title of the book.")}, ["title"]),
         id="pydantic description from an attribute docstring",
     ),
     pytest.param(
         DescriptionPriority,
-        obj({"value": {"type": "integer", "description": "from metadata"}}, ["value"]),
+        obj({"value": described("integer", "from metadata")}, ["value"]),
         id="field metadata wins over Param and the attribute docstring",
     ),
     # nesting and unions

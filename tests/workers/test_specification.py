@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.workers._schemas import variant
 from workers import ToolSpecification, tool, tool_specifications_from
 from workers.tools.specification import ToolNameAliases, strict_schema
 
@@ -32,24 +33,8 @@ FULL_PARAMETERS: dict[str, Any] = {
         },
         "payment": {
             "anyOf": [
-                {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string", "enum": ["Card"]},
-                        "number": {"type": "string"},
-                    },
-                    "required": ["type", "number"],
-                    "additionalProperties": False,
-                },
-                {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string", "enum": ["Cash"]},
-                        "amount": {"type": "number"},
-                    },
-                    "required": ["type"],
-                    "additionalProperties": False,
-                },
+                variant("Card", ["type", "number"], number="string"),
+                variant("Cash", ["type"], amount="number"),
             ]
         },
         "itinerary": {"$ref": "#/$defs/Leg", "description": "The first leg"},
@@ -253,25 +238,7 @@ STRICT_INPUT: dict[str, Any] = {
                 "required": ["name"],
             },
         },
-        "pet": {
-            "anyOf": [
-                {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string", "enum": ["Cat"]},
-                        "lives": {"type": "integer"},
-                    },
-                    "required": ["type"],
-                    "additionalProperties": False,
-                },
-                {
-                    "type": "object",
-                    "properties": {"type": {"type": "string", "enum": ["Dog"]}},
-                    "required": ["type"],
-                    "additionalProperties": False,
-                },
-            ]
-        },
+        "pet": {"anyOf": [variant("Cat", ["type"], lives="integer"), variant("Dog", ["type"])]},
         "address": {
             "type": "object",
             "properties": {"street": {"type": "string"}, "floor": {"type": "integer"}},
@@ -309,21 +276,8 @@ STRICT_EXPECTED: dict[str, Any] = {
         },
         "pet": {
             "anyOf": [
-                {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string", "enum": ["Cat"]},
-                        "lives": {"type": ["integer", "null"]},
-                    },
-                    "required": ["type", "lives"],
-                    "additionalProperties": False,
-                },
-                {
-                    "type": "object",
-                    "properties": {"type": {"type": "string", "enum": ["Dog"]}},
-                    "required": ["type"],
-                    "additionalProperties": False,
-                },
+                variant("Cat", ["type", "lives"], lives={"type": ["integer", "null"]}),
+                variant("Dog", ["type"]),
                 {"type": "null"},
             ]
         },

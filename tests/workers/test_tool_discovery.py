@@ -5,6 +5,7 @@ import types
 
 import pytest
 
+from tests.workers._schemas import parameters
 from tests.workers.tool_classes import (
     BankTools,
     ChildTools,
@@ -34,20 +35,11 @@ from workers import (
 # Discovery: objects, classes, modules, functions
 # ---------------------------------------------------------------------------------------------------
 
+
 WEATHER_SPECIFICATIONS = [
+    ToolSpecification("forecast", "Returns the forecast", parameters(["city"], city="string")),
     ToolSpecification(
-        name="forecast",
-        description="Returns the forecast",
-        parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    ),
-    ToolSpecification(
-        name="temperature",
-        description="Returns the temperature.",
-        parameters={
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-            "required": ["city"],
-        },
+        "temperature", "Returns the temperature.", parameters(["city"], city="string", days="integer")
     ),
 ]
 
@@ -84,15 +76,7 @@ def test_specifications_from_a_module_include_functions_and_tool_objects() -> No
 
     # then
     assert sorted(specifications, key=lambda s: s.name) == [
-        ToolSpecification(
-            name="add",
-            description="Adds two numbers",
-            parameters={
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        ),
+        ToolSpecification("add", "Adds two numbers", parameters(["a", "b"], a="integer", b="integer")),
         *WEATHER_SPECIFICATIONS,
     ]
 
@@ -104,15 +88,7 @@ def test_specifications_from_a_single_decorated_function() -> None:
         return a + b
 
     assert tool_specifications_from(add) == [
-        ToolSpecification(
-            name="add",
-            description="Adds two numbers.",
-            parameters={
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a"],
-            },
-        )
+        ToolSpecification("add", "Adds two numbers.", parameters(["a"], a="integer", b="integer"))
     ]
 
 
@@ -178,11 +154,7 @@ def test_static_method_tools_in_either_decorator_order(source: object) -> None:
     add, multiply = registry.get("add"), registry.get("multiply")
     assert add is not None
     assert multiply is not None
-    expected_parameters = {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    }
+    expected_parameters = parameters(["a", "b"], a="integer", b="integer")
     assert add.specification.parameters == expected_parameters
     assert multiply.specification.parameters == expected_parameters
     assert add.specification.description == "Adds two numbers"

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import pytest
 
+from tests.workers._schemas import described, parameters
 from tests.workers.tool_classes import (
     WeatherTools,
     definition_of,
@@ -54,7 +55,7 @@ def test_bare_tool_uses_the_function_name_and_default_options() -> None:
     assert definition.specification == ToolSpecification(
         name="get_time",
         description=None,
-        parameters={"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
+        parameters=parameters(["zone"], zone="string"),
     )
     assert dataclasses.asdict(definition.options) == DEFAULT_OPTIONS
 
@@ -89,7 +90,7 @@ def test_tool_with_description_and_name_keywords() -> None:
     assert specification == ToolSpecification(
         name="currentTime",
         description="Returns the time in a zone",
-        parameters={"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]},
+        parameters=parameters(["zone"], zone="string"),
     )
 
 
@@ -201,14 +202,11 @@ def test_google_style_args_describe_the_parameters() -> None:
     assert specification == ToolSpecification(
         name="book",
         description="Books a hotel.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "description": "The city to stay in."},
-                "nights": {"type": "integer", "description": "How many nights."},
-            },
-            "required": ["city"],
-        },
+        parameters=parameters(
+            ["city"],
+            city=described("string", "The city to stay in."),
+            nights=described("integer", "How many nights."),
+        ),
     )
 
 
@@ -224,11 +222,7 @@ def test_param_description_wins_over_the_docstring_args() -> None:
 
     [specification] = tool_specifications_from(book)
 
-    assert specification.parameters == {
-        "type": "object",
-        "properties": {"city": {"type": "string", "description": "Destination city"}},
-        "required": ["city"],
-    }
+    assert specification.parameters == parameters(["city"], city=described("string", "Destination city"))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -246,11 +240,9 @@ def test_param_name_renames_the_parameter_for_the_model() -> None:
     definition = definition_of(weather, "weather")
 
     # then
-    assert definition.specification.parameters == {
-        "type": "object",
-        "properties": {"cityName": {"type": "string", "description": "The city"}},
-        "required": ["cityName"],
-    }
+    assert definition.specification.parameters == parameters(
+        ["cityName"], cityName=described("string", "The city")
+    )
     [parameter] = definition.parameters
     assert (parameter.attribute, parameter.name) == ("city_name", "cityName")
 
@@ -296,11 +288,7 @@ def test_a_default_makes_a_parameter_optional_even_with_param_required_true() ->
 
     [specification] = tool_specifications_from(t)
 
-    assert specification.parameters == {
-        "type": "object",
-        "properties": {"x": {"type": "integer", "description": "Count"}},
-        "required": [],
-    }
+    assert specification.parameters == parameters([], x=described("integer", "Count"))
 
 
 def test_optional_type_is_not_required_even_with_param_required_true() -> None:
@@ -309,11 +297,7 @@ def test_optional_type_is_not_required_even_with_param_required_true() -> None:
 
     [specification] = tool_specifications_from(t)
 
-    assert specification.parameters == {
-        "type": "object",
-        "properties": {"x": {"type": "integer"}},
-        "required": [],
-    }
+    assert specification.parameters == parameters([], x="integer")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -333,11 +317,7 @@ def test_injected_parameters_are_not_in_the_schema() -> None:
     definition = definition_of(t, "t")
 
     # then
-    assert definition.specification.parameters == {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    }
+    assert definition.specification.parameters == parameters(["city"], city="string")
     assert [(p.attribute, p.injected) for p in definition.parameters] == [
         ("params", InvocationParameters),
         ("city", None),
@@ -359,11 +339,7 @@ def test_tool_with_only_injected_parameters_has_no_parameters() -> None:
 def test_method_self_is_not_a_parameter() -> None:
     [specification] = [s for s in tool_specifications_from(WeatherTools()) if s.name == "forecast"]
 
-    assert specification.parameters == {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    }
+    assert specification.parameters == parameters(["city"], city="string")
 
 
 def test_optional_injected_parameter_is_not_in_the_schema() -> None:
@@ -373,11 +349,7 @@ def test_optional_injected_parameter_is_not_in_the_schema() -> None:
 
     [specification] = tool_specifications_from(t)
 
-    assert specification.parameters == {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    }
+    assert specification.parameters == parameters(["city"], city="string")
 
 
 # ---------------------------------------------------------------------------------------------------
