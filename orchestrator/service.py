@@ -270,7 +270,8 @@ class AiService:
         invocation_id: str | None = None,
     ) -> AsyncIterator[StreamEvent]:
         """Run one invocation, yielding the model's events and `ToolExecuted` as they happen, then one
-        `CompleteResponse` carrying the `Result`; an error ends the stream by raising."""
+        `CompleteResponse` carrying the `Result`; an error ends the stream by raising. Closing the stream
+        early cancels the invocation (what succeeded is compensated before the close returns)."""
         queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
         task = asyncio.ensure_future(
             self._invoke(
@@ -287,8 +288,9 @@ class AiService:
             result = task.result()
             yield CompleteResponse(_final_response(result), result)
         finally:
-            if not task.done():
+            if not task.done():  # the consumer stopped: cancel it, and wait while it undoes what it did
                 task.cancel()
+                await asyncio.wait({task})
 
     async def _invoke(
         self,

@@ -254,9 +254,9 @@ def test_what_users_handle_is_importable_from_orchestrator(name: str) -> None:
 
 
 def test_journal_states_are_their_stored_texts() -> None:
-    # given: the states as the journal's rows held them before the states were enums
+    # given: the states as the journal's rows hold them (`cancelled` came with cancellation)
     stored = {
-        orchestrator.InvocationState: {"running", "compensating", "succeeded", "failed"},
+        orchestrator.InvocationState: {"running", "compensating", "succeeded", "failed", "cancelled"},
         orchestrator.CallState: {
             "dispatched",
             "succeeded",

@@ -7,6 +7,7 @@ reads a body up to `max_body_bytes` (413 beyond) and asks for a bearer key when 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import logging
@@ -21,8 +22,11 @@ from starlette.exceptions import HTTPException
 
 from orchestrator.errors import ApiError
 from orchestrator.memory import SqlChatMemoryStore
-from orchestrator.server import routes
+from orchestrator.saga.journal import Journal
+from orchestrator.server import native, routes
 from orchestrator.server.error_shape import api_error_body, error_body
+from orchestrator.server.events import EventLog
+from orchestrator.server.invocations import Invocations
 from orchestrator.server.settings import ServeSettings
 from orchestrator.server.state import ServiceState
 from orchestrator.service import AiService
@@ -39,16 +43,26 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = aioredis.Redis.from_url(settings.redis_url)
-        app.state.toolfleet = ServiceState(
+        events = EventLog(client)
+        memory_store = SqlChatMemoryStore(settings.database_url)
+        state = ServiceState(
             agents=agents,
             serve=serve,
             settings=settings,
-            memory_store=SqlChatMemoryStore(settings.database_url),
+            memory_store=memory_store,
+            journal=Journal(memory_store.engine, keys=settings.journal_keys),
             redis=client,
+            events=events,
+            invocations=Invocations(client, events),
         )
+        app.state.toolfleet = state
+        listening = asyncio.create_task(state.invocations.listen_for_cancels())
         try:
             yield
         finally:
+            listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listening
             await client.aclose()
 
     app = FastAPI(
@@ -59,6 +73,7 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
     _install_error_handlers(app)
     app.middleware("http")(_authenticate)
     app.include_router(routes.router)
+    app.include_router(native.router)
     return app
 
 

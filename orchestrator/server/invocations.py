@@ -20,7 +20,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from orchestrator.errors import ModelError
-from orchestrator.executors._call_events import CallEvent, observe_calls
+from orchestrator.executors import CallEvent, observe_calls
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.models.base import PartialResponse

@@ -13,13 +13,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from orchestrator.errors import ApiError, ModelError
-from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory
 from orchestrator.models.base import PartialResponse
 from orchestrator.result import CompleteResponse
 from orchestrator.server import openai_wire, readiness
 from orchestrator.server.error_shape import error_body
-from orchestrator.server.state import ServiceState, read_body, service_state
-from orchestrator.service import AiService
+from orchestrator.server.state import conversation_memory, find_agent, read_body, service_state
 
 __all__ = ["router"]
 
@@ -68,12 +66,12 @@ async def chat_completions(request: Request) -> Response:
     body = openai_wire.parse_request(
         await read_body(request, state.serve.max_body_bytes), state.serve.max_messages
     )
-    service = _agent(state, body.model)
+    service = find_agent(state, body.model)
     history, question = openai_wire.conversation_of(body.messages)
     conversation_id = (body.metadata or {}).get("conversation_id") or request.headers.get("x-conversation-id")
     invocation_id = str(uuid.uuid4())
     completion_id = f"chatcmpl-{invocation_id}"
-    memory = _memory(state, body.model, conversation_id, history)
+    memory = conversation_memory(state, body.model, conversation_id, history)
     parameters = {"user": body.user} if body.user else None
     headers = {"X-Invocation-Id": invocation_id}
     if not body.stream:
@@ -92,33 +90,6 @@ async def chat_completions(request: Request) -> Response:
     events = service.stream(question, memory=memory, parameters=parameters, invocation_id=invocation_id)
     chunks = _chunks(events, completion_id, body.model, invocation_id, include_usage, admission)
     return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
-
-
-def _agent(state: ServiceState, name: str) -> AiService:
-    service = state.agents.get(name)
-    if service is None:
-        raise ApiError(404, f"no agent named {name!r}: GET /v1/models lists them", param="model")
-    return service
-
-
-def _memory(
-    state: ServiceState, agent: str, conversation_id: str | None, history: list[Any]
-) -> MessageWindowChatMemory:
-    """The conversation: the server's SQL memory of `conversation_id` (only the new user message is
-    added to it), or, with none, the request's own messages, kept nowhere."""
-    if conversation_id:
-        if len(conversation_id) > 200:
-            raise ApiError(
-                400, "conversation_id is longer than 200 characters", param="metadata.conversation_id"
-            )
-        return MessageWindowChatMemory(
-            state.serve.history_messages, id=f"{agent}/{conversation_id}", store=state.memory_store
-        )
-    memory = MessageWindowChatMemory(
-        max(len(history), 1) + state.serve.history_messages, store=InMemoryChatMemoryStore()
-    )
-    memory.set_messages(history)
-    return memory
 
 
 async def _run(invocation: Any, invocation_id: str) -> Any:

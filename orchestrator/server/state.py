@@ -1,4 +1,5 @@
-"""What every route of one replica shares, and reading a request's body within its limit."""
+"""What every route of one replica shares: its state, its agents, conversations, and reading a
+request's body within its limit."""
 
 from __future__ import annotations
 
@@ -11,12 +12,25 @@ import redis.asyncio as aioredis
 from fastapi import Request
 
 from orchestrator.errors import ApiError
-from orchestrator.memory import SqlChatMemoryStore
+from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory, SqlChatMemoryStore
+from orchestrator.messages import ChatMessage
+from orchestrator.saga.journal import Journal
+from orchestrator.server.events import EventLog
+from orchestrator.server.invocations import Invocations
 from orchestrator.server.settings import ServeSettings
 from orchestrator.service import AiService
 from workers.settings import Settings
 
-__all__ = ["ServiceState", "read_body", "service_state"]
+__all__ = [
+    "MAX_CONVERSATION_ID",
+    "ServiceState",
+    "conversation_memory",
+    "find_agent",
+    "read_body",
+    "service_state",
+]
+
+MAX_CONVERSATION_ID = 200
 
 
 @dataclass
@@ -27,7 +41,10 @@ class ServiceState:
     serve: ServeSettings
     settings: Settings
     memory_store: SqlChatMemoryStore
+    journal: Journal
     redis: aioredis.Redis
+    events: EventLog
+    invocations: Invocations
     started_at: int = field(default_factory=lambda: int(time.time()))
     in_flight: int = 0
     draining: bool = False
@@ -70,3 +87,33 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise ApiError(413, f"the request body passes the limit of {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def find_agent(state: ServiceState, name: str, *, param: str | None = "model") -> AiService:
+    """The agent named `name`, or 404 naming `param`."""
+    service = state.agents.get(name)
+    if service is None:
+        raise ApiError(404, f"no agent named {name!r}: GET /v1/models lists them", param=param)
+    return service
+
+
+def conversation_memory(
+    state: ServiceState, agent: str, conversation_id: str | None, history: list[ChatMessage]
+) -> MessageWindowChatMemory:
+    """The conversation: the server's SQL memory of `conversation_id` (only the new user message is
+    added to it), or, with none, `history` (the request's own messages), kept nowhere."""
+    if conversation_id:
+        if len(conversation_id) > MAX_CONVERSATION_ID:
+            raise ApiError(
+                400,
+                f"conversation_id is longer than {MAX_CONVERSATION_ID} characters",
+                param="conversation_id",
+            )
+        return MessageWindowChatMemory(
+            state.serve.history_messages, id=f"{agent}/{conversation_id}", store=state.memory_store
+        )
+    memory = MessageWindowChatMemory(
+        len(history) + state.serve.history_messages, store=InMemoryChatMemoryStore()
+    )
+    memory.set_messages(history)
+    return memory

@@ -1,0 +1,169 @@
+"""The native API, for what OpenAI's shape cannot carry: invocations started in the background with
+their events streamed (and resumed on any replica), an invocation's journaled story, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.errors import ApiError
+from orchestrator.memory import MessageWindowChatMemory
+from orchestrator.messages import UserMessage
+from orchestrator.server.events import TERMINAL_TYPES, sse
+from orchestrator.server.state import ServiceState, conversation_memory, find_agent, read_body, service_state
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+NOT_FOUND = "invocation_not_found"
+_STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
+
+
+class InvocationRequest(BaseModel):
+    """What starts an invocation: the user's input, the conversation it continues, its parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str = Field(min_length=1)
+    conversation_id: str | None = Field(default=None, max_length=200)
+    parameters: dict[str, Any] | None = None
+
+
+@router.post("/v1/agents/{name}/invocations", response_model=None, status_code=202)
+async def start_invocation(name: str, request: Request) -> Response:
+    """Start one invocation of agent `name`: its id at once (202), or, with `Accept:
+    text/event-stream`, its events as they happen."""
+    state = service_state(request)
+    body = _invocation_request(await read_body(request, state.serve.max_body_bytes))
+    service = find_agent(state, name, param=None)
+    memory = conversation_memory(state, name, body.conversation_id, [])
+    invocation_id = str(uuid.uuid4())
+    admission = state.admitted()
+    admission.__enter__()
+    try:
+        state.invocations.start(
+            invocation_id,
+            name,
+            service,
+            UserMessage(body.input),
+            memory if memory is not None else MessageWindowChatMemory(state.serve.history_messages),
+            body.parameters,
+            on_end=lambda: admission.__exit__(None, None, None),
+        )
+    except BaseException:
+        admission.__exit__(None, None, None)
+        raise
+    headers = {"X-Invocation-Id": invocation_id}
+    if "text/event-stream" in request.headers.get("accept", ""):
+        return StreamingResponse(
+            _follow(state, invocation_id, "0"), media_type="text/event-stream", headers=headers
+        )
+    payload = {
+        "id": invocation_id,
+        "object": "invocation",
+        "agent": name,
+        "status": "running",
+        "events": f"/v1/invocations/{invocation_id}/events",
+    }
+    return JSONResponse(payload, status_code=202, headers=headers)
+
+
+@router.get("/v1/invocations/{invocation_id}/events", response_model=None)
+async def invocation_events(invocation_id: str, request: Request) -> Response:
+    """The invocation's events as server-sent events, from the start or after `Last-Event-ID`, until
+    its last; any replica serves them."""
+    state = service_state(request)
+    after = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    if after != "0" and not _STREAM_ID.match(after):
+        raise ApiError(
+            400, f"Last-Event-ID {after!r} is not an event id of this service", param="Last-Event-ID"
+        )
+    if not await state.events.exists(_checked_id(invocation_id)):
+        raise ApiError(404, f"no events of invocation {invocation_id}", code=NOT_FOUND)
+    return StreamingResponse(_follow(state, invocation_id, after), media_type="text/event-stream")
+
+
+@router.get("/v1/invocations/{invocation_id}")
+async def invocation_story(invocation_id: str, request: Request) -> dict[str, Any]:
+    """The invocation as the journal tells it: its state, answer, calls and compensations."""
+    state = service_state(request)
+    return await asyncio.to_thread(_story, state, _checked_id(invocation_id))
+
+
+@router.post("/v1/invocations/{invocation_id}/cancel", status_code=202)
+async def cancel_invocation(invocation_id: str, request: Request) -> dict[str, Any]:
+    """Cancel a running invocation, whichever replica runs it: running calls are abandoned as at a
+    deadline, what succeeded is compensated, the journal says `cancelled`."""
+    state = service_state(request)
+    last = await state.events.last(_checked_id(invocation_id))
+    if last is None:
+        raise ApiError(404, f"no invocation {invocation_id} is known to this service", code=NOT_FOUND)
+    if last.get("type") in TERMINAL_TYPES:
+        raise ApiError(409, f"invocation {invocation_id} has already ended ({last['type']})")
+    await state.invocations.cancel(invocation_id)
+    return {"id": invocation_id, "object": "invocation", "status": "cancelling"}
+
+
+def _invocation_request(body: bytes) -> InvocationRequest:
+    try:
+        return InvocationRequest.model_validate_json(body)
+    except ValidationError as exc:
+        first: Any = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise ApiError(400, f"invalid request: {param}: {first['msg']}", param=param) from None
+
+
+def _checked_id(invocation_id: str) -> str:
+    try:
+        return str(uuid.UUID(invocation_id))
+    except ValueError:
+        raise ApiError(404, f"{invocation_id!r} is not an invocation id", code=NOT_FOUND) from None
+
+
+async def _follow(state: ServiceState, invocation_id: str, after: str) -> AsyncIterator[str]:
+    async for entry_id, event in state.events.follow(invocation_id, after):
+        yield sse(entry_id, event)
+
+
+def _story(state: ServiceState, invocation_id: str) -> dict[str, Any]:
+    journal = state.journal
+    record = journal.invocation(invocation_id)
+    if record is None:
+        raise ApiError(404, f"the journal has no invocation {invocation_id}", code=NOT_FOUND)
+    compensations = {c.tool_call_id: c for c in journal.compensations(invocation_id)}
+    calls = []
+    for call in journal.calls(invocation_id):
+        row = _plain(call, exclude=("result_object", "idempotency_key"))
+        compensation = compensations.get(call.id)
+        row["compensation"] = None if compensation is None else _plain(compensation)
+        calls.append(row)
+    story = _plain(record, exclude=("sealed_invocation_json", "cipher", "owner"))
+    story.update(object="invocation", calls=calls)
+    return story
+
+
+def _plain(record: Any, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        f.name: _json_value(getattr(record, f.name))
+        for f in dataclasses.fields(record)
+        if f.name not in exclude
+    }
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    return value

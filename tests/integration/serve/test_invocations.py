@@ -1,0 +1,181 @@
+"""The native API of `toolfleet serve`: an invocation's events as they happen, resumed on the other
+replica after a dropped connection with nothing lost or repeated; its journaled story; cancellation
+from any replica, which stops a long tool at once and compensates what was done."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests._waiting import wait_for
+from tests.integration.serve.replicas import AGENT, API_KEY, Replica
+from tests.integration.side_effects import process_client
+
+pytestmark = pytest.mark.integration
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+def _start(replica: Replica, text: str, **fields: object) -> str:
+    response = httpx.post(
+        f"{replica.base_url}/agents/{AGENT}/invocations",
+        json={"input": text, **fields},
+        headers=AUTH,
+        timeout=30,
+    )
+    assert response.status_code == 202, response.text
+    body = response.json()
+    assert body["status"] == "running" and body["events"] == f"/v1/invocations/{body['id']}/events"
+    return str(body["id"])
+
+
+def _events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, object]]]:
+    """(id, event) of each server-sent event read from `lines`."""
+    entry_id, data = "", ""
+    for line in lines:
+        if line.startswith("id: "):
+            entry_id = line[4:]
+        elif line.startswith("data: "):
+            data = line[6:]
+        elif not line and data:
+            yield entry_id, json.loads(data)
+            entry_id, data = "", ""
+
+
+def _read_all(
+    replica: Replica, invocation_id: str, last_event_id: str | None = None
+) -> list[tuple[str, dict]]:
+    headers = {**AUTH, **({"Last-Event-ID": last_event_id} if last_event_id else {})}
+    url = f"{replica.base_url}/invocations/{invocation_id}/events"
+    with httpx.stream("GET", url, headers=headers, timeout=30) as response:
+        assert response.status_code == 200, response.read()
+        return list(_events(response.iter_lines()))
+
+
+def test_an_invocation_streams_its_calls_and_its_answer(replicas: tuple[Replica, Replica]) -> None:
+    with httpx.stream(
+        "POST",
+        f"{replicas[0].base_url}/agents/{AGENT}/invocations",
+        json={"input": "add 2 3"},
+        headers={**AUTH, "Accept": "text/event-stream"},
+        timeout=30,
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        invocation_id = response.headers["X-Invocation-Id"]
+        events = [event for _, event in _events(response.iter_lines())]
+
+    types = [e["type"] for e in events if e["type"] != "text.delta"]
+    assert types == [
+        "invocation.started",
+        "tool_call.queued",
+        "tool_call.started",
+        "tool_call.finished",
+        "invocation.completed",
+    ]
+    assert "".join(str(e["text"]) for e in events if e["type"] == "text.delta").strip() == "done: 5"
+    finished = events[3]
+    assert finished["tool"] == "add" and finished["pool"] == "serve" and finished["outcome"] == "success"
+    assert isinstance(finished["worker"], str) and finished["worker"].startswith("serve-")
+    assert isinstance(finished["elapsed_ms"], float)
+    assert str(events[-1]["content"]).strip() == "done: 5"  # the upstream streams words, each with a space
+    # the journal tells the same story, from either replica
+    story = httpx.get(f"{replicas[1].base_url}/invocations/{invocation_id}", headers=AUTH, timeout=10).json()
+    assert story["state"] == "succeeded" and story["final_answer"].strip() == "done: 5"
+    assert [(c["tool"], c["state"], c["pool"]) for c in story["calls"]] == [("add", "succeeded", "serve")]
+
+
+def test_a_dropped_event_stream_resumes_on_the_other_replica(
+    replicas: tuple[Replica, Replica], ns: str
+) -> None:
+    # given: an invocation of three steps, its events read on the first replica until the first call ends
+    invocation_id = _start(replicas[0], f"add 1 2; nap {ns} 0.5; add 3 4")
+    seen: list[tuple[str, dict]] = []
+    url = f"{replicas[0].base_url}/invocations/{invocation_id}/events"
+    with httpx.stream("GET", url, headers=AUTH, timeout=30) as response:
+        for entry in _events(response.iter_lines()):
+            seen.append(entry)
+            if entry[1]["type"] == "tool_call.finished":
+                break  # the connection drops here
+
+    # when: the client reconnects to the other replica with the last id it saw
+    rest = _read_all(replicas[1], invocation_id, last_event_id=seen[-1][0])
+
+    # then: together they are every event once, in order, as the whole stream holds them
+    whole = _read_all(replicas[1], invocation_id)
+    assert seen + rest == whole
+    ids = [entry_id for entry_id, _ in whole]
+    assert len(set(ids)) == len(ids)
+    assert [e["type"] for _, e in whole].count("tool_call.finished") == 3
+    assert whole[-1][1]["type"] == "invocation.completed" and whole[-1][1]["content"].strip() == "done: 7"
+
+
+def test_cancel_stops_a_long_tool_at_once_and_compensates(replicas: tuple[Replica, Replica], ns: str) -> None:
+    # given: an invocation that booked, then naps 5 s, on the first replica
+    invocation_id = _start(replicas[0], f"book {ns} trip; nap {ns} 5")
+    wait_for(lambda: process_client().get(f"serve:{ns}:napping"), timeout_s=15, what="the nap started")
+
+    # when: the other replica is asked to cancel it
+    asked = time.monotonic()
+    response = httpx.post(
+        f"{replicas[1].base_url}/invocations/{invocation_id}/cancel", headers=AUTH, timeout=10
+    )
+    assert response.status_code == 202 and response.json()["status"] == "cancelling"
+    events = _read_all(replicas[1], invocation_id)
+    stopped_in = time.monotonic() - asked
+
+    # then: it ended cancelled well before the nap would have, its booking undone
+    assert events[-1][1]["type"] == "invocation.cancelled"
+    assert stopped_in < 0.5, f"stopped {stopped_in:.3f} s after the cancel"
+    assert process_client().lrange(f"serve:{ns}:undone", 0, -1) == [b"trip"]
+    compensations = [e for _, e in events if e["type"].startswith("compensation.")]
+    assert [e["type"] for e in compensations][-1] == "compensation.finished"
+    assert compensations[-1]["tool"] == "book" and compensations[-1]["outcome"] == "success"
+    story = httpx.get(f"{replicas[0].base_url}/invocations/{invocation_id}", headers=AUTH, timeout=10).json()
+    assert story["state"] == "cancelled"
+    assert [(c["tool"], c["state"]) for c in story["calls"]][:1] == [("book", "compensated")]
+    # and: an invocation that has ended cannot be cancelled again
+    again = httpx.post(f"{replicas[0].base_url}/invocations/{invocation_id}/cancel", headers=AUTH, timeout=10)
+    assert again.status_code == 409 and again.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "status"),
+    [
+        ("POST", "/agents/nobody/invocations", {}, 404),
+        ("GET", "/invocations/not-an-id", {}, 404),
+        ("GET", "/invocations/00000000-0000-0000-0000-000000000000", {}, 404),
+        ("GET", "/invocations/00000000-0000-0000-0000-000000000000/events", {}, 404),
+        (
+            "GET",
+            "/invocations/00000000-0000-0000-0000-000000000000/events",
+            {"Last-Event-ID": "x; drop"},
+            400,
+        ),
+        ("POST", "/invocations/00000000-0000-0000-0000-000000000000/cancel", {}, 404),
+    ],
+)
+def test_unknown_invocations_and_bad_ids_are_refused(
+    replicas: tuple[Replica, Replica], method: str, path: str, headers: dict[str, str], status: int
+) -> None:
+    response = httpx.request(
+        method, replicas[0].base_url + path, json={"input": "hi"}, headers={**AUTH, **headers}, timeout=10
+    )
+
+    assert response.status_code == status, response.text
+    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_a_native_invocation_continues_a_conversation(replicas: tuple[Replica, Replica], ns: str) -> None:
+    conversation = f"native-{ns}"
+    first = _start(replicas[0], "hello", conversation_id=conversation)
+    _read_all(replicas[0], first)
+    second = _start(replicas[1], "again", conversation_id=conversation)
+
+    events = _read_all(replicas[0], second)
+
+    assert events[-1][1]["content"].strip() == "heard: hello | again"
