@@ -31,7 +31,7 @@ from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import fault_tools
 from tests.integration.fault_tools import HEAVY_POOL, POOL, k, order_key
-from tests.integration.orchestrator_processes import kill_driver_when, toolfleet_on
+from tests.integration.orchestrator_processes import failed_saga_row, kill_driver_when, toolfleet_on
 from tests.integration.saga_driver import booking_keys
 from tests.integration.scripts import ask, call, saga_service
 from tests.integration.worker_processes import tool_worker
@@ -407,11 +407,7 @@ def test_compensation_that_kept_failing_is_listed_by_sagas_failed(
     [compensation] = journal.compensations(result.invocation_id)
     assert (compensation.tool, compensation.state, compensation.error) == ("fault_fragile", "failed", error)
     # ... and the CLI lists it for a person
-    listed = toolfleet_on(["sagas", "--failed"], redis_url, journal_file)
-    assert listed.returncode == 0, listed.stdout + listed.stderr
-    rows = [line.split() for line in listed.stdout.splitlines() if line.startswith(result.invocation_id)]
-    assert len(rows) == 1, listed.stdout
-    [row] = rows
+    row = failed_saga_row(result.invocation_id, redis_url, journal_file)
     assert row[:2] == [result.invocation_id, "fragile-1"], row
     assert row[2].startswith('fault_fragile({"key":') and "failed" in row[3:], row
     assert " ".join(row).endswith(error), row

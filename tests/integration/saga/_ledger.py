@@ -14,14 +14,12 @@ import tests.integration.saga_tools as saga
 from orchestrator import (
     AiService,
     CeleryExecutor,
-    ChatRequest,
     LocalExecutor,
     ScriptedChatModel,
     ToolExecutionRequest,
-    ToolExecutionResultMessage,
 )
 from orchestrator.saga.journal import Journal
-from tests.integration.scripts import call
+from tests.integration.scripts import call, results_of, tool_result
 
 COMPENSATION_RETRIES = 1
 RETRY_BACKOFF_S = 0.01
@@ -96,14 +94,6 @@ class Ledger:
 
     def seats(self) -> set[str]:
         return {str(s) for s in self.client.smembers(saga.seats_key(self.ns))}
-
-
-def tool_result(request: ToolExecutionRequest, text: str, *, is_error: bool) -> ToolExecutionResultMessage:
-    return ToolExecutionResultMessage(id=request.id, tool_name=request.name, text=text, is_error=is_error)
-
-
-def results_of(request: ChatRequest) -> list[ToolExecutionResultMessage]:
-    return [m for m in request.messages if isinstance(m, ToolExecutionResultMessage)]
 
 
 def saga_service(
