@@ -12,6 +12,7 @@ import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -116,21 +117,38 @@ def pools(redis_url: str, worker_logs: Path) -> Iterator[dict[str, WorkerProcess
         yield workers
 
 
+@pytest.fixture
+def executor_workers(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """The fixtures that start the workers a test's tools live on: the module's `WORKERS`, unless a
+    folder's conftest.py overrides this fixture for every module of the folder."""
+    return tuple(getattr(request.module, "WORKERS", ()))
+
+
+@pytest.fixture
+def executor_options(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Options both executors take (retries, backoff), by their names in `LocalExecutor` and `Settings`:
+    the module's `EXECUTOR_OPTIONS`, unless a folder's conftest.py overrides this fixture."""
+    return dict(getattr(request.module, "EXECUTOR_OPTIONS", {}))
+
+
 @pytest.fixture(params=["local", "celery"])
-def executor(request: pytest.FixtureRequest, settings: Settings) -> Iterator[LocalExecutor | CeleryExecutor]:
+def executor(
+    request: pytest.FixtureRequest,
+    settings: Settings,
+    executor_workers: tuple[str, ...],
+    executor_options: dict[str, Any],
+) -> Iterator[LocalExecutor | CeleryExecutor]:
     """Where a test's tool calls run: in this process, or on worker processes; every test runs on both.
 
-    A module says what its calls need in two module-level names: `WORKERS`, the fixtures that start
-    the workers its tools live on, and `EXECUTOR_OPTIONS`, options both executors take (retries,
-    backoff), by their names in `LocalExecutor` and `Settings`.
+    What the calls need comes from two fixtures: `executor_workers` (the workers to start) and
+    `executor_options` (options both executors take).
     """
-    options = getattr(request.module, "EXECUTOR_OPTIONS", {})
     chosen: LocalExecutor | CeleryExecutor
     if request.param == "local":
-        chosen = LocalExecutor(**options)
+        chosen = LocalExecutor(**executor_options)
     else:
-        for name in getattr(request.module, "WORKERS", ()):
+        for name in executor_workers:
             request.getfixturevalue(name)
-        chosen = CeleryExecutor(settings=dataclasses.replace(settings, **options))
+        chosen = CeleryExecutor(settings=dataclasses.replace(settings, **executor_options))
     yield chosen
     chosen.close()

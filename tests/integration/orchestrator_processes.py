@@ -46,6 +46,22 @@ def toolfleet_on(
     return toolfleet(*args, cwd=Path(REPO_ROOT), env=env, timeout_s=timeout_s)
 
 
+def failed_saga_row(
+    invocation_id: str,
+    redis_url: str,
+    journal_file: Path,
+    timeout_s: float = 60.0,
+    env: Mapping[str, str | None] | None = None,
+) -> list[str]:
+    """The one line `toolfleet sagas --failed` lists for `invocation_id`, split into words; fails if the
+    command fails or lists that invocation on no line or on more than one."""
+    listed = toolfleet_on(["sagas", "--failed"], redis_url, journal_file, timeout_s, env)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines() if line.startswith(invocation_id)]
+    assert len(rows) == 1, listed.stdout
+    return rows[0]
+
+
 def kill_driver_when(
     ready: Callable[[], bool], driver: str, args: list[str], redis_url: str, logs: Path, timeout_s: float
 ) -> None:

@@ -17,12 +17,22 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, Literal
+
+import pytest
 
 from orchestrator.executors._collector import ResultCollector
 from workers._devredis import redis_answers, redis_server_executable
 from workers.settings import Settings
 
-__all__ = ["PrivateRedis", "close_collector", "free_port", "private_redis_in", "settings_for"]
+__all__ = [
+    "PrivateRedis",
+    "close_collector",
+    "free_port",
+    "private_redis_fixture",
+    "private_redis_in",
+    "settings_for",
+]
 
 
 def free_port() -> int:
@@ -134,6 +144,18 @@ def private_redis_in(directory: Path) -> Iterator[PrivateRedis]:
     finally:
         close_collector(server.url)
         server.stop()
+
+
+def private_redis_fixture(scope: Literal["module", "package"], folder: str) -> Any:
+    """A `private_redis` fixture of `scope` for a module or a folder of tests: its own `PrivateRedis`,
+    AOF on, in a fresh temporary directory named after `folder`, restartable on the same port."""
+
+    @pytest.fixture(scope=scope, name="private_redis")
+    def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
+        with private_redis_in(tmp_path_factory.mktemp(folder)) as server:
+            yield server
+
+    return private_redis
 
 
 def close_collector(redis_url: str) -> None:

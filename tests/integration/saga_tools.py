@@ -36,32 +36,14 @@ def redis_client() -> redis.Redis:
     return process_client(socket_timeout=5)
 
 
-def balances_key(ns: str) -> str:
-    return f"saga:{ns}:balances"
-
-
-def bookings_key(ns: str) -> str:
-    return f"saga:{ns}:bookings"
-
-
-def booked_key(ns: str) -> str:
-    return f"saga:{ns}:booked"
-
-
-def seats_key(ns: str) -> str:
-    return f"saga:{ns}:seats"
-
-
-def undo_key(ns: str) -> str:
-    return f"saga:{ns}:undo"
-
-
-def received_key(ns: str) -> str:
-    return f"saga:{ns}:received"
+def key(ns: str, what: str) -> str:
+    """Where the tools keep `what` ("balances", "bookings", "booked", "seats", "undo", "received") of
+    namespace `ns` in the test Redis."""
+    return f"saga:{ns}:{what}"
 
 
 def _undone(ns: str, entry: str) -> None:
-    redis_client().rpush(undo_key(ns), entry)
+    redis_client().rpush(key(ns, "undo"), entry)
 
 
 # -- the bank ---------------------------------------------------------------------------------------
@@ -86,19 +68,19 @@ class RedisBank:
     @tool("Credits money to a bank account", pool=POOL, timeout=10)
     def credit(self, ns: str, name: str, amount: int) -> str:
         client = redis_client()
-        if not client.hexists(balances_key(ns), name):
+        if not client.hexists(key(ns, "balances"), name):
             raise ToolErrorVisibleToLlm.from_message(f"No account belongs to {name}")
-        balance = client.hincrby(balances_key(ns), name, amount)
+        balance = client.hincrby(key(ns, "balances"), name, amount)
         return f"Credited {amount} to {name}; balance {balance}"
 
     @compensate_for("credit")
     def uncredit(self, ns: str, name: str, amount: int) -> None:
-        redis_client().hincrby(balances_key(ns), name, -amount)
+        redis_client().hincrby(key(ns, "balances"), name, -amount)
         _undone(ns, f"uncredit {name} {amount}")
 
     @tool("Withdraws money from a bank account", pool=POOL, timeout=10)
     def withdraw(self, ns: str, name: str, amount: int) -> str:
-        status, balance = redis_client().eval(_WITHDRAW, 1, balances_key(ns), name, amount)
+        status, balance = redis_client().eval(_WITHDRAW, 1, key(ns, "balances"), name, amount)
         if status == 0:
             raise ToolErrorVisibleToLlm.from_message(f"No account belongs to {name}")
         if status == 1:
@@ -107,7 +89,7 @@ class RedisBank:
 
     @compensate_for("withdraw")
     def unwithdraw(self, ns: str, name: str, amount: int) -> None:
-        redis_client().hincrby(balances_key(ns), name, amount)
+        redis_client().hincrby(key(ns, "balances"), name, amount)
         _undone(ns, f"unwithdraw {name} {amount}")
 
 
@@ -131,16 +113,16 @@ class RedisTravel:
             raise SoldOut(f"No {what} available")
         booking_id = f"{prefix}-{uuid.uuid4().hex[:10]}"
         client = redis_client()
-        client.hset(bookings_key(ns), booking_id, what)
-        client.rpush(booked_key(ns), f"{tool_name} {booking_id}")
+        client.hset(key(ns, "bookings"), booking_id, what)
+        client.rpush(key(ns, "booked"), f"{tool_name} {booking_id}")
         return booking_id
 
     def _cancel(self, compensation: str, execution: ToolExecution) -> None:
         ns = json.loads(execution.request.arguments)["ns"]
         booking_id = str(execution.result_object)
         client = redis_client()
-        client.hset(received_key(ns), booking_id, json.dumps(execution.to_json()))
-        client.hdel(bookings_key(ns), booking_id)
+        client.hset(key(ns, "received"), booking_id, json.dumps(execution.to_json()))
+        client.hdel(key(ns, "bookings"), booking_id)
         _undone(ns, f"{compensation} {booking_id}")
 
     @tool("Books a flight and returns the booking id", pool=POOL, timeout=10)
@@ -188,12 +170,12 @@ class SeatDeskBase:
 
     @tool("Reserves a seat", pool=POOL, timeout=10)
     def reserve_seat(self, ns: str, seat: str) -> str:
-        redis_client().sadd(seats_key(ns), seat)
+        redis_client().sadd(key(ns, "seats"), seat)
         return f"Seat {seat} reserved"
 
     @compensate_for("reserve_seat")
     def release_seat(self, ns: str, seat: str) -> None:
-        redis_client().srem(seats_key(ns), seat)
+        redis_client().srem(key(ns, "seats"), seat)
         _undone(ns, f"release_seat {seat}")
 
 

@@ -378,32 +378,58 @@ def check_side_effects(
     assert set(text_client.smembers(load_tools.ns_key(ns, "held"))) == held
 
 
-# -- the tests -------------------------------------------------------------------------------------
+@dataclass
+class LoadRun:
+    """What one test runs its invocations with: the settings of its one executor, the journal every
+    invocation writes to under the service name `name`, and the namespace of the tools' counters."""
+
+    settings: Settings
+    journal: Journal
+    name: str
+    client: redis.Redis
+    ns: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def run(self, plans: list[Plan]) -> tuple[list[Result | BaseException], float]:
+        return run_concurrently(plans, self.settings, self.journal, self.name)
+
+    def logged(self) -> Logged:
+        return read_journal(self.journal, self.name)
 
 
-def test_thousand_calls_across_fifty_concurrent_invocations_are_each_run_and_undone_exactly_once(
+@pytest.fixture
+def load_run(
     load_pools: dict[str, WorkerProcess],
     settings: Settings,
     journal: tuple[Journal, str],
     text_client: redis.Redis,
+) -> LoadRun:
+    """A test's run on the load pools."""
+    log, name = journal
+    return LoadRun(settings, log, name, text_client)
+
+
+# -- the tests -------------------------------------------------------------------------------------
+
+
+def test_thousand_calls_across_fifty_concurrent_invocations_are_each_run_and_undone_exactly_once(
+    load_run: LoadRun,
 ) -> None:
     # Given: 50 invocations of 4 rounds x 5 calls on pools loadA and loadB, sharing one executor and
     # one journal; invocations 9, 29, 49 have a hold (prefork pool) fail in their last round, 19 and
     # 39 a deposit (threads pool), so each of those 5 owes 15 compensations (lookups are not
     # compensable)
-    log, name = journal
-    ns = uuid.uuid4().hex[:12]
-    plans = [plan(index, ns) for index in range(INVOCATIONS)]
+    plans = [plan(index, load_run.ns) for index in range(INVOCATIONS)]
     assert sum(len(p.calls()) for p in plans) == TOTAL_CALLS
     owed = sum(len(p.owed()) for p in plans)
     assert owed == 75
 
     # When: all 50 run at once
-    outcomes, wall_s = run_concurrently(plans, settings, log, name)
+    outcomes, wall_s = load_run.run(plans)
+    backend = load_run.journal.engine.url.get_backend_name()
     print(
         f"\nload: {TOTAL_CALLS} tool calls + {owed} compensations, {INVOCATIONS} concurrent invocations, "
         f"in {wall_s:.2f} s: {TOTAL_CALLS / wall_s:.0f} calls/s "
-        f"({(TOTAL_CALLS + owed) / wall_s:.0f} tasks/s); journal {log.engine.url.get_backend_name()}"
+        f"({(TOTAL_CALLS + owed) / wall_s:.0f} tasks/s); journal {backend}"
     )
 
     # Then: every invocation answered, the 5 failing ones with their successes rolled back
@@ -412,28 +438,23 @@ def test_thousand_calls_across_fifty_concurrent_invocations_are_each_run_and_und
 
     # ... every call is in the journal, in the state its plan says: none lost, none left dispatched;
     # every compensation is recorded and succeeded at its first attempt
-    logged = read_journal(log, name)
+    logged = load_run.logged()
     compensated = check_journal(plans, logged)
     print(f"load: journal states {dict(Counter(row['state'] for row in logged.calls))}")
 
     # ... and the workers' own counters agree: none lost, none run twice, none undone twice
-    check_side_effects(plans, logged, compensated, text_client, ns)
+    check_side_effects(plans, logged, compensated, load_run.client, load_run.ns)
 
 
 def test_a_call_whose_error_ends_the_invocation_is_logged_failed_and_its_saga_compensated(
-    load_pools: dict[str, WorkerProcess],
-    settings: Settings,
-    journal: tuple[Journal, str],
-    text_client: redis.Redis,
+    load_run: LoadRun,
 ) -> None:
     # Given: 3 concurrent invocations whose last round has a hold or a deposit failing with an error
     # the model is not shown (achat's default handler ends the invocation), and 2 plain ones
-    log, name = journal
-    ns = uuid.uuid4().hex[:12]
     plans = [
         plan(
             index,
-            ns,
+            load_run.ns,
             failure="fatal" if index < 3 else "",
             failing_tool=("load_hold", "load_deposit")[index % 2],
         )
@@ -441,17 +462,17 @@ def test_a_call_whose_error_ends_the_invocation_is_logged_failed_and_its_saga_co
     ]
 
     # When: they run at once
-    outcomes, _ = run_concurrently(plans, settings, log, name)
+    outcomes, _ = load_run.run(plans)
 
     # Then: the failing ones raised the tool's error, their 15 successes each were undone once
     check_answers(plans, outcomes)
-    logged = read_journal(log, name)
+    logged = load_run.logged()
     check_side_effects(
         plans,
         logged,
         {r["idempotency_key"] for r in logged.calls if r["state"] == "compensated"},
-        text_client,
-        ns,
+        load_run.client,
+        load_run.ns,
     )
 
     # ... and the journal holds every call in its state: the failed call as failed, not dispatched

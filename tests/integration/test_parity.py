@@ -78,6 +78,23 @@ INJECTED_JSON = (
     f'{{"params":{{"k":"v"}},"invocation_id":"{INVOCATION_ID}","memory_id":"m-7","user_message":"hi"}}'
 )
 
+
+def _tagged(case_id: str, n: int) -> Case:
+    """`tagged` called with value `n`: the value comes back as JSON text and as an object, and `n` as an
+    attribute of the execution."""
+    return Case(
+        case_id,
+        "tagged",
+        f'{{"value": {n}}}',
+        _expected(
+            OutcomeKind.SUCCESS,
+            f'{{"value":{n}}}',
+            result_object={"value": n},
+            attributes={"source": "tagged", "n": n},
+        ),
+    )
+
+
 CASES = [
     # -- success and result conversion
     Case(
@@ -120,17 +137,7 @@ CASES = [
         ),
         calls=2,
     ),
-    Case(
-        "large-int-keeps-precision",
-        "tagged",
-        '{"value": 9007199254740993}',
-        _expected(
-            OutcomeKind.SUCCESS,
-            '{"value":9007199254740993}',
-            result_object={"value": 9007199254740993},
-            attributes={"source": "tagged", "n": 9007199254740993},
-        ),
-    ),
+    _tagged("large-int-keeps-precision", 9007199254740993),
     # -- arguments errors
     Case(
         "args-wrong-type",
@@ -295,17 +302,7 @@ CASES = [
             ],
         ),
     ),
-    Case(
-        "tagged-attributes",
-        "tagged",
-        '{"value": 3}',
-        _expected(
-            OutcomeKind.SUCCESS,
-            '{"value":3}',
-            result_object={"value": 3},
-            attributes={"source": "tagged", "n": 3},
-        ),
-    ),
+    _tagged("tagged-attributes", 3),
 ]
 
 CASE_IDS = [case.id for case in CASES]

@@ -86,6 +86,15 @@ class Stage:
         invocation_id, [call] = self.left_calls()
         return invocation_id, call
 
+    def finish_after_the_kill(self, tool: str, prefix: str, status: str) -> tuple[str, str, CallRecord]:
+        """SIGKILL an orchestrator while its one call of `tool` runs, then let the call end, with its task
+        in `status`: the call's key, the invocation left, and the call as journaled."""
+        key = self.new_key(prefix)
+        invocation_id, call = self.kill_while_running(tool, key)
+        release(self.client, key)
+        assert wait_until(lambda: self.status(call_task_id(call.idempotency_key)) == status, 30)
+        return key, invocation_id, call
+
     def journaled_task_ids(self) -> list[str]:
         """The task ids the orchestrator journaled so far, read without creating or migrating the file."""
         if not self.journal_file.exists():
@@ -187,10 +196,7 @@ def test_credit_that_succeeded_unjournaled_is_compensated_by_recover(
     worker: WorkerProcess, stage: Stage
 ) -> None:
     # Given: an orchestrator SIGKILLed while its credit runs, and the credit then succeeds
-    key = stage.new_key("succeeded")
-    invocation_id, call = stage.kill_while_running("rc_credit", key)
-    release(stage.client, key)
-    assert wait_until(lambda: stage.status(call_task_id(call.idempotency_key)) == "SUCCESS", 30)
+    key, invocation_id, _ = stage.finish_after_the_kill("rc_credit", "succeeded", "SUCCESS")
     assert stage.counts(key) == {"runs": 1, "done": 1, "comps": 0}
 
     # When: recover runs
@@ -249,10 +255,7 @@ def test_payment_that_failed_unjournaled_is_left_alone_by_recover(
     worker: WorkerProcess, stage: Stage
 ) -> None:
     # Given: an orchestrator SIGKILLed while its payment runs, and the payment then fails
-    key = stage.new_key("failed")
-    invocation_id, call = stage.kill_while_running("rc_pay", key)
-    release(stage.client, key)
-    assert wait_until(lambda: stage.status(call_task_id(call.idempotency_key)) == "FAILURE", 30)
+    key, invocation_id, call = stage.finish_after_the_kill("rc_pay", "failed", "FAILURE")
 
     # When: recover runs
     recovered = stage.recover()

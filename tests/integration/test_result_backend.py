@@ -26,6 +26,17 @@ def _stored(client: redis.Redis, task_id: str) -> dict[str, Any]:
     return meta
 
 
+def _all_at_once(target: Any, inputs: list[Any], timeout_s: float) -> None:
+    """Run `target(x)` for every `x` of `inputs`, each on a thread of its own, all started at once, and
+    wait for every one of them."""
+    threads = [threading.Thread(target=target, args=(x,)) for x in inputs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout_s)
+    assert not any(thread.is_alive() for thread in threads), "a thread is still storing"
+
+
 def test_the_worker_app_uses_it_and_keeps_its_url(worker_app: Celery, settings: Settings) -> None:
     # given: a worker app on a Redis result backend; then: its backend is this one, on that URL
     assert isinstance(worker_app.backend, ResultBackend)
@@ -103,11 +114,7 @@ def test_states_stored_together_share_round_trips(
         backend.store_result(task_id, task_id, states.SUCCESS)
 
     # when: 64 threads store a result at the same moment
-    threads = [threading.Thread(target=store, args=(task_id,)) for task_id in task_ids]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=10)
+    _all_at_once(store, task_ids, timeout_s=10)
 
     # then: every result is stored, in fewer round trips than results
     assert all(_stored(client, task_id)["result"] == task_id for task_id in task_ids)
@@ -139,11 +146,7 @@ def test_a_thread_writes_only_batches_holding_its_own_state(
             backend.store_result(task_id, task_id, states.SUCCESS)
 
     # when: 16 threads each store 20 results, one after the other, all at once
-    threads = [threading.Thread(target=store_all, args=(ids,)) for ids in task_ids]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    _all_at_once(store_all, task_ids, timeout_s=30)
 
     # then: all are stored, in batches, and no thread wrote a batch without its own state in it
     # (a writer hands the writing on instead of writing for others while its own call waits)

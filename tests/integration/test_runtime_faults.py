@@ -26,7 +26,7 @@ from orchestrator.executors.celery import CallEvent
 from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import runtime_fault_tools as rt
-from tests.integration.private_redis import PrivateRedis, close_collector, private_redis_in, settings_for
+from tests.integration.private_redis import PrivateRedis, close_collector, private_redis_fixture, settings_for
 from tests.integration.scripts import call
 from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolExecution, ToolOutcome, ToolRegistry
@@ -97,11 +97,8 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("runtime-faults")
 
 
-@pytest.fixture(scope="module")
-def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
-    """This module's own redis-server, AOF on: restartable on the same port."""
-    with private_redis_in(tmp_path_factory.mktemp("runtime-redis")) as server:
-        yield server
+# This module's own redis-server, AOF on: restartable on the same port.
+private_redis = private_redis_fixture("module", "runtime-redis")
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ read back from counters that the test, the workers and the orchestrator subproce
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -31,7 +32,7 @@ from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import fault_tools
 from tests.integration.fault_tools import HEAVY_POOL, POOL, k, order_key
-from tests.integration.orchestrator_processes import kill_driver_when, toolfleet_on
+from tests.integration.orchestrator_processes import failed_saga_row, kill_driver_when, toolfleet_on
 from tests.integration.saga_driver import booking_keys
 from tests.integration.scripts import ask, call, saga_service
 from tests.integration.worker_processes import tool_worker
@@ -276,91 +277,99 @@ def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
 # -- 3. a worker killed during a compensation: redelivered and completed -------------------------
 
 
-def _heavy_saga_undoing(
-    prefix: str, executor: CeleryExecutor, journal: Journal, client: redis.Redis
-) -> tuple[str, Background[Result], int]:
-    """A saga that books on the prefork pool (its undo takes 1.5 s) and then fails, run in the background
-    until the booking's compensation has started: the booking's key, the running saga, and the pid of
-    the process undoing it."""
-    group = unique(prefix)
-    key = f"{group}-x"
-    model = ScriptedChatModel(
-        [
-            ask(call("heavy-1", "heavy_book", key=key, group=group, undo_seconds=1.5)),
-            ask(call("fail-1", "fault_fail", reason=group)),
-            "rolled back",
-        ]
-    )
-    running = Background(
-        lambda: saga_service(model, executor, journal, [fault_tools.tools]).chat("book heavy")
-    )
-    assert wait_until(lambda: count(client, key, "comp_starts") >= 1, 20.0), counts(client, key)
-    return key, running, int(client.get(k(key, "comp_pid")) or 0)
+@dataclasses.dataclass
+class HeavySaga:
+    """Sagas that book on the prefork pool (the booking's undo takes 1.5 s) and then fail."""
+
+    executor: CeleryExecutor
+    journal: Journal
+    client: redis.Redis
+
+    def undoing(self, prefix: str) -> tuple[str, Background[Result], int]:
+        """One such saga, run in the background until the booking's compensation has started: the
+        booking's key, the running saga, and the pid of the process undoing it."""
+        group = unique(prefix)
+        key = f"{group}-x"
+        model = ScriptedChatModel(
+            [
+                ask(call("heavy-1", "heavy_book", key=key, group=group, undo_seconds=1.5)),
+                ask(call("fail-1", "fault_fail", reason=group)),
+                "rolled back",
+            ]
+        )
+        running = Background(
+            lambda: saga_service(model, self.executor, self.journal, [fault_tools.tools]).chat("book heavy")
+        )
+        assert wait_until(lambda: count(self.client, key, "comp_starts") >= 1, 20.0), counts(self.client, key)
+        return key, running, int(self.client.get(k(key, "comp_pid")) or 0)
+
+    def assert_rolled_back(self, result: Result) -> None:
+        """The booking was undone once and the model told so; the journal says the same."""
+        assert result.content == "rolled back"
+        booked, failed = result.tool_executions
+        assert (booked.request.name, booked.result, booked.status) == (
+            "heavy_book",
+            rolled_back_text("heavy_book", "fault_fail"),
+            "rolled_back",
+        )
+        assert failed.has_failed
+        assert result.invocation_id is not None
+        [compensation] = self.journal.compensations(result.invocation_id)
+        assert (compensation.tool, compensation.state, compensation.error) == (
+            "heavy_book",
+            "succeeded",
+            None,
+        )
+        record = self.journal.invocation(result.invocation_id)
+        assert record is not None and record.state == "succeeded"
 
 
-def _assert_heavy_saga_rolled_back(result: Result, journal: Journal) -> None:
-    assert result.content == "rolled back"
-    booked, failed = result.tool_executions
-    assert (booked.request.name, booked.result, booked.status) == (
-        "heavy_book",
-        rolled_back_text("heavy_book", "fault_fail"),
-        "rolled_back",
-    )
-    assert failed.has_failed
-    assert result.invocation_id is not None
-    [compensation] = journal.compensations(result.invocation_id)
-    assert (compensation.tool, compensation.state, compensation.error) == ("heavy_book", "succeeded", None)
-    record = journal.invocation(result.invocation_id)
-    assert record is not None and record.state == "succeeded"
+@pytest.fixture
+def heavy_saga(
+    faults_worker: WorkerProcess, celery_executor: CeleryExecutor, text_client: redis.Redis, journal: Journal
+) -> HeavySaga:
+    return HeavySaga(celery_executor, journal, text_client)
 
 
 def test_compensation_whose_prefork_child_is_killed_is_redelivered_and_completed(
-    faults_worker: WorkerProcess,
-    start_heavy: Callable[[int], list[WorkerProcess]],
-    celery_executor: CeleryExecutor,
-    text_client: redis.Redis,
-    journal: Journal,
+    start_heavy: Callable[[int], list[WorkerProcess]], heavy_saga: HeavySaga
 ) -> None:
     # Given: a prefork worker (one child) whose compensation of `heavy_book` takes 1.5 s
     [worker] = start_heavy(1)
 
     # When: the pool child is SIGKILLed while it undoes the booking
-    key, running, child = _heavy_saga_undoing("child", celery_executor, journal, text_client)
+    key, running, child = heavy_saga.undoing("child")
     assert child in worker.child_pids()
     os.kill(child, signal.SIGKILL)
 
     # Then: the compensation is delivered again, taken over from the dead child, and completes once
     result = running.join(30.0)
-    _assert_heavy_saga_rolled_back(result, journal)
-    assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
-    assert int(text_client.get(k(key, "comp_pid")) or 0) != child
-    assert text_client.get(k(key, "effect")) is None
+    heavy_saga.assert_rolled_back(result)
+    assert counts(heavy_saga.client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
+    assert int(heavy_saga.client.get(k(key, "comp_pid")) or 0) != child
+    assert heavy_saga.client.get(k(key, "effect")) is None
     time.sleep(1.0)  # a non-event (no second completion): waited out, there is nothing to await
-    assert count(text_client, key, "comps") == 1
+    assert count(heavy_saga.client, key, "comps") == 1
 
 
 def test_compensation_whose_worker_is_killed_completes_on_another_worker(
-    faults_worker: WorkerProcess,
-    start_heavy: Callable[[int], list[WorkerProcess]],
-    celery_executor: CeleryExecutor,
-    text_client: redis.Redis,
-    journal: Journal,
+    start_heavy: Callable[[int], list[WorkerProcess]], heavy_saga: HeavySaga
 ) -> None:
     # Given: two prefork workers on the same pool; the compensation of `heavy_book` takes 1.5 s
     workers = start_heavy(2)
 
     # When: the whole worker that runs the compensation is SIGKILLed
-    key, running, first = _heavy_saga_undoing("worker", celery_executor, journal, text_client)
+    key, running, first = heavy_saga.undoing("worker")
     doomed = owner_of(first, workers)
     survivor = next(w for w in workers if w is not doomed)
     doomed.kill()
 
     # Then: the other worker takes the lock over from the dead holder and completes it, once
     result = running.join(20.0)
-    _assert_heavy_saga_rolled_back(result, journal)
-    assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
-    assert owner_of(int(text_client.get(k(key, "comp_pid")) or 0), workers) is survivor
-    assert text_client.get(k(key, "effect")) is None
+    heavy_saga.assert_rolled_back(result)
+    assert counts(heavy_saga.client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
+    assert owner_of(int(heavy_saga.client.get(k(key, "comp_pid")) or 0), workers) is survivor
+    assert heavy_saga.client.get(k(key, "effect")) is None
 
 
 # -- 4. a compensation that kept failing is listed by `toolfleet sagas --failed` -----------------
@@ -407,11 +416,7 @@ def test_compensation_that_kept_failing_is_listed_by_sagas_failed(
     [compensation] = journal.compensations(result.invocation_id)
     assert (compensation.tool, compensation.state, compensation.error) == ("fault_fragile", "failed", error)
     # ... and the CLI lists it for a person
-    listed = toolfleet_on(["sagas", "--failed"], redis_url, journal_file)
-    assert listed.returncode == 0, listed.stdout + listed.stderr
-    rows = [line.split() for line in listed.stdout.splitlines() if line.startswith(result.invocation_id)]
-    assert len(rows) == 1, listed.stdout
-    [row] = rows
+    row = failed_saga_row(result.invocation_id, redis_url, journal_file)
     assert row[:2] == [result.invocation_id, "fragile-1"], row
     assert row[2].startswith('fault_fragile({"key":') and "failed" in row[3:], row
     assert " ".join(row).endswith(error), row

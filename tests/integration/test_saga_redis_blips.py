@@ -30,7 +30,7 @@ from orchestrator.saga.journal import Journal
 from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import saga_blip_tools as blip
-from tests.integration.orchestrator_processes import toolfleet_on
+from tests.integration.orchestrator_processes import failed_saga_row, toolfleet_on
 from tests.integration.private_redis import PrivateRedis, private_redis_in, settings_for
 from tests.integration.scripts import ask, call, saga_service
 from tests.integration.worker_processes import tool_worker
@@ -141,6 +141,20 @@ def assert_rolled_back(result: Result, journal: Journal, tool: str = "blip_credi
     assert record is not None and record.state == "succeeded", record
 
 
+def blip_executor(private_redis: PrivateRedis, **variables: str) -> CeleryExecutor:
+    """An executor on the private Redis, for workers of a 6 s heartbeat TTL, with short backoffs and
+    any other `TOOLFLEET_*` `variables`."""
+    settings = settings_for(private_redis.url, heartbeat_ttl_s=6.0, **BACKOFF, **variables)
+    return CeleryExecutor(settings=settings, tools=[blip.bank])
+
+
+def credit_then_fail(ns: str, *, hold: bool = False, **credit: float) -> ScriptedChatModel:
+    """A model that credits (call `c1`, with `credit`'s arguments), then makes a call that fails (`f1`,
+    held until the test releases it if `hold`), then answers "done"."""
+    failing = call("f1", "blip_fail", ns=ns, hold=True) if hold else call("f1", "blip_fail", ns=ns)
+    return ScriptedChatModel([ask(call("c1", "blip_credit", ns=ns, **credit)), ask(failing), "done"])
+
+
 # -- 1. Redis restarted while a compensation runs -------------------------------------------------
 
 
@@ -153,16 +167,8 @@ def test_a_compensation_survives_a_redis_restart_while_it_runs(
 ) -> None:
     # Given: a saga whose credit is undone by a compensation that takes 0.5 s
     start_worker(blip.POOL, blip.FAIL_POOL)
-    executor = CeleryExecutor(
-        settings=settings_for(private_redis.url, heartbeat_ttl_s=6.0, **BACKOFF), tools=[blip.bank]
-    )
-    model = ScriptedChatModel(
-        [
-            ask(call("c1", "blip_credit", ns=ns, amount=100, undo_s=0.5)),
-            ask(call("f1", "blip_fail", ns=ns)),
-            "done",
-        ]
-    )
+    executor = blip_executor(private_redis)
+    model = credit_then_fail(ns, amount=100, undo_s=0.5)
     chat = Background(lambda: saga_service(model, executor, journal, [blip.bank]).chat("credit, then pay"))
 
     # When: Redis stops as the undo starts and comes back (same data) ~1 s later, after the undo ended,
@@ -222,16 +228,8 @@ def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
     # holds until the test releases it
     worker = start_worker(blip.POOL)
     start_worker(blip.FAIL_POOL)
-    executor = CeleryExecutor(
-        settings=settings_for(private_redis.url, heartbeat_ttl_s=6.0, **BACKOFF), tools=[blip.bank]
-    )
-    model = ScriptedChatModel(
-        [
-            ask(call("c1", "blip_credit", ns=ns, amount=70)),
-            ask(call("f1", "blip_fail", ns=ns, hold=True)),
-            "done",
-        ]
-    )
+    executor = blip_executor(private_redis)
+    model = credit_then_fail(ns, amount=70, hold=True)
     waits = Waits()
     logging.getLogger("orchestrator.executors.celery").addHandler(waits)
     chat = Background(lambda: saga_service(model, executor, journal, [blip.bank]).chat("credit, then pay"))
@@ -284,10 +282,7 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     # made after the failure, which stands
     start_worker(blip.POOL, blip.FAIL_POOL)
     gone = start_worker(blip.GONE_POOL)
-    settings = settings_for(
-        private_redis.url, heartbeat_ttl_s=6.0, TOOLFLEET_COMPENSATION_RETRIES="0", **BACKOFF
-    )
-    executor = CeleryExecutor(settings=settings, tools=[blip.bank])
+    executor = blip_executor(private_redis, TOOLFLEET_COMPENSATION_RETRIES="0")
     model = ScriptedChatModel(
         [
             ask(call("d1", "blip_deposit", ns=ns, amount=40)),
@@ -327,11 +322,7 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     assert compensation.error is not None and f"pool '{blip.GONE_POOL}'" in compensation.error
 
     # ... `toolfleet sagas --failed` lists it
-    listed = toolfleet_on(["sagas", "--failed"], private_redis.url, journal_file, timeout_s=90, env=CLI_ENV)
-    assert listed.returncode == 0, listed.stdout + listed.stderr
-    rows = [line.split() for line in listed.stdout.splitlines() if line.startswith(result.invocation_id)]
-    assert len(rows) == 1, listed.stdout
-    [row] = rows
+    row = failed_saga_row(result.invocation_id, private_redis.url, journal_file, timeout_s=90, env=CLI_ENV)
     assert row[:2] == [result.invocation_id, "d1"], row
     assert row[2].startswith('blip_deposit({"ns":') and "failed" in row[3:], row
 
@@ -373,17 +364,8 @@ def test_a_compensation_still_running_at_its_deadline_is_awaited_and_recorded_as
     # Given: a credit whose undo takes longer than the compensation's deadline (30.5 s: 30 s for one
     # attempt, no retries, plus the longest backoff)
     start_worker(blip.POOL, blip.FAIL_POOL)
-    settings = settings_for(
-        private_redis.url, heartbeat_ttl_s=6.0, TOOLFLEET_COMPENSATION_RETRIES="0", **BACKOFF
-    )
-    executor = CeleryExecutor(settings=settings, tools=[blip.bank])
-    model = ScriptedChatModel(
-        [
-            ask(call("c1", "blip_credit", ns=ns, amount=7, undo_s=33.0)),
-            ask(call("f1", "blip_fail", ns=ns)),
-            "done",
-        ]
-    )
+    executor = blip_executor(private_redis, TOOLFLEET_COMPENSATION_RETRIES="0")
+    model = credit_then_fail(ns, amount=7, undo_s=33.0)
 
     # When: the payment fails, so the saga undoes the credit
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import threading
 import uuid
@@ -73,10 +74,44 @@ def celery(bad_worker: WorkerProcess, settings: Settings) -> Iterator[CeleryExec
     executor.close()
 
 
-def _healthy(worker: WorkerProcess, celery: CeleryExecutor) -> None:
-    assert worker.process.poll() is None, f"the worker died (exit {worker.process.returncode})"
-    outcome = asyncio.run(celery.execute(ToolExecutionRequest("healthy", "bad_str", '{"value": "ok"}')))
-    assert (outcome.kind, outcome.text, outcome.worker) == (OutcomeKind.SUCCESS, "ok", HOSTNAME)
+@dataclasses.dataclass
+class Forger:
+    """Publishes crafted task messages to pool `bad`, and reads what its worker made of them."""
+
+    redis_url: str
+    client: redis.Redis
+    worker: WorkerProcess
+    celery: CeleryExecutor
+    log: Path
+
+    def publish(self, task: str, kwargs: dict[str, Any], serializer: str) -> str:
+        return _publish(self.redis_url, task, kwargs, serializer)
+
+    def final(self, task_id: str) -> dict[str, Any] | None:
+        """The task's stored state once it is final (a worker stores STARTED first)."""
+        stored = self.stored(task_id)
+        return stored if stored is not None and stored["status"] in READY_STATES else None
+
+    def stored(self, task_id: str) -> dict[str, Any] | None:
+        raw = self.client.get(f"celery-task-meta-{task_id}")
+        return json.loads(raw) if raw else None
+
+    def log_count(self, text: str) -> int:
+        return self.log.read_text(errors="replace").count(text) if self.log.exists() else 0
+
+    def assert_healthy(self) -> None:
+        """The worker lives, and still runs a real call."""
+        assert self.worker.process.poll() is None, f"the worker died (exit {self.worker.process.returncode})"
+        request = ToolExecutionRequest("healthy", "bad_str", '{"value": "ok"}')
+        outcome = asyncio.run(self.celery.execute(request))
+        assert (outcome.kind, outcome.text, outcome.worker) == (OutcomeKind.SUCCESS, "ok", HOSTNAME)
+
+
+@pytest.fixture
+def forger(
+    redis_url: str, client: redis.Redis, bad_worker: WorkerProcess, celery: CeleryExecutor, worker_log: Path
+) -> Forger:
+    return Forger(redis_url, client, bad_worker, celery, worker_log)
 
 
 # ---- only JSON, only registered tools --------------------------------------------------------------
@@ -133,85 +168,56 @@ def _mark_call(key: str) -> dict[str, Any]:
     return {"request": request.to_json(), "invocation": Invocation(InvocationContext(), {}).to_json()}
 
 
-def _stored(client: redis.Redis, task_id: str) -> dict[str, Any] | None:
-    raw = client.get(f"celery-task-meta-{task_id}")
-    return json.loads(raw) if raw else None
-
-
-def _final(client: redis.Redis, task_id: str) -> dict[str, Any] | None:
-    """The task's stored state once it is final (a worker stores STARTED first)."""
-    stored = _stored(client, task_id)
-    return stored if stored is not None and stored["status"] in READY_STATES else None
-
-
-def _log_count(log: Path, text: str) -> int:
-    return log.read_text(errors="replace").count(text) if log.exists() else 0
-
-
-def test_a_pickled_task_message_is_refused_unread_and_never_runs(
-    redis_url: str,
-    client: redis.Redis,
-    bad_worker: WorkerProcess,
-    celery: CeleryExecutor,
-    worker_log: Path,
-    tmp_path: Path,
-) -> None:
+def test_a_pickled_task_message_is_refused_unread_and_never_runs(forger: Forger, tmp_path: Path) -> None:
     # given: a pickled message for a real tool, carrying an object whose unpickling creates a file
     refusal = "Refusing to deserialize untrusted content of type pickle (application/x-python-serialize)"
-    refusals_before = _log_count(worker_log, refusal)
+    refusals_before = forger.log_count(refusal)
     marker = tmp_path / "unpickled"
     pickled_key, json_key = f"pickled-{uuid.uuid4()}", f"json-{uuid.uuid4()}"
-    pickled_id = _publish(
-        redis_url, "tool.bad_mark", {**_mark_call(pickled_key), "payload": _OpensAFile(marker)}, "pickle"
+    pickled_id = forger.publish(
+        "tool.bad_mark", {**_mark_call(pickled_key), "payload": _OpensAFile(marker)}, "pickle"
     )
     # when: then the same call as JSON (the control), behind it in the queue
-    json_id = _publish(redis_url, "tool.bad_mark", _mark_call(json_key), "json")
+    json_id = forger.publish("tool.bad_mark", _mark_call(json_key), "json")
     # then: the JSON message ran
-    control = wait_for(lambda: _final(client, json_id), what="the JSON control's result")
+    control = wait_for(lambda: forger.final(json_id), what="the JSON control's result")
     assert control["status"] == "SUCCESS" and control["result"]["text"] == f"marked {json_key}"
-    assert client.get(f"badinput:ran:{json_key}") == b"1"
+    assert forger.client.get(f"badinput:ran:{json_key}") == b"1"
     # and the pickled one was refused unread: the worker logged the refusal, nothing ran or was stored
-    wait_for(lambda: _log_count(worker_log, refusal) > refusals_before, what="the refusal in the log")
-    assert "kombu.exceptions.ContentDisallowed" in worker_log.read_text(errors="replace")
+    wait_for(lambda: forger.log_count(refusal) > refusals_before, what="the refusal in the log")
+    assert "kombu.exceptions.ContentDisallowed" in forger.log.read_text(errors="replace")
     assert not marker.exists(), "the pickle was deserialized"
-    assert client.get(f"badinput:ran:{pickled_key}") is None
-    assert _stored(client, pickled_id) is None
-    _healthy(bad_worker, celery)
+    assert forger.client.get(f"badinput:ran:{pickled_key}") is None
+    assert forger.stored(pickled_id) is None
+    forger.assert_healthy()
 
 
-def test_a_forged_task_name_runs_nothing(
-    redis_url: str,
-    client: redis.Redis,
-    bad_worker: WorkerProcess,
-    celery: CeleryExecutor,
-    worker_log: Path,
-    tmp_path: Path,
-) -> None:
+def test_a_forged_task_name_runs_nothing(forger: Forger, tmp_path: Path) -> None:
     # given: a well-formed JSON message naming a task no worker registered
     marker = tmp_path / "forged"
     unregistered = "Received unregistered task of type 'tool.os_system'"
-    before = _log_count(worker_log, unregistered)
+    before = forger.log_count(unregistered)
     # when
-    task_id = _publish(redis_url, "tool.os_system", {"command": f"touch {marker}"}, "json")
+    task_id = forger.publish("tool.os_system", {"command": f"touch {marker}"}, "json")
     # then: Celery records it as not registered; the worker logged it and ran nothing
-    stored = wait_for(lambda: _final(client, task_id), what="the refusal's stored state")
+    stored = wait_for(lambda: forger.final(task_id), what="the refusal's stored state")
     assert stored["status"] == "FAILURE"
     assert stored["result"]["exc_type"] == "NotRegistered"
-    wait_for(lambda: _log_count(worker_log, unregistered) > before, what="the refusal in the log")
+    wait_for(lambda: forger.log_count(unregistered) > before, what="the refusal in the log")
     assert not marker.exists()
-    _healthy(bad_worker, celery)
+    forger.assert_healthy()
 
 
 def test_a_forged_message_for_a_real_tool_without_a_call_runs_nothing(
-    redis_url: str, client: redis.Redis, bad_worker: WorkerProcess, celery: CeleryExecutor
+    forger: Forger,
 ) -> None:
     # given: a message for `tool.bad_mark` whose kwargs are not a call at all
-    task_id = _publish(redis_url, "tool.bad_mark", {"key": "direct"}, "json")
+    task_id = forger.publish("tool.bad_mark", {"key": "direct"}, "json")
     # then: it fails before binding anything; the tool did not run
-    stored = wait_for(lambda: _final(client, task_id), what="the failure")
+    stored = wait_for(lambda: forger.final(task_id), what="the failure")
     assert (stored["status"], stored["result"]["exc_type"]) == ("FAILURE", "KeyError")
-    assert client.get("badinput:ran:direct") is None
-    _healthy(bad_worker, celery)
+    assert forger.client.get("badinput:ran:direct") is None
+    forger.assert_healthy()
 
 
 def test_a_worker_registers_only_the_tools_and_compensations_of_its_modules(

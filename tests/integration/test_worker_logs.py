@@ -8,6 +8,7 @@ line does; at DEBUG the result shows, cut short before the secret it holds past 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -21,20 +22,28 @@ import tests.integration.log_tools as log_tools
 from orchestrator import CeleryExecutor
 from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolExecutionRequest, ToolOutcome
-from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
 
-def _worker(redis_url: str, log_path: Path, loglevel: str) -> WorkerProcess:
-    hostname, modules = (
-        f"logs-{loglevel.lower()}-{uuid.uuid4().hex[:6]}@integration",
+@contextlib.contextmanager
+def _worker_logging_at(loglevel: str, redis_url: str, tmp_path: Path) -> Iterator[Path]:
+    """A worker serving the log tools, logging at `loglevel` to the file it yields, running while the
+    block runs."""
+    log_path = tmp_path / f"{loglevel.lower()}.log"
+    hostname = f"logs-{loglevel.lower()}-{uuid.uuid4().hex[:6]}@integration"
+    worker = tool_worker(
+        redis_url,
+        [log_tools.POOL],
         ["tests.integration.log_tools"],
+        log_path,
+        hostname,
+        concurrency=2,
+        loglevel=loglevel,
     )
-    return tool_worker(
-        redis_url, [log_tools.POOL], modules, log_path, hostname, concurrency=2, loglevel=loglevel
-    )
+    with worker.running(timeout_s=60):
+        yield log_path
 
 
 @pytest.fixture
@@ -66,9 +75,8 @@ def _line(log_path: Path, pattern: str, timeout_s: float = 10.0) -> str:
 def test_at_info_a_worker_logs_each_call_and_none_of_its_data(
     redis_url: str, executor: CeleryExecutor, tmp_path: Path
 ) -> None:
-    log_path = tmp_path / "info.log"
     # given a worker logging at INFO
-    with _worker(redis_url, log_path, "INFO").running(timeout_s=60):
+    with _worker_logging_at("INFO", redis_url, tmp_path) as log_path:
         # when a tool returns a secret, and another raises one, both called with a secret argument
         read_id, read = _call(executor, "logs_read_file")
         fail_id, failed = _call(executor, "logs_read_and_fail")
@@ -91,9 +99,8 @@ def test_at_info_a_worker_logs_each_call_and_none_of_its_data(
 def test_at_debug_a_result_is_logged_cut_short(
     redis_url: str, executor: CeleryExecutor, tmp_path: Path
 ) -> None:
-    log_path = tmp_path / "debug.log"
     # given a worker logging at DEBUG
-    with _worker(redis_url, log_path, "DEBUG").running(timeout_s=60):
+    with _worker_logging_at("DEBUG", redis_url, tmp_path) as log_path:
         # when a tool returns a long result whose secret lies past its first 200 characters
         call_id, outcome = _call(executor, "logs_read_file")
         assert outcome.kind is OutcomeKind.SUCCESS

@@ -16,7 +16,6 @@ from orchestrator import (
     Result,
     ScriptedChatModel,
     ToolExecutionRequest,
-    ToolExecutionResultMessage,
     send_exception_message_to_llm,
 )
 from orchestrator.messages import messages_to_json
@@ -38,19 +37,22 @@ HALLUCINATION_TEXT = (
 )
 
 
-def tool_result(request: ToolExecutionRequest, text: str, *, is_error: bool) -> ToolExecutionResultMessage:
-    return ToolExecutionResultMessage(id=request.id, tool_name=request.name, text=text, is_error=is_error)
-
-
 def service_for(model: ScriptedChatModel, executor: Any, **config: Any) -> AiService:
     return AiService(chat_model=model, tools=[acc], executor=executor, **config)
 
 
+def handlers(kind: str, handler: Any, *, other: Any) -> dict[str, Any]:
+    """The service options that give errors of `kind` ("arguments" or "execution") to `handler`, and
+    the other kind to `other`."""
+    if kind == "arguments":
+        return {"tool_arguments_error_handler": handler, "tool_execution_error_handler": other}
+    assert kind == "execution", kind
+    return {"tool_arguments_error_handler": other, "tool_execution_error_handler": handler}
+
+
 def explicit_handlers() -> dict[str, Any]:
-    return {
-        "tool_arguments_error_handler": send_exception_message_to_llm(),
-        "tool_execution_error_handler": send_exception_message_to_llm(),
-    }
+    """Both kinds of error sent to the model, as the default handlers of a `chat` never do."""
+    return handlers("arguments", send_exception_message_to_llm(), other=send_exception_message_to_llm())
 
 
 def run_stream(service: AiService, text: str = "go", **kwargs: Any) -> tuple[list[Any], Result]:

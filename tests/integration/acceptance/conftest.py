@@ -1,5 +1,6 @@
 """The worker of the `AiService` acceptance tests: one real worker process serving
-`tests.integration.acceptance_tools` on pool `acc`, shared by every module of this folder.
+`tests.integration.acceptance_tools` on pool `acc`, shared by every module of this folder, and
+where the shared `executor` fixture (tests/integration/conftest.py) runs every module's calls.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def acc_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     worker = tool_worker(redis_url, [acc.POOL], [TOOLS_MODULE], log_path, hostname, concurrency=16)
     with worker.running(timeout_s=60):
         yield worker
+
+
+@pytest.fixture
+def executor_workers() -> tuple[str, ...]:
+    return ("acc_worker",)
 
 
 @pytest.fixture(scope="package")

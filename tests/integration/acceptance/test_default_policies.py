@@ -24,16 +24,11 @@ from tests.integration.acceptance._service import (
     invoke,
     sent_to_model,
     service_for,
-    tool_result,
 )
-from tests.integration.scripts import ask, call
+from tests.integration.scripts import ask, call, tool_result
 from workers.errors import ToolArgumentsError
 
 pytestmark = pytest.mark.integration
-
-# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls: the
-# worker of tests/integration/acceptance/conftest.py.
-WORKERS = ["acc_worker"]
 
 
 # -- 5. default policies and the once-per-process notice (SPEC §6) -------------------------------

@@ -30,19 +30,15 @@ from tests.integration.acceptance._service import (
     assert_ran_where_expected,
     bad_count,
     executions,
+    handlers,
     sent_to_model,
     service_for,
-    tool_result,
 )
-from tests.integration.scripts import ask, call
+from tests.integration.scripts import ask, call, tool_result
 from workers.calls.invocation import InvocationParameters
 from workers.errors import ToolArgumentsError
 
 pytestmark = pytest.mark.integration
-
-# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls: the
-# worker of tests/integration/acceptance/conftest.py.
-WORKERS = ["acc_worker"]
 
 
 # -- 4. ready-made and custom error handlers (SPEC §6) -------------------------------------------
@@ -112,13 +108,7 @@ SENT_CASES = [
 def test_handler_text_is_sent_to_the_model(executor: Any, case: SentCase) -> None:
     # given the handler for that kind of error, the other kind failing the invocation
     model = ScriptedChatModel([ask(case.request), FINAL])
-    other = fail_invocation()
-    handlers = (
-        {"tool_arguments_error_handler": case.handler, "tool_execution_error_handler": other}
-        if case.kind == "arguments"
-        else {"tool_arguments_error_handler": other, "tool_execution_error_handler": case.handler}
-    )
-    service = service_for(model, executor, **handlers)
+    service = service_for(model, executor, **handlers(case.kind, case.handler, other=fail_invocation()))
 
     # when
     result = service.chat("go")
@@ -211,13 +201,9 @@ RAISE_CASES = [
 def test_handler_fails_the_invocation(executor: Any, case: RaiseCase) -> None:
     # given the handler for that kind of error, the other kind sent to the model
     model = ScriptedChatModel([ask(case.request), FINAL])
-    other = send_exception_message_to_llm()
-    handlers = (
-        {"tool_arguments_error_handler": case.handler, "tool_execution_error_handler": other}
-        if case.kind == "arguments"
-        else {"tool_arguments_error_handler": other, "tool_execution_error_handler": case.handler}
+    service = service_for(
+        model, executor, **handlers(case.kind, case.handler, other=send_exception_message_to_llm())
     )
-    service = service_for(model, executor, **handlers)
 
     # when
     with pytest.raises(Exception) as raised:  # the exact type is checked below

@@ -19,15 +19,10 @@ from tests.integration.acceptance._service import (
     explicit_handlers,
     invoke,
     service_for,
-    tool_result,
 )
-from tests.integration.scripts import ask, call
+from tests.integration.scripts import ask, call, tool_result
 
 pytestmark = pytest.mark.integration
-
-# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls: the
-# worker of tests/integration/acceptance/conftest.py.
-WORKERS = ["acc_worker"]
 
 
 # -- 6. hallucinated tool names (SPEC §6) --------------------------------------------------------

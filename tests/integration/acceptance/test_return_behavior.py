@@ -24,16 +24,11 @@ from tests.integration.acceptance._service import (
     invoke,
     run_stream,
     service_for,
-    tool_result,
 )
-from tests.integration.scripts import ask, call
+from tests.integration.scripts import ask, call, tool_result
 from workers import ReturnBehavior, ToolSpecification
 
 pytestmark = pytest.mark.integration
-
-# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls: the
-# worker of tests/integration/acceptance/conftest.py.
-WORKERS = ["acc_worker"]
 
 
 # -- 1. return behavior (SPEC §5) ----------------------------------------------------------------
@@ -67,25 +62,23 @@ class Row:
 #   [IMMEDIATE, TO_LLM]                to model      to model   (1st fails)
 #   [IMMEDIATE, IMMEDIATE_IF_LAST]     immediate     to model   (1st fails)
 #   [IMMEDIATE_IF_LAST, IMMEDIATE]     immediate     to model   (2nd fails; all immediate otherwise)
+# Each batch: whether it returns at once when no call fails, and which call fails in its failing row
+# (that row always goes to the model).
+BATCHES: list[tuple[tuple[ReturnBehavior, ...], bool, int]] = [
+    ((IMMEDIATE,), True, 0),
+    ((IF_LAST,), True, 0),
+    ((TO_LLM,), False, 0),
+    ((IMMEDIATE, IMMEDIATE), True, 1),
+    ((TO_LLM, IF_LAST), True, 0),
+    ((IF_LAST, TO_LLM), False, 1),
+    ((IMMEDIATE, TO_LLM), False, 0),
+    ((IMMEDIATE, IF_LAST), True, 0),
+    ((IF_LAST, IMMEDIATE), True, 1),
+]
 ROWS = [
-    Row((IMMEDIATE,), None, True),
-    Row((IMMEDIATE,), 0, False),
-    Row((IF_LAST,), None, True),
-    Row((IF_LAST,), 0, False),
-    Row((TO_LLM,), None, False),
-    Row((TO_LLM,), 0, False),
-    Row((IMMEDIATE, IMMEDIATE), None, True),
-    Row((IMMEDIATE, IMMEDIATE), 1, False),
-    Row((TO_LLM, IF_LAST), None, True),
-    Row((TO_LLM, IF_LAST), 0, False),
-    Row((IF_LAST, TO_LLM), None, False),
-    Row((IF_LAST, TO_LLM), 1, False),
-    Row((IMMEDIATE, TO_LLM), None, False),
-    Row((IMMEDIATE, TO_LLM), 0, False),
-    Row((IMMEDIATE, IF_LAST), None, True),
-    Row((IMMEDIATE, IF_LAST), 0, False),
-    Row((IF_LAST, IMMEDIATE), None, True),
-    Row((IF_LAST, IMMEDIATE), 1, False),
+    row
+    for behaviors, immediate_if_ok, failing in BATCHES
+    for row in (Row(behaviors, None, immediate_if_ok), Row(behaviors, failing, False))
 ]
 
 

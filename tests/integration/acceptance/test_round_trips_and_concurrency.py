@@ -21,15 +21,10 @@ from tests.integration.acceptance._service import (
     invoke,
     run_stream,
     service_for,
-    tool_result,
 )
-from tests.integration.scripts import ask, call
+from tests.integration.scripts import ask, call, tool_result
 
 pytestmark = pytest.mark.integration
-
-# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls: the
-# worker of tests/integration/acceptance/conftest.py.
-WORKERS = ["acc_worker"]
 
 
 # -- 2. round-trip limit (SPEC §4) ---------------------------------------------------------------

@@ -16,7 +16,7 @@ from tests.integration.private_redis import (
     PrivateRedis,
     close_collector,
     free_port,
-    private_redis_in,
+    private_redis_fixture,
     settings_for,
 )
 from tests.integration.redis_faults._faults import Respawning, start_worker
@@ -28,11 +28,8 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("redis-faults")
 
 
-@pytest.fixture(scope="package")
-def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
-    """This folder's own redis-server, AOF on: restartable on the same port with its data."""
-    with private_redis_in(tmp_path_factory.mktemp("private-redis")) as server:
-        yield server
+# This folder's own redis-server, AOF on: restartable on the same port with its data.
+private_redis = private_redis_fixture("package", "private-redis")
 
 
 @pytest.fixture(scope="package")

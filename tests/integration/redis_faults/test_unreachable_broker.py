@@ -6,9 +6,6 @@ How these tests run: tests/integration/redis_faults/__init__.py.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +15,7 @@ from orchestrator import AiMessage, AiService, CeleryExecutor, ScriptedChatModel
 from orchestrator.handlers import RemoteToolError
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.saga.journal import Journal
+from tests._cli import toolfleet
 from tests.integration import redis_fault_tools as rft
 from tests.integration.private_redis import settings_for
 from tests.integration.redis_faults._faults import count
@@ -136,21 +134,16 @@ def test_a_batch_against_an_unreachable_broker_fails_as_fast_as_one_call(
 
 def test_the_tools_command_against_an_unreachable_redis_exits_2_at_once(closed_url: str) -> None:
     # Given: TOOLFLEET_REDIS_URL on a port nothing listens on
-    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "TOOLFLEET_REDIS_URL": closed_url}
-    env.pop("TOOLFLEET_BROKER_URL", None)
-    env.pop("TOOLFLEET_RESULT_BACKEND", None)
+    env = {
+        "PYTHONPATH": REPO_ROOT,
+        "TOOLFLEET_REDIS_URL": closed_url,
+        "TOOLFLEET_BROKER_URL": None,
+        "TOOLFLEET_RESULT_BACKEND": None,
+    }
 
     # When: `toolfleet tools` runs
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "tools"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = toolfleet("tools", cwd=Path(REPO_ROOT), env=env, timeout_s=30)
     elapsed = time.monotonic() - started
 
     # Then: it exits 2 within seconds, saying where it could not read the catalog from

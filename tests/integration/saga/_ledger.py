@@ -14,14 +14,12 @@ import tests.integration.saga_tools as saga
 from orchestrator import (
     AiService,
     CeleryExecutor,
-    ChatRequest,
     LocalExecutor,
     ScriptedChatModel,
     ToolExecutionRequest,
-    ToolExecutionResultMessage,
 )
 from orchestrator.saga.journal import Journal
-from tests.integration.scripts import call
+from tests.integration.scripts import call, results_of, tool_result
 
 COMPENSATION_RETRIES = 1
 RETRY_BACKOFF_S = 0.01
@@ -65,45 +63,37 @@ class Ledger:
 
     def open_accounts(self, **balances: int) -> None:
         for name, amount in balances.items():
-            self.client.hset(saga.balances_key(self.ns), name, amount)
+            self.client.hset(saga.key(self.ns, "balances"), name, amount)
 
     def balances(self) -> dict[str, int]:
-        return {str(k): int(v) for k, v in self.client.hgetall(saga.balances_key(self.ns)).items()}
+        return {str(k): int(v) for k, v in self.client.hgetall(saga.key(self.ns, "balances")).items()}
 
     def add_booking(self, booking_id: str, what: str) -> None:
-        self.client.hset(saga.bookings_key(self.ns), booking_id, what)
+        self.client.hset(saga.key(self.ns, "bookings"), booking_id, what)
 
     def bookings(self) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self.client.hgetall(saga.bookings_key(self.ns)).items()}
+        return {str(k): str(v) for k, v in self.client.hgetall(saga.key(self.ns, "bookings")).items()}
 
     def booked(self) -> dict[str, str]:
         """Tool name -> the booking id it made (each tool books at most once per test)."""
-        entries = [str(e).split(" ") for e in self.client.lrange(saga.booked_key(self.ns), 0, -1)]
+        entries = [str(e).split(" ") for e in self.client.lrange(saga.key(self.ns, "booked"), 0, -1)]
         booked = {name: booking_id for name, booking_id in entries}
         assert len(booked) == len(entries), f"a tool booked twice: {entries}"
         return booked
 
     def undone(self) -> list[str]:
         """Every compensation run, in the order they ran."""
-        return [str(e) for e in self.client.lrange(saga.undo_key(self.ns), 0, -1)]
+        return [str(e) for e in self.client.lrange(saga.key(self.ns, "undo"), 0, -1)]
 
     def received(self, booking_id: str) -> dict[str, Any]:
         """The `ToolExecution` (JSON) the compensation that cancelled `booking_id` received."""
-        raw = self.client.hget(saga.received_key(self.ns), booking_id)
+        raw = self.client.hget(saga.key(self.ns, "received"), booking_id)
         assert raw is not None, f"no compensation received booking {booking_id}"
         data: dict[str, Any] = json.loads(raw)
         return data
 
     def seats(self) -> set[str]:
-        return {str(s) for s in self.client.smembers(saga.seats_key(self.ns))}
-
-
-def tool_result(request: ToolExecutionRequest, text: str, *, is_error: bool) -> ToolExecutionResultMessage:
-    return ToolExecutionResultMessage(id=request.id, tool_name=request.name, text=text, is_error=is_error)
-
-
-def results_of(request: ChatRequest) -> list[ToolExecutionResultMessage]:
-    return [m for m in request.messages if isinstance(m, ToolExecutionResultMessage)]
+        return {str(s) for s in self.client.smembers(saga.key(self.ns, "seats"))}
 
 
 def saga_service(

@@ -1,6 +1,7 @@
 """The worker of the saga acceptance tests: one real worker process serving
 `tests.integration.saga_tools` on pool `saga` (compensations run there as `compensate.<tool>`
-tasks), shared by every module of this folder; and each test's `Ledger`.
+tasks), shared by every module of this folder; where the shared `executor` fixture
+(tests/integration/conftest.py) runs every module's calls; and each test's `Ledger`.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -33,6 +35,16 @@ def saga_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     worker = tool_worker(redis_url, [saga.POOL], [TOOLS_MODULE], log_path, hostname, concurrency=8, env=env)
     with worker.running(timeout_s=60):
         yield worker
+
+
+@pytest.fixture
+def executor_workers() -> tuple[str, ...]:
+    return ("saga_worker",)
+
+
+@pytest.fixture
+def executor_options() -> dict[str, Any]:
+    return {"compensation_retries": COMPENSATION_RETRIES, "retry_backoff_s": RETRY_BACKOFF_S}
 
 
 @pytest.fixture

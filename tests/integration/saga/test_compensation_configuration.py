@@ -12,25 +12,16 @@ from orchestrator import AiService, CeleryExecutor, LocalExecutor, ScriptedChatM
 from orchestrator.saga.journal import Journal
 from tests.integration.saga._ledger import (
     COMPENSATION_NAMES,
-    COMPENSATION_RETRIES,
     INSUFFICIENT,
-    RETRY_BACKOFF_S,
     TOOL_NAMES,
     Ledger,
-    results_of,
     rolled_back,
     saga_service,
-    tool_result,
 )
-from tests.integration.scripts import ask, call
+from tests.integration.scripts import ask, call, results_of, tool_result
 from workers import ToolDefinitionError, ToolExecution, compensate_for, tool
 
 pytestmark = pytest.mark.integration
-
-# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls: the
-# worker of tests/integration/saga/conftest.py.
-WORKERS = ["saga_worker"]
-EXECUTOR_OPTIONS = {"compensation_retries": COMPENSATION_RETRIES, "retry_backoff_s": RETRY_BACKOFF_S}
 
 
 # -- 7. configuration ----------------------------------------------------------------------------
@@ -77,32 +68,19 @@ class ExecutionAndMoreBank(_CreditOnly):
 
 
 WRONG_PARAMETERS = [DroppedParameterBank, RetypedParameterBank, ReorderedParameterBank, ExecutionAndMoreBank]
+# Each refused bank, and what the refusal says.
+REFUSED = [
+    pytest.param(MissingToolBank, ['@compensate_for("missing")'], id="MissingToolBank"),
+    *(
+        pytest.param(bank, ['@compensate_for("credit")', "same parameters"], id=bank.__name__)
+        for bank in WRONG_PARAMETERS
+    ),
+]
 
 
-def test_compensation_for_a_missing_tool_is_refused_at_construction(
-    executor: LocalExecutor | CeleryExecutor, journal: Journal
-) -> None:
-    # Given
-    model = ScriptedChatModel([])
-
-    # When
-    with pytest.raises(ToolDefinitionError) as raised:
-        AiService(
-            chat_model=model,
-            tools=[MissingToolBank()],
-            executor=executor,
-            compensate_on_tool_errors=True,
-            journal=journal,
-        )
-
-    # Then
-    assert '@compensate_for("missing")' in str(raised.value)
-    assert model.requests == []
-
-
-@pytest.mark.parametrize("bank", WRONG_PARAMETERS, ids=lambda cls: cls.__name__)
-def test_compensation_with_other_parameters_is_refused_at_construction(
-    executor: LocalExecutor | CeleryExecutor, journal: Journal, bank: type
+@pytest.mark.parametrize(("bank", "says"), REFUSED)
+def test_a_compensation_for_a_missing_tool_or_with_other_parameters_is_refused_at_construction(
+    executor: LocalExecutor | CeleryExecutor, journal: Journal, bank: type, says: list[str]
 ) -> None:
     # Given
     model = ScriptedChatModel([])
@@ -118,8 +96,9 @@ def test_compensation_with_other_parameters_is_refused_at_construction(
         )
 
     # Then
-    assert '@compensate_for("credit")' in str(raised.value)
-    assert "same parameters" in str(raised.value)
+    for text in says:
+        assert text in str(raised.value)
+    assert model.requests == []
 
 
 def test_with_compensation_disabled_compensations_are_neither_checked_nor_run(

@@ -23,25 +23,11 @@ from orchestrator import (
     fail_invocation,
 )
 from orchestrator.saga.journal import Journal
-from tests.integration.saga._ledger import (
-    COMPENSATION_RETRIES,
-    INSUFFICIENT,
-    RETRY_BACKOFF_S,
-    Ledger,
-    results_of,
-    rolled_back,
-    saga_service,
-    tool_result,
-)
-from tests.integration.scripts import ask, call
+from tests.integration.saga._ledger import INSUFFICIENT, Ledger, rolled_back, saga_service
+from tests.integration.scripts import ask, call, results_of, tool_result
 from workers import ToolExecution
 
 pytestmark = pytest.mark.integration
-
-# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls: the
-# worker of tests/integration/saga/conftest.py.
-WORKERS = ["saga_worker"]
-EXECUTOR_OPTIONS = {"compensation_retries": COMPENSATION_RETRIES, "retry_backoff_s": RETRY_BACKOFF_S}
 
 
 # -- 4. compensations that take the ToolExecution ------------------------------------------------
@@ -89,7 +75,10 @@ def test_compensation_taking_the_execution_cancels_the_id_the_tool_returned(
 
 
 def test_failing_compensation_is_recorded_and_the_others_still_run(
-    executor: LocalExecutor | CeleryExecutor, ledger: Ledger, journal: Journal
+    executor: LocalExecutor | CeleryExecutor,
+    ledger: Ledger,
+    journal: Journal,
+    executor_options: dict[str, Any],
 ) -> None:
     # Given: flight, lounge and hotel booked in three rounds; the lounge cannot be cancelled; the car fails
     flight = call("flight-1", "book_flight", ns=ledger.ns, origin="Kyiv", destination="Rome")
@@ -108,7 +97,7 @@ def test_failing_compensation_is_recorded_and_the_others_still_run(
     flight_id, lounge_id, hotel_id = booked["book_flight"], booked["book_lounge"], booked["book_hotel"]
     assert ledger.undone() == [
         f"cancel_hotel {hotel_id}",
-        *[f"cancel_lounge attempt {lounge_id}"] * (1 + COMPENSATION_RETRIES),
+        *[f"cancel_lounge attempt {lounge_id}"] * (1 + executor_options["compensation_retries"]),
         f"cancel_flight {flight_id}",
     ]
     assert ledger.bookings() == {lounge_id: "lounge at FCO"}

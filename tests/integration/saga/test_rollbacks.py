@@ -20,28 +20,19 @@ from orchestrator import (
 from orchestrator.saga.journal import Journal
 from tests.integration.saga._ledger import (
     BOOKINGS,
-    COMPENSATION_RETRIES,
     IN_REQUEST_ORDER,
     IN_REVERSE_ORDER,
     INSUFFICIENT,
-    RETRY_BACKOFF_S,
     SOLD_OUT,
     Ledger,
     assert_trip_undone_latest_first,
-    results_of,
     rolled_back,
     saga_service,
-    tool_result,
     travel_calls,
 )
-from tests.integration.scripts import ask, call
+from tests.integration.scripts import ask, call, results_of, tool_result
 
 pytestmark = pytest.mark.integration
-
-# Where the shared `executor` fixture (tests/integration/conftest.py) runs this module's calls: the
-# worker of tests/integration/saga/conftest.py.
-WORKERS = ["saga_worker"]
-EXECUTOR_OPTIONS = {"compensation_retries": COMPENSATION_RETRIES, "retry_backoff_s": RETRY_BACKOFF_S}
 
 
 # -- 1. the bank transfer ------------------------------------------------------------------------
@@ -171,16 +162,44 @@ def test_latest_first_follows_request_order_not_completion_order(
 # -- 3. nothing compensated twice ----------------------------------------------------------------
 
 
-def test_compensated_call_is_not_compensated_again_after_a_later_failure(
-    executor: LocalExecutor | CeleryExecutor, ledger: Ledger, journal: Journal
+# The ids of a credit, the withdrawal that fails with it, the credit retried, and a second failing
+# withdrawal; how much the retry credits; and the id the retry reaches the model and journal under.
+RETRIES = [
+    # a retry under a call id of its own
+    pytest.param(("credit-1", "withdraw-1", "credit-2", "withdraw-2"), 30, "credit-2", id="new-id"),
+    # a provider that omits call ids, so the same call at the same index gets the same id: the model
+    # retries the rolled-back credit exactly, and the repeated id is made unique for this invocation
+    # (so the retry has a key of its own)
+    pytest.param(
+        (
+            "call_0_5e1fd2c0a1b2c3d4",
+            "call_1_9a8b7c6d5e4f3a2b",
+            "call_0_5e1fd2c0a1b2c3d4",
+            "call_0_9a8b7c6d5e4f3a2b",
+        ),
+        100,
+        "call_0_5e1fd2c0a1b2c3d4_2",
+        id="repeated-id",
+    ),
+]
+
+
+@pytest.mark.parametrize(("ids", "amount", "retried_id"), RETRIES)
+def test_compensated_call_is_not_compensated_again_and_its_retry_is_compensated_too(
+    executor: LocalExecutor | CeleryExecutor,
+    ledger: Ledger,
+    journal: Journal,
+    ids: tuple[str, str, str, str],
+    amount: int,
+    retried_id: str,
 ) -> None:
     # Given: a credit rolled back by a failed withdrawal, a retried credit that succeeds, and a second
     # failed withdrawal in a later round
     ledger.open_accounts(Mario=50, Dmytro=10)
-    first_credit = call("credit-1", "credit", ns=ledger.ns, name="Dmytro", amount=100)
-    first_withdraw = call("withdraw-1", "withdraw", ns=ledger.ns, name="Mario", amount=100)
-    retried_credit = call("credit-2", "credit", ns=ledger.ns, name="Dmytro", amount=30)
-    second_withdraw = call("withdraw-2", "withdraw", ns=ledger.ns, name="Mario", amount=100)
+    first_credit = call(ids[0], "credit", ns=ledger.ns, name="Dmytro", amount=100)
+    first_withdraw = call(ids[1], "withdraw", ns=ledger.ns, name="Mario", amount=100)
+    retried_credit = call(ids[2], "credit", ns=ledger.ns, name="Dmytro", amount=amount)
+    second_withdraw = call(ids[3], "withdraw", ns=ledger.ns, name="Mario", amount=100)
     model = ScriptedChatModel(
         [ask(first_credit, first_withdraw), ask(retried_credit), ask(second_withdraw), "Giving up"]
     )
@@ -189,17 +208,19 @@ def test_compensated_call_is_not_compensated_again_after_a_later_failure(
     # When
     result = service.chat("Transfer 100 from Mario to Dmytro")
 
-    # Then: the first credit was undone once (before the retry ran), the retried credit once
+    # Then: the first credit was undone once (before the retry ran), the retried credit once, and the
+    # balances are exactly as before
     assert result.content == "Giving up"
-    assert ledger.undone() == ["uncredit Dmytro 100", "uncredit Dmytro 30"]
+    assert ledger.undone() == ["uncredit Dmytro 100", f"uncredit Dmytro {amount}"]
     assert ledger.balances() == {"Mario": 50, "Dmytro": 10}
+    retried = dataclasses.replace(retried_credit, id=retried_id)
     assert model.requests[2].messages[-1] == tool_result(
-        retried_credit, "Credited 30 to Dmytro; balance 40", is_error=False
+        retried, f"Credited {amount} to Dmytro; balance {10 + amount}", is_error=False
     )
     assert results_of(model.requests[3]) == [
         tool_result(first_credit, rolled_back("credit", "withdraw"), is_error=True),
         tool_result(first_withdraw, INSUFFICIENT, is_error=True),
-        tool_result(retried_credit, rolled_back("credit", "withdraw"), is_error=True),
+        tool_result(retried, rolled_back("credit", "withdraw"), is_error=True),
         tool_result(second_withdraw, INSUFFICIENT, is_error=True),
     ]
     assert [e.status for e in result.tool_executions] == [
@@ -211,32 +232,6 @@ def test_compensated_call_is_not_compensated_again_after_a_later_failure(
     assert result.invocation_id is not None
     rows = {c.call_id: c.id for c in journal.calls(result.invocation_id)}
     assert [(c.tool_call_id, c.state) for c in journal.compensations(result.invocation_id)] == [
-        (rows["credit-1"], "succeeded"),
-        (rows["credit-2"], "succeeded"),
+        (rows[ids[0]], "succeeded"),
+        (rows[retried_id], "succeeded"),
     ]
-
-
-def test_identical_retry_under_a_repeated_call_id_is_compensated_too(
-    executor: LocalExecutor | CeleryExecutor, ledger: Ledger, journal: Journal
-) -> None:
-    # Given: a provider that omits call ids, so the same call at the same index gets the same id; the
-    # model retries the rolled-back credit exactly, then a withdrawal fails in a later round
-    ledger.open_accounts(Mario=50, Dmytro=10)
-    credit = call("call_0_5e1fd2c0a1b2c3d4", "credit", ns=ledger.ns, name="Dmytro", amount=100)
-    withdraw = call("call_1_9a8b7c6d5e4f3a2b", "withdraw", ns=ledger.ns, name="Mario", amount=100)
-    withdraw_again = call("call_0_9a8b7c6d5e4f3a2b", "withdraw", ns=ledger.ns, name="Mario", amount=100)
-    model = ScriptedChatModel([ask(credit, withdraw), ask(credit), ask(withdraw_again), "Giving up"])
-    service = saga_service(model, executor, journal)
-
-    # When
-    result = service.chat("Transfer 100 from Mario to Dmytro")
-
-    # Then: the repeated id was made unique for this invocation (so the retry has a key of its own),
-    # both credits were undone, each once, and the balances are exactly as before
-    assert result.content == "Giving up"
-    retried = dataclasses.replace(credit, id=f"{credit.id}_2")
-    assert model.requests[2].messages[-1] == tool_result(
-        retried, "Credited 100 to Dmytro; balance 110", is_error=False
-    )
-    assert ledger.undone() == ["uncredit Dmytro 100", "uncredit Dmytro 100"]
-    assert ledger.balances() == {"Mario": 50, "Dmytro": 10}
