@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -21,12 +22,14 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from orchestrator.errors import ApiError
+from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.saga.journal import Journal
 from orchestrator.server import native, routes
 from orchestrator.server.error_shape import api_error_body, error_body
 from orchestrator.server.events import EventLog
 from orchestrator.server.invocations import Invocations
+from orchestrator.server.replicas import ReplicaWatch
 from orchestrator.server.settings import ServeSettings
 from orchestrator.server.state import ServiceState
 from orchestrator.service import AiService
@@ -44,6 +47,7 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         client = aioredis.Redis.from_url(settings.redis_url)
         events = EventLog(client)
+        recovery_executor = functools.cache(lambda: CeleryExecutor(settings=settings))
         memory_store = SqlChatMemoryStore(settings.database_url)
         state = ServiceState(
             agents=agents,
@@ -56,13 +60,22 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
             invocations=Invocations(client, events),
         )
         app.state.toolfleet = state
-        listening = asyncio.create_task(state.invocations.listen_for_cancels())
+        watch = ReplicaWatch(client, state.journal, recovery_executor, events, settings.heartbeat_ttl_s)
+        background = [
+            asyncio.create_task(state.invocations.listen_for_cancels()),
+            asyncio.create_task(watch.run()),
+        ]
         try:
             yield
         finally:
-            listening.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await listening
+            await state.invocations.drain(0 if state.draining else serve.drain_grace_s)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await watch.stop()
+            if recovery_executor.cache_info().currsize:
+                recovery_executor().close()
             await client.aclose()
 
     app = FastAPI(

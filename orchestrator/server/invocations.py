@@ -65,6 +65,19 @@ class Invocations:
 
         task.add_done_callback(ended)
 
+    async def drain(self, grace_s: float) -> None:
+        """Let the running invocations finish for `grace_s`, then cancel the rest and wait while they
+        compensate what they did."""
+        tasks = list(self.running.values())
+        if not tasks:
+            return
+        log.warning("draining %d invocations (%.0f s grace)", len(tasks), grace_s)
+        _, pending = await asyncio.wait(tasks, timeout=grace_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
     async def cancel(self, invocation_id: str) -> None:
         """Ask whichever replica runs the invocation to cancel it."""
         await self.client.set(CANCELLED_KEY.format(invocation_id), b"1", ex=EVENTS_TTL_S)

@@ -8,6 +8,7 @@ drained replica is a normal end, not a crash.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 from types import FrameType
@@ -29,12 +30,15 @@ class _DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
         super().__init__(config)
         self._app = app
+        self._drain: asyncio.Future[None] | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         state = getattr(self._app.state, "toolfleet", None)
         if state is not None and not state.draining:
             state.draining = True
             log.warning("%s: draining (%d invocations running)", signal.Signals(sig).name, state.in_flight)
+            # The background invocations drain now, alongside the requests uvicorn lets finish.
+            self._drain = asyncio.ensure_future(state.invocations.drain(state.serve.drain_grace_s))
         if self.should_exit and sig == signal.SIGINT:
             self.force_exit = True
         else:

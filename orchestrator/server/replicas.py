@@ -1,0 +1,138 @@
+"""Replicas watching each other: each beats in Redis, and a live one finishes the sagas of one that died.
+
+A replica is known by its journal owner id (host and process, the `owner` of the invocations it
+runs). It adds that id to `REPLICAS_KEY` once and keeps `REPLICA_KEY` alive with a heartbeat that
+expires after the workers' heartbeat TTL. Every half TTL each replica looks for known replicas
+whose heartbeat has expired; the one that takes `RECOVERY_LOCK_KEY` finishes their unfinished
+invocations as `toolfleet recover` does (settle in-flight calls, compensate what succeeded, latest
+first), ends each one's event stream, and forgets the dead replica. Invocations of processes that
+never were replicas (scripts, `toolfleet chat`) are left to `toolfleet recover`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from orchestrator.executors.base import ToolExecutor
+from orchestrator.saga.journal import Journal, owner_id
+from orchestrator.saga.recovery import Recovered, recover
+from orchestrator.server.events import EventLog
+
+__all__ = ["RECOVERY_LOCK_KEY", "REPLICAS_KEY", "REPLICA_KEY", "ReplicaWatch"]
+
+log = logging.getLogger(__name__)
+
+REPLICAS_KEY = "toolfleet:replicas"  # set: every replica's owner id, until a live one recovers it
+REPLICA_KEY = "toolfleet:replica:{}"  # a live replica's heartbeat, by owner id (expiring)
+RECOVERY_LOCK_KEY = "toolfleet:replica-recovery"
+
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+class ReplicaWatch:
+    """This replica's heartbeat, and its share of recovering dead replicas."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        journal: Journal,
+        executor: Callable[[], ToolExecutor],
+        events: EventLog,
+        ttl_s: float,
+        on_recovered: Callable[[Recovered], Awaitable[None]] | None = None,
+    ) -> None:
+        self.client = client
+        self.journal = journal
+        self.executor = executor
+        self.events = events
+        self.ttl_s = ttl_s
+        self.owner = owner_id()
+        self.on_recovered = on_recovered
+
+    async def run(self) -> None:
+        """Beat every third of the TTL and look for dead replicas every half (until cancelled)."""
+        await self.client.sadd(REPLICAS_KEY, self.owner)
+        beat_every = self.ttl_s / 3
+        looked_at = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await self.client.set(REPLICA_KEY.format(self.owner), b"1", px=int(self.ttl_s * 1000))
+                if loop.time() - looked_at >= self.ttl_s / 2:
+                    looked_at = loop.time()
+                    await self.recover_dead()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a Redis or database hiccup: beat again next time
+                log.warning("replica heartbeat or recovery failed: %s", exc)
+            await asyncio.sleep(beat_every)
+
+    async def stop(self) -> None:
+        """Leave cleanly: no heartbeat, and no longer a replica anyone recovers."""
+        await self.client.delete(REPLICA_KEY.format(self.owner))
+        await self.client.srem(REPLICAS_KEY, self.owner)
+
+    async def dead(self) -> list[str]:
+        """Known replicas whose heartbeat has expired."""
+        raw: Any = await self.client.smembers(REPLICAS_KEY)
+        members = [m.decode() if isinstance(m, bytes) else str(m) for m in raw]
+        found = []
+        for owner in members:
+            if owner != self.owner and not await self.client.exists(REPLICA_KEY.format(owner)):
+                found.append(owner)
+        return found
+
+    async def recover_dead(self) -> list[Recovered]:
+        """Finish the sagas of dead replicas, if this replica takes the recovery lock."""
+        dead = await self.dead()
+        if not dead:
+            return []
+        token = uuid.uuid4().hex
+        if not await self.client.set(RECOVERY_LOCK_KEY, token, nx=True, px=int(max(self.ttl_s, 1) * 10_000)):
+            return []
+        reports: list[Recovered] = []
+        try:
+            for owner in dead:
+                reports += await self._recover_owner(owner)
+                await self.client.srem(REPLICAS_KEY, owner)
+        finally:
+            await self.client.eval(_RELEASE, 1, RECOVERY_LOCK_KEY, token)
+        return reports
+
+    async def _recover_owner(self, owner: str) -> list[Recovered]:
+        ids = [r.id for r in await asyncio.to_thread(self.journal.unfinished, 0.0) if r.owner == owner]
+        reports: list[Recovered] = []
+        for invocation_id in ids:
+            log.warning("replica %s stopped: recovering its invocation %s", owner, invocation_id)
+            for report in await recover(
+                self.journal, self.executor(), stale_after_s=0.0, invocation_id=invocation_id
+            ):
+                reports.append(report)
+                await self.events.add(invocation_id, _ended(owner, report))
+                if self.on_recovered is not None:
+                    await self.on_recovered(report)
+        return reports
+
+
+def _ended(owner: str, report: Recovered) -> dict[str, object]:
+    """The last event of an invocation whose replica died: failed, and what recovery did."""
+    return {
+        "type": "invocation.failed",
+        "error": f"its replica {owner} stopped; recovered by {owner_id()}",
+        "recovered": {
+            "compensated": report.compensated,
+            "compensation_failed": report.failed,
+            "nothing_to_undo": report.nothing_to_undo,
+            "abandoned": report.abandoned,
+            "unknown": report.unknown,
+        },
+    }

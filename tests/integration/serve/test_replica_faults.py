@@ -1,0 +1,127 @@
+"""Replicas on an operator's worst day: one SIGKILLed mid-invocation is recovered by the other within
+its heartbeat window, nothing done left standing without its compensation; one told to stop
+(SIGTERM) lets short invocations finish, cancels and compensates the rest, and exits 0."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests._waiting import wait_for
+from tests.integration.fake_openai import FakeOpenAi
+from tests.integration.serve.replicas import AGENT, API_KEY, Replica, replica_env, start_replica
+from tests.integration.serve.test_invocations import AUTH, _read_all, _start
+from tests.integration.side_effects import process_client
+from workers.runtime.process import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+HEARTBEAT_TTL_S = 2.0
+
+
+@pytest.fixture
+def pair(
+    redis_url: str, database_url: str, upstream: FakeOpenAi, serve_worker: WorkerProcess, tmp_path: Path
+) -> Iterator[tuple[Replica, Replica]]:
+    """Two replicas of their own (one of them is killed), beating every 2/3 s with a 2 s TTL."""
+    env = replica_env(
+        redis_url, database_url, upstream.base_url, TOOLFLEET_HEARTBEAT_TTL_S=str(HEARTBEAT_TTL_S)
+    )
+    first = start_replica(env, tmp_path / "a.log")
+    second = start_replica(env, tmp_path / "b.log")
+    try:
+        yield first, second
+    finally:
+        second.stop()
+        first.stop(signal.SIGKILL)
+
+
+def test_a_killed_replicas_saga_is_recovered_by_the_other(pair: tuple[Replica, Replica], ns: str) -> None:
+    doomed, survivor = pair
+    # given: an invocation on the first replica that booked, and naps
+    invocation_id = _start(doomed, f"book {ns} trip; nap {ns} 6")
+    wait_for(lambda: process_client().get(f"serve:{ns}:napping"), timeout_s=15, what="the nap started")
+
+    # when: its replica is SIGKILLed
+    doomed.process.kill()
+    killed_at = time.monotonic()
+
+    # then: the other replica undoes the booking within the heartbeat window (the TTL running out,
+    # then at most half a TTL until it looks), plus the compensation's own round trip
+    wait_for(
+        lambda: process_client().lrange(f"serve:{ns}:undone", 0, -1), timeout_s=20, what="the booking undone"
+    )
+    recovered_in = time.monotonic() - killed_at
+    assert recovered_in < 1.5 * HEARTBEAT_TTL_S + 1.5, f"recovered {recovered_in:.2f} s after the kill"
+    assert process_client().lrange(f"serve:{ns}:undone", 0, -1) == [b"trip"]
+    assert process_client().lrange(f"serve:{ns}:booked", 0, -1) == [b"trip"]
+    # and: the invocation's event stream ends, saying what recovery did; the journal agrees
+    events = _read_all(survivor, invocation_id)
+    last = events[-1][1]
+    assert last["type"] == "invocation.failed" and "stopped; recovered by" in str(last["error"])
+    assert last["recovered"]["compensated"] == ["book (call_0_0)"]  # type: ignore[index]
+    story = httpx.get(f"{survivor.base_url}/invocations/{invocation_id}", headers=AUTH, timeout=10).json()
+    assert story["state"] == "failed"
+    assert [(c["tool"], c["state"]) for c in story["calls"]][:1] == [("book", "compensated")]
+
+
+def test_sigterm_drains_then_exits_zero(
+    redis_url: str,
+    database_url: str,
+    upstream: FakeOpenAi,
+    serve_worker: WorkerProcess,
+    tmp_path: Path,
+    ns: str,
+) -> None:
+    env = replica_env(redis_url, database_url, upstream.base_url, TOOLFLEET_SERVE_DRAIN_GRACE_S="2")
+    replica = start_replica(env, tmp_path / "drain.log")
+    try:
+        # given: a short and a long invocation running, and a chat completion in flight
+        short = _start(replica, f"nap {ns}-short 0.5")
+        long = _start(replica, f"book {ns} stay; nap {ns} 8")
+        completion: dict[str, httpx.Response] = {}
+        asking = threading.Thread(
+            target=lambda: completion.setdefault(
+                "response",
+                httpx.post(
+                    f"{replica.base_url}/chat/completions",
+                    json={"model": AGENT, "messages": [{"role": "user", "content": f"nap {ns}-chat 0.5"}]},
+                    headers={"Authorization": f"Bearer {API_KEY}"},
+                    timeout=30,
+                ),
+            )
+        )
+        asking.start()
+        wait_for(
+            lambda: process_client().get(f"serve:{ns}:napping"), timeout_s=15, what="the long nap started"
+        )
+        wait_for(
+            lambda: process_client().get(f"serve:{ns}-chat:napping"), timeout_s=15, what="the chat's nap"
+        )
+
+        # when: the replica is told to stop
+        replica.process.send_signal(signal.SIGTERM)
+        status = replica.process.wait(timeout=20)
+        asking.join(timeout=10)
+    finally:
+        replica.stop(signal.SIGKILL)
+
+    # then: it exited 0; what could finish did, the rest was cancelled and compensated
+    assert status == 0, replica.log()
+    assert completion["response"].status_code == 200
+    assert completion["response"].json()["choices"][0]["message"]["content"].startswith("done: slept 0.5 s")
+    with_other = start_replica(env, tmp_path / "reader.log")
+    try:
+        short_events = _read_all(with_other, short)
+        long_events = _read_all(with_other, long)
+    finally:
+        with_other.stop()
+    assert short_events[-1][1]["type"] == "invocation.completed"
+    assert long_events[-1][1]["type"] == "invocation.cancelled"
+    assert process_client().lrange(f"serve:{ns}:undone", 0, -1) == [b"stay"]
