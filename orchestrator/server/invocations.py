@@ -14,7 +14,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -37,6 +38,19 @@ CANCEL_CHANNEL = "toolfleet:cancel"
 CANCELLED_KEY = "toolfleet:cancelled:{}"
 
 
+@dataclass(frozen=True)
+class Run:
+    """One invocation to run: its id, the agent (by name and service), the question, the
+    conversation and the parameters."""
+
+    invocation_id: str
+    agent: str
+    service: AiService
+    question: UserMessage
+    memory: ChatMemory
+    parameters: Mapping[str, Any] | None
+
+
 class Invocations:
     """This replica's running invocations, by id."""
 
@@ -45,22 +59,13 @@ class Invocations:
         self.events = events
         self.running: dict[str, asyncio.Task[None]] = {}
 
-    def start(
-        self,
-        invocation_id: str,
-        agent: str,
-        service: AiService,
-        question: UserMessage,
-        memory: ChatMemory,
-        parameters: Mapping[str, Any] | None,
-        on_end: Any,
-    ) -> None:
+    def start(self, run: Run, on_end: Callable[[], object]) -> None:
         """Run the invocation as a task of this replica; `on_end()` is called when it ends."""
-        task = asyncio.create_task(self._run(invocation_id, agent, service, question, memory, parameters))
-        self.running[invocation_id] = task
+        task = asyncio.create_task(self._run(run))
+        self.running[run.invocation_id] = task
 
         def ended(_: asyncio.Task[None]) -> None:
-            self.running.pop(invocation_id, None)
+            self.running.pop(run.invocation_id, None)
             on_end()
 
         task.add_done_callback(ended)
@@ -101,16 +106,8 @@ class Invocations:
                 log.warning("cancel subscription lost (%s); subscribing again", exc)
                 await asyncio.sleep(0.5)
 
-    async def _run(
-        self,
-        invocation_id: str,
-        agent: str,
-        service: AiService,
-        question: UserMessage,
-        memory: ChatMemory,
-        parameters: Mapping[str, Any] | None,
-    ) -> None:
-        add = self.events.add
+    async def _run(self, run: Run) -> None:
+        invocation_id, add = run.invocation_id, self.events.add
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         pending: set[asyncio.Future[Any]] = set()
@@ -128,14 +125,14 @@ class Invocations:
             loop.call_soon_threadsafe(write)
 
         await add(
-            invocation_id, {"type": "invocation.started", "invocation_id": invocation_id, "agent": agent}
+            invocation_id, {"type": "invocation.started", "invocation_id": invocation_id, "agent": run.agent}
         )
         try:
             if await self.client.exists(CANCELLED_KEY.format(invocation_id)):
                 raise asyncio.CancelledError
             with observe_calls(observed):
-                stream = service.stream(
-                    question, memory=memory, parameters=parameters, invocation_id=invocation_id
+                stream = run.service.stream(
+                    run.question, memory=run.memory, parameters=run.parameters, invocation_id=invocation_id
                 )
                 async for event in stream:
                     if isinstance(event, PartialResponse) and event.text:

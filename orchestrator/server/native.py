@@ -17,9 +17,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.errors import ApiError
-from orchestrator.memory import MessageWindowChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.server.events import TERMINAL_TYPES, sse
+from orchestrator.server.invocations import Run
 from orchestrator.server.state import ServiceState, conversation_memory, find_agent, read_body, service_state
 
 __all__ = ["router"]
@@ -52,15 +52,8 @@ async def start_invocation(name: str, request: Request) -> Response:
     admission = state.admitted()
     admission.__enter__()
     try:
-        state.invocations.start(
-            invocation_id,
-            name,
-            service,
-            UserMessage(body.input),
-            memory if memory is not None else MessageWindowChatMemory(state.serve.history_messages),
-            body.parameters,
-            on_end=lambda: admission.__exit__(None, None, None),
-        )
+        run = Run(invocation_id, name, service, UserMessage(body.input), memory, body.parameters)
+        state.invocations.start(run, on_end=lambda: admission.__exit__(None, None, None))
     except BaseException:
         admission.__exit__(None, None, None)
         raise

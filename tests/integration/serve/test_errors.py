@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests._cli import TOOLFLEET
+from tests._cli import TOOLFLEET, run_command
 from tests._waiting import wait_for
 from tests.integration.fake_openai import FakeOpenAi
 from tests.integration.serve.replicas import (
@@ -186,7 +185,7 @@ def test_without_keys_it_refuses_to_listen_beyond_loopback(
 ) -> None:
     env = replica_env(redis_url, database_url, upstream.base_url, TOOLFLEET_API_KEYS=None)
 
-    refused = subprocess.run(
+    refused = run_command(
         [
             TOOLFLEET,
             "serve",
@@ -197,12 +196,8 @@ def test_without_keys_it_refuses_to_listen_beyond_loopback(
             "--port",
             "1",
         ],
-        cwd=REPO_ROOT,
+        cwd=Path(REPO_ROOT),
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
     )
 
     assert refused.returncode == 2
