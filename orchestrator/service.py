@@ -17,13 +17,7 @@ from orchestrator.executors.base import ToolExecutor, fanout_limit
 from orchestrator.executors.local import LocalExecutor
 from orchestrator.handlers import ToolArgumentsErrorHandler, ToolExecutionErrorHandler
 from orchestrator.loop.catalog_tools import LiveCatalogToolProvider, live_catalog_of
-from orchestrator.loop.config import (
-    HallucinatedToolNameStrategy,
-    LoopConfig,
-    Memories,
-    Mode,
-    SystemMessage,
-)
+from orchestrator.loop.config import HallucinatedToolNameStrategy, LoopConfig, Memories, Mode, SystemMessage
 from orchestrator.loop.run import run_invocation
 from orchestrator.loop.state import Emit, new_state
 from orchestrator.loop.toolset import Tool, resolve_tools

@@ -176,10 +176,7 @@ async def post_json(
                 raise error
         if attempt >= policy.max_retries:
             raise error from cause
-        delay = policy.delay_s(attempt, retry_after)
-        log.warning("%s: %s; retry %d/%d in %.2f s", provider, error, attempt + 1, policy.max_retries, delay)
-        attempt += 1
-        await asyncio.sleep(delay)
+        attempt = await _pause_before_retry(provider, policy, attempt, error, retry_after)
 
 
 async def post_stream(
@@ -211,10 +208,18 @@ async def post_stream(
             retry_after = None
             if attempt >= policy.max_retries:
                 raise error from exc
-        delay = policy.delay_s(attempt, retry_after)
-        log.warning("%s: %s; retry %d/%d in %.2f s", provider, error, attempt + 1, policy.max_retries, delay)
-        attempt += 1
-        await asyncio.sleep(delay)
+        attempt = await _pause_before_retry(provider, policy, attempt, error, retry_after)
+
+
+async def _pause_before_retry(
+    provider: str, policy: RetryPolicy, attempt: int, error: ModelError, retry_after: float | None
+) -> int:
+    """Wait as `policy` says before retry `attempt + 1` (or as the server's Retry-After asks); the
+    number of the next attempt."""
+    delay = policy.delay_s(attempt, retry_after)
+    log.warning("%s: %s; retry %d/%d in %.2f s", provider, error, attempt + 1, policy.max_retries, delay)
+    await asyncio.sleep(delay)
+    return attempt + 1
 
 
 async def _sse(response: httpx.Response) -> AsyncGenerator[tuple[str | None, str], None]:

@@ -10,11 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import (
-    ModelError,
-    ModelResponseError,
-    UnsupportedContentError,
-)
+from orchestrator.errors import ModelError, ModelResponseError, UnsupportedContentError
 from orchestrator.messages import (
     AiMessage,
     ChatMessage,

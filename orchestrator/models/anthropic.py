@@ -25,10 +25,7 @@ from typing import Any
 
 import httpx
 
-from orchestrator.errors import (
-    ModelAuthenticationError,
-    ModelInvalidRequestError,
-)
+from orchestrator.errors import ModelAuthenticationError, ModelInvalidRequestError
 from orchestrator.models._anthropic_wire import (
     ANTHROPIC_TOOL_NAME,
     PROVIDER,
@@ -41,13 +38,7 @@ from orchestrator.models._anthropic_wire import (
     wire_tool_choice,
 )
 from orchestrator.models._http import LoopClients, RetryPolicy, loads, post_json, post_stream
-from orchestrator.models.base import (
-    ChatEvent,
-    ChatRequest,
-    ChatResponse,
-    CompleteResponse,
-    ToolChoice,
-)
+from orchestrator.models.base import ChatEvent, ChatRequest, ChatResponse, CompleteResponse, ToolChoice
 from workers.tools.specification import ToolNameAliases
 
 __all__ = ["ANTHROPIC_TOOL_NAME", "AnthropicChatModel"]

@@ -18,10 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from orchestrator.errors import (
-    ModelAuthenticationError,
-    ModelError,
-)
+from orchestrator.errors import ModelAuthenticationError, ModelError
 from orchestrator.models._http import LoopClients, RetryPolicy, loads, post_json, post_stream, redact_headers
 from orchestrator.models._openai_wire import (
     OPENAI_BASE_URL,
@@ -33,13 +30,7 @@ from orchestrator.models._openai_wire import (
     wire_messages,
     wire_tool,
 )
-from orchestrator.models.base import (
-    ChatEvent,
-    ChatRequest,
-    ChatResponse,
-    CompleteResponse,
-    TokenUsage,
-)
+from orchestrator.models.base import ChatEvent, ChatRequest, ChatResponse, CompleteResponse, TokenUsage
 from workers.tools.specification import ToolNameAliases
 
 __all__ = ["OpenAiChatModel"]

@@ -12,13 +12,7 @@
 from orchestrator.saga import journal
 from orchestrator.saga._late import LateCompensation, LateState, late_compensation
 from orchestrator.saga.compensation import run_compensation
-from orchestrator.saga.coordinator import (
-    ROLLED_BACK,
-    Saga,
-    SagaStep,
-    rollback_reason,
-    rolled_back_text,
-)
+from orchestrator.saga.coordinator import ROLLED_BACK, Saga, SagaStep, rollback_reason, rolled_back_text
 from orchestrator.saga.journal import *  # noqa: F403 - the journal's names and its states, listed in `journal.__all__`
 from orchestrator.saga.recovery import Recovered, recover
 

@@ -16,13 +16,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from workers import (
-    Image,
-    InvocationParameters,
-    ToolErrorVisibleToLlm,
-    compensate_for,
-    tool,
-)
+from workers import Image, InvocationParameters, ToolErrorVisibleToLlm, compensate_for, tool
 
 if TYPE_CHECKING:
     from workers.runtime.process import WorkerProcess

@@ -12,13 +12,7 @@ from typing import Any
 
 import redis
 
-from workers import (
-    InvocationContext,
-    ToolCallIdentity,
-    ToolErrorVisibleToLlm,
-    compensate_for,
-    tool,
-)
+from workers import InvocationContext, ToolCallIdentity, ToolErrorVisibleToLlm, compensate_for, tool
 
 POOL = "ident"
 

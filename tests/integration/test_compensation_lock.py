@@ -18,13 +18,7 @@ import redis
 
 from workers import ToolExecutionRequest, compensate_for, tool
 from workers.calls.invocation import Invocation
-from workers.protocol import (
-    CompensationTask,
-    OutcomeKind,
-    ToolExecution,
-    ToolOutcome,
-    compensation_lock_key,
-)
+from workers.protocol import CompensationTask, OutcomeKind, ToolExecution, ToolOutcome, compensation_lock_key
 from workers.runtime._compensation import finish_or_compensate_late, run_compensation_task
 from workers.settings import Settings
 from workers.tools.registry import ToolRegistry

@@ -18,13 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from orchestrator import (
-    CeleryExecutor,
-    LocalExecutor,
-    Result,
-    ScriptedChatModel,
-    ToolExecutionResultMessage,
-)
+from orchestrator import CeleryExecutor, LocalExecutor, Result, ScriptedChatModel, ToolExecutionResultMessage
 from orchestrator.saga import rolled_back_text
 from orchestrator.saga._late import late_compensation
 from orchestrator.saga.journal import Journal

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import redis
@@ -109,6 +109,28 @@ def start_worker(
 # -- helpers -------------------------------------------------------------------------------------
 
 
+class Rig(NamedTuple):
+    """What a blip test works with: the Redis it restarts, how to start its worker, the Redis of the
+    tools' counters, the journal, and the test's namespace."""
+
+    private_redis: PrivateRedis
+    start_worker: Callable[..., WorkerProcess]
+    counts: redis.Redis
+    journal: Journal
+    ns: str
+
+
+@pytest.fixture
+def rig(
+    private_redis: PrivateRedis,
+    start_worker: Callable[..., WorkerProcess],
+    counts: redis.Redis,
+    journal: Journal,
+    ns: str,
+) -> Rig:
+    return Rig(private_redis, start_worker, counts, journal, ns)
+
+
 def number(counts: redis.Redis, ns: str, what: str) -> int:
     return int(counts.get(blip.key(ns, what)) or 0)
 
@@ -159,12 +181,9 @@ def credit_then_fail(ns: str, *, hold: bool = False, **credit: float) -> Scripte
 
 
 def test_a_compensation_survives_a_redis_restart_while_it_runs(
-    private_redis: PrivateRedis,
-    start_worker: Callable[..., WorkerProcess],
-    counts: redis.Redis,
-    journal: Journal,
-    ns: str,
+    rig: Rig,
 ) -> None:
+    private_redis, start_worker, counts, journal, ns = rig
     # Given: a saga whose credit is undone by a compensation that takes 0.5 s
     start_worker(blip.POOL, blip.FAIL_POOL)
     executor = blip_executor(private_redis)
@@ -218,12 +237,9 @@ class Waits(logging.Handler):
 
 
 def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
-    private_redis: PrivateRedis,
-    start_worker: Callable[..., WorkerProcess],
-    counts: redis.Redis,
-    journal: Journal,
-    ns: str,
+    rig: Rig,
 ) -> None:
+    private_redis, start_worker, counts, journal, ns = rig
     # Given: a saga whose credit's pool has one worker, and whose failing call (on another pool)
     # holds until the test releases it
     worker = start_worker(blip.POOL)
@@ -271,13 +287,10 @@ def test_a_compensation_waits_for_a_worker_after_redis_came_back_empty(
 
 @pytest.mark.timeout(180)  # waits out the compensation's 30 s deadline, then runs the CLI twice
 def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
-    private_redis: PrivateRedis,
-    start_worker: Callable[..., WorkerProcess],
-    counts: redis.Redis,
-    journal: Journal,
+    rig: Rig,
     journal_file: Path,
-    ns: str,
 ) -> None:
+    private_redis, start_worker, counts, journal, ns = rig
     # Given: a deposit on a pool whose only worker is stopped before the saga undoes it, and a credit
     # made after the failure, which stands
     start_worker(blip.POOL, blip.FAIL_POOL)
@@ -355,12 +368,9 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
 
 @pytest.mark.timeout(150)  # waits out the compensation's 30 s deadline
 def test_a_compensation_still_running_at_its_deadline_is_awaited_and_recorded_as_it_ended(
-    private_redis: PrivateRedis,
-    start_worker: Callable[..., WorkerProcess],
-    counts: redis.Redis,
-    journal: Journal,
-    ns: str,
+    rig: Rig,
 ) -> None:
+    private_redis, start_worker, counts, journal, ns = rig
     # Given: a credit whose undo takes longer than the compensation's deadline (30.5 s: 30 s for one
     # attempt, no retries, plus the longest backoff)
     start_worker(blip.POOL, blip.FAIL_POOL)

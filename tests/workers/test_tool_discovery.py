@@ -23,13 +23,7 @@ from tests.workers.tool_classes import (
     definition_of,
     names_of,
 )
-from workers import (
-    ToolDefinitionError,
-    ToolRegistry,
-    ToolSpecification,
-    tool,
-    tool_specifications_from,
-)
+from workers import ToolDefinitionError, ToolRegistry, ToolSpecification, tool, tool_specifications_from
 
 # ---------------------------------------------------------------------------------------------------
 # Discovery: objects, classes, modules, functions

@@ -7,10 +7,7 @@ from typing import Annotated, Optional
 import pytest
 
 from tests.workers._schemas import described, parameters
-from tests.workers.tool_classes import (
-    WeatherTools,
-    definition_of,
-)
+from tests.workers.tool_classes import WeatherTools, definition_of
 from workers import (
     InvocationContext,
     InvocationParameters,

@@ -1,12 +1,6 @@
 """Classes holding tools, for the declaration and discovery tests (module level: annotations resolve)."""
 
-from workers import (
-    ToolDefinition,
-    ToolRegistry,
-    compensate_for,
-    tool,
-    tool_specifications_from,
-)
+from workers import ToolDefinition, ToolRegistry, compensate_for, tool, tool_specifications_from
 
 
 def definition_of(source: object, name: str) -> ToolDefinition:

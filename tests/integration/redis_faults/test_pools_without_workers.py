@@ -17,12 +17,7 @@ from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import redis_fault_tools as rft
 from tests.integration.redis_fault_tools import DECLINED, tally
-from tests.integration.redis_faults._faults import (
-    SHORT_TTL_S,
-    count,
-    start_worker,
-    timed_calls,
-)
+from tests.integration.redis_faults._faults import SHORT_TTL_S, count, start_worker, timed_calls
 from tests.integration.scripts import call
 from workers import OutcomeKind
 from workers.settings import Settings

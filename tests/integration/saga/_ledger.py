@@ -11,13 +11,7 @@ from typing import Any
 import redis
 
 import tests.integration.saga_tools as saga
-from orchestrator import (
-    AiService,
-    CeleryExecutor,
-    LocalExecutor,
-    ScriptedChatModel,
-    ToolExecutionRequest,
-)
+from orchestrator import AiService, CeleryExecutor, LocalExecutor, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.saga.journal import Journal
 from tests.integration.scripts import call, results_of, tool_result
 

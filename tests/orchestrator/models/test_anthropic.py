@@ -9,22 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from orchestrator.errors import (
-    ModelInvalidRequestError,
-    UnsupportedContentError,
-)
-from orchestrator.messages import (
-    AiMessage,
-    SystemMessage,
-    ToolExecutionResultMessage,
-    UserMessage,
-)
-from orchestrator.models.base import (
-    ChatResponse,
-    FinishReason,
-    TokenUsage,
-    ToolChoice,
-)
+from orchestrator.errors import ModelInvalidRequestError, UnsupportedContentError
+from orchestrator.messages import AiMessage, SystemMessage, ToolExecutionResultMessage, UserMessage
+from orchestrator.models.base import ChatResponse, FinishReason, TokenUsage, ToolChoice
 from tests.orchestrator.models._anthropic import CAMERA, KEY, MODEL, PNG, WEATHER, ask, make_model
 from tests.orchestrator.models._harness import Recorder, answer, chat, recorded_text
 from workers.contents import Image, ImageContent, TextContent

@@ -9,15 +9,8 @@ import logging
 import httpx
 import pytest
 
-from orchestrator.errors import (
-    ModelAuthenticationError,
-    ModelResponseError,
-    ModelServerError,
-)
-from orchestrator.messages import (
-    AiMessage,
-    UserMessage,
-)
+from orchestrator.errors import ModelAuthenticationError, ModelResponseError, ModelServerError
+from orchestrator.messages import AiMessage, UserMessage
 from orchestrator.models._http import RetryPolicy
 from orchestrator.models.anthropic import AnthropicChatModel
 from orchestrator.models.base import (

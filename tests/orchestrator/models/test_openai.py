@@ -13,11 +13,7 @@ import httpx
 import pytest
 from jsonschema.exceptions import ValidationError
 
-from orchestrator.errors import (
-    ModelAuthenticationError,
-    ModelError,
-    ModelResponseError,
-)
+from orchestrator.errors import ModelAuthenticationError, ModelError, ModelResponseError
 from orchestrator.messages import AiMessage, SystemMessage, ToolExecutionResultMessage, UserMessage
 from orchestrator.models.base import (
     ChatEvent,
@@ -31,24 +27,8 @@ from orchestrator.models.base import (
     TokenUsage,
     ToolChoice,
 )
-from tests.orchestrator.models._harness import (
-    Recorder,
-    SseChunks,
-    answer,
-    chat,
-    recorded_json,
-    sse,
-    stream,
-)
-from tests.orchestrator.models._openai import (
-    KEY,
-    PING,
-    TIME,
-    WEATHER,
-    ask,
-    make_model,
-    validate,
-)
+from tests.orchestrator.models._harness import Recorder, SseChunks, answer, chat, recorded_json, sse, stream
+from tests.orchestrator.models._openai import KEY, PING, TIME, WEATHER, ask, make_model, validate
 from workers.contents import Image, ImageContent, TextContent
 from workers.protocol import ToolExecutionRequest
 

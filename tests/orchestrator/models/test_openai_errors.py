@@ -16,26 +16,10 @@ from orchestrator.errors import (
     UnsupportedContentError,
 )
 from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
-from orchestrator.models.base import (
-    ChatRequest,
-    FinishReason,
-)
+from orchestrator.models.base import ChatRequest, FinishReason
 from orchestrator.models.openai import OpenAiChatModel
-from tests.orchestrator.models._harness import (
-    Recorder,
-    SseChunks,
-    answer,
-    chat,
-    sse,
-    stream,
-)
-from tests.orchestrator.models._openai import (
-    KEY,
-    TIME,
-    WEATHER,
-    ask,
-    make_model,
-)
+from tests.orchestrator.models._harness import Recorder, SseChunks, answer, chat, sse, stream
+from tests.orchestrator.models._openai import KEY, TIME, WEATHER, ask, make_model
 from workers.contents import Image, ImageContent
 from workers.protocol import ToolExecutionRequest
 

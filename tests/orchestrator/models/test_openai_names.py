@@ -9,15 +9,7 @@ from orchestrator.models.base import (
     PartialToolCall,
     TokenUsage,
 )
-from tests.orchestrator.models._harness import (
-    Recorder,
-    SseChunks,
-    answer,
-    chat,
-    recorded_json,
-    sse,
-    stream,
-)
+from tests.orchestrator.models._harness import Recorder, SseChunks, answer, chat, recorded_json, sse, stream
 from tests.orchestrator.models._openai import (
     CN_ALIAS,
     CN_WEATHER,
