@@ -21,6 +21,8 @@ CHECK_TIMEOUT_S = 2.0
 async def problems(state: ServiceState) -> list[str]:
     """What keeps the replica from being ready, one line each; empty when it is ready."""
     found: list[str] = []
+    if state.draining:
+        found.append("this replica is draining (it was told to stop): send new work to another")
     try:
         await asyncio.wait_for(state.redis.ping(), CHECK_TIMEOUT_S)
     except Exception as exc:
