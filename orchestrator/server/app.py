@@ -13,13 +13,14 @@ import functools
 import hmac
 import logging
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
 
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.errors import ApiError
 from orchestrator.executors.celery import CeleryExecutor
@@ -84,7 +85,7 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
         lifespan=lifespan,
     )
     _install_error_handlers(app)
-    app.middleware("http")(_authenticate)
+    app.add_middleware(_BearerKeys)
     app.include_router(routes.router)
     app.include_router(native.router)
     return app
@@ -93,21 +94,33 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
 _OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 
 
-async def _authenticate(request: Request, call_next: Any) -> Response:
-    """Ask for `Authorization: Bearer <key>` on every route but health and the schema, when keys
-    are configured; each configured key is compared in constant time."""
-    keys: tuple[str, ...] = request.app.state.toolfleet.serve.api_keys
-    if keys and request.url.path not in _OPEN_PATHS:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            return _error(ApiError(401, "missing API key: send the header 'Authorization: Bearer <key>'"))
-        presented = given.strip().encode()
-        matched = False
-        for key in keys:
-            matched |= hmac.compare_digest(presented, key.encode())
-        if not matched:
-            return _error(ApiError(401, "incorrect API key"))
-    return await call_next(request)  # type: ignore[no-any-return]
+class _BearerKeys:
+    """Ask for `Authorization: Bearer <key>` on every route but health and the schema, when keys are
+    configured; each configured key is compared in constant time. A plain ASGI middleware: it never
+    buffers a response, so streams flow as they are written."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in _OPEN_PATHS:
+            keys: tuple[str, ...] = scope["app"].state.toolfleet.serve.api_keys
+            refusal = _refusal(keys, Headers(scope=scope).get("authorization", "")) if keys else None
+            if refusal is not None:
+                await _error(refusal)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _refusal(keys: tuple[str, ...], authorization: str) -> ApiError | None:
+    scheme, _, given = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return ApiError(401, "missing API key: send the header 'Authorization: Bearer <key>'")
+    presented = given.strip().encode()
+    matched = False
+    for key in keys:
+        matched |= hmac.compare_digest(presented, key.encode())
+    return None if matched else ApiError(401, "incorrect API key")
 
 
 def _error(error: ApiError) -> JSONResponse:

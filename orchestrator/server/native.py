@@ -49,13 +49,12 @@ async def start_invocation(name: str, request: Request) -> Response:
     service = find_agent(state, name, param=None)
     memory = conversation_memory(state, name, body.conversation_id, [])
     invocation_id = str(uuid.uuid4())
-    admission = state.admitted()
-    admission.__enter__()
+    place = state.admit()
     try:
         run = Run(invocation_id, name, service, UserMessage(body.input), memory, body.parameters)
-        state.invocations.start(run, on_end=lambda: admission.__exit__(None, None, None))
+        state.invocations.start(run, on_end=place.release)
     except BaseException:
-        admission.__exit__(None, None, None)
+        place.release()
         raise
     headers = {"X-Invocation-Id": invocation_id}
     if "text/event-stream" in request.headers.get("accept", ""):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -11,13 +12,14 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from orchestrator.errors import ApiError, ModelError
 from orchestrator.models.base import PartialResponse
 from orchestrator.result import CompleteResponse
 from orchestrator.server import openai_wire, readiness
 from orchestrator.server.error_shape import error_body
-from orchestrator.server.state import conversation_memory, find_agent, read_body, service_state
+from orchestrator.server.state import Place, conversation_memory, find_agent, read_body, service_state
 
 __all__ = ["router"]
 
@@ -75,7 +77,7 @@ async def chat_completions(request: Request) -> Response:
     parameters = {"user": body.user} if body.user else None
     headers = {"X-Invocation-Id": invocation_id}
     if not body.stream:
-        with state.admitted():
+        with state.admit():
             result = await _run(
                 service.achat(question, memory=memory, parameters=parameters, invocation_id=invocation_id),
                 invocation_id,
@@ -84,12 +86,14 @@ async def chat_completions(request: Request) -> Response:
             completion_id, body.model, result.content, result.finish_reason, result.token_usage
         )
         return JSONResponse(payload, headers=headers)
-    admission = state.admitted()
-    admission.__enter__()  # refused here, before the stream starts, with the error's own status
+    place = state.admit()  # refused here, before the stream starts, with the error's own status
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     events = service.stream(question, memory=memory, parameters=parameters, invocation_id=invocation_id)
-    chunks = _chunks(events, completion_id, body.model, invocation_id, include_usage, admission)
-    return StreamingResponse(chunks, media_type="text/event-stream", headers=headers)
+    chunks = _chunks(events, completion_id, body.model, invocation_id, include_usage, place)
+    # The place is released when the stream ends, or when the client leaves before it starts.
+    return StreamingResponse(
+        chunks, media_type="text/event-stream", headers=headers, background=BackgroundTask(place.release)
+    )
 
 
 async def _run(invocation: Any, invocation_id: str) -> Any:
@@ -113,40 +117,36 @@ async def _chunks(
     agent: str,
     invocation_id: str,
     include_usage: bool,
-    admission: Any,
+    place: Place,
 ) -> AsyncIterator[str]:
     """The invocation's text as `chat.completion.chunk` events, then `[DONE]`; an error mid-stream is
-    sent as an error event (the status line is gone by then)."""
+    sent as an error event (the status line is gone by then). A client that leaves closes `events`,
+    which cancels the invocation (what it did is compensated)."""
+
+    def chunk(**fields: Any) -> str:
+        return _sse(openai_wire.completion_chunk(completion_id, agent, **fields))
+
     try:
-        yield _sse(
-            openai_wire.completion_chunk(completion_id, agent, delta={"role": "assistant", "content": ""})
-        )
-        try:
-            async for event in events:
-                if isinstance(event, PartialResponse) and event.text:
-                    yield _sse(
-                        openai_wire.completion_chunk(completion_id, agent, delta={"content": event.text})
-                    )
-                elif isinstance(event, CompleteResponse):
-                    result = event.result
-                    yield _sse(
-                        openai_wire.completion_chunk(completion_id, agent, finish=result.finish_reason)
-                    )
-                    if include_usage:
-                        yield _sse(
-                            openai_wire.completion_chunk(completion_id, agent, usage=result.token_usage)
-                        )
-        except ModelError as exc:
-            log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
-            yield _sse(error_body(502, f"the agent's model failed (invocation {invocation_id})"))
-        except Exception as exc:
-            log.error("invocation %s failed", invocation_id, exc_info=exc)
-            yield _sse(
-                error_body(500, f"the invocation {invocation_id} failed; the service's log has the details")
-            )
+        yield chunk(delta={"role": "assistant", "content": ""})
+        async with contextlib.aclosing(events):  # type: ignore[type-var]
+            try:
+                async for event in events:
+                    if isinstance(event, PartialResponse) and event.text:
+                        yield chunk(delta={"content": event.text})
+                    elif isinstance(event, CompleteResponse):
+                        yield chunk(finish=event.result.finish_reason)
+                        if include_usage:
+                            yield chunk(usage=event.result.token_usage)
+            except ModelError as exc:
+                log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
+                yield _sse(error_body(502, f"the agent's model failed (invocation {invocation_id})"))
+            except Exception as exc:
+                log.error("invocation %s failed", invocation_id, exc_info=exc)
+                message = f"the invocation {invocation_id} failed; the service's log has the details"
+                yield _sse(error_body(500, message))
         yield "data: [DONE]\n\n"
     finally:
-        admission.__exit__(None, None, None)
+        place.release()
 
 
 def _sse(payload: dict[str, Any]) -> str:

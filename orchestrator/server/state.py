@@ -3,9 +3,8 @@ request's body within its limit."""
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -23,6 +22,7 @@ from workers.settings import Settings
 
 __all__ = [
     "MAX_CONVERSATION_ID",
+    "Place",
     "ServiceState",
     "conversation_memory",
     "find_agent",
@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 MAX_CONVERSATION_ID = 200
+RETRY_SOON = {"Retry-After": "1"}  # seconds a refused client waits before it tries again
 
 
 @dataclass
@@ -49,9 +50,8 @@ class ServiceState:
     in_flight: int = 0
     draining: bool = False
 
-    @contextlib.contextmanager
-    def admitted(self) -> Iterator[None]:
-        """Hold one of the replica's invocation places for the block, or refuse (429, 503 draining)."""
+    def admit(self) -> Place:
+        """Take one of the replica's invocation places, or refuse (429 at capacity, 503 draining)."""
         if self.draining:
             raise ApiError(
                 503, "this replica is shutting down: retry on another", headers={"Retry-After": "1"}
@@ -60,13 +60,28 @@ class ServiceState:
             raise ApiError(
                 429,
                 f"this replica runs {self.in_flight} invocations, its limit: retry shortly",
-                headers={"Retry-After": "1"},
+                headers=RETRY_SOON,
             )
         self.in_flight += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
+        return Place(self)
+
+
+class Place:
+    """One invocation place of a replica, held until `release()` (which may be called more than once)."""
+
+    def __init__(self, state: ServiceState) -> None:
+        self._state: ServiceState | None = state
+
+    def release(self) -> None:
+        if self._state is not None:
+            self._state.in_flight -= 1
+            self._state = None
+
+    def __enter__(self) -> Place:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
 
 
 def service_state(request: Request) -> ServiceState:

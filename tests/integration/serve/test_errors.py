@@ -202,3 +202,33 @@ def test_without_keys_it_refuses_to_listen_beyond_loopback(
 
     assert refused.returncode == 2
     assert "refusing to listen on 0.0.0.0 without API keys: set TOOLFLEET_API_KEYS" in refused.stderr
+
+
+def test_a_client_that_leaves_a_stream_cancels_its_invocation_and_frees_its_place(
+    edge: Replica, ns: str
+) -> None:
+    # given: a streamed completion that booked and naps, holding the replica's one place
+    body = {
+        "model": AGENT,
+        "messages": [{"role": "user", "content": f"book {ns} seat; nap {ns} 5"}],
+        "stream": True,
+    }
+    with httpx.stream(
+        "POST",
+        f"{edge.base_url}/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        timeout=30,
+    ) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()  # held: a discarded line iterator closes the response
+        next(lines)  # the first chunk came
+        wait_for(lambda: process_client().get(f"serve:{ns}:napping"), timeout_s=15, what="the nap started")
+    # when: the client left (the block closed the connection)
+
+    # then: the invocation is cancelled and its booking undone, and the place is free again
+    wait_for(
+        lambda: process_client().lrange(f"serve:{ns}:undone", 0, -1), timeout_s=10, what="the booking undone"
+    )
+    assert process_client().lrange(f"serve:{ns}:undone", 0, -1) == [b"seat"]
+    assert wait_for(lambda: _post(edge, _ask("hi")).status_code == 200, timeout_s=5, what="the place freed")
