@@ -8,6 +8,7 @@ cannot drift into YAML this parser would misread.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import shlex
@@ -18,7 +19,8 @@ import pytest
 
 from orchestrator.cli import COMMANDS
 from orchestrator.cli import build_parser as _parser
-from orchestrator.server.settings import SERVE_ENVIRONMENT
+from orchestrator.server.settings import SERVE_ENVIRONMENT, ServeSettings
+from orchestrator.service import AiService
 from workers.settings import ENVIRONMENT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,9 +33,15 @@ ALLOWED_ENVIRONMENT = {
     "FLOWER_UNAUTHENTICATED_API": "Flower reads it natively (only without authentication)",
     "PYTHONUNBUFFERED": "logs reach `docker compose logs` at once",
     "TOOLFLEET_EXAMPLES_SLOW": "workers.examples.travel reads it: the demo's slow car rental",
+    "OPENAI_API_KEY": "workers.examples.agents reads it: OpenAI's model instead of the scripted one",
+    "OPENAI_MODEL": "workers.examples.agents reads it: the model's name",
+    "OPENAI_BASE_URL": "workers.examples.agents reads it: an OpenAI-compatible server",
 }
 # Variables whose values are secrets: required (`${VAR:?message}`) wherever they are used.
-SECRETS = ("REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH")
+SECRETS = ("REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH", "TOOLFLEET_API_KEYS")
+# Secrets that may be left out: passed on from the environment as `${VAR:-}`, never given a value.
+OPTIONAL_SECRETS = ("OPENAI_API_KEY",)
+BALANCER_CONFIG = "./deploy/nginx.conf"
 TOOLFLEET_IMAGE = "toolfleet"
 
 
@@ -276,6 +284,7 @@ def test_the_stack_has_its_services(compose: dict[str, Any]) -> None:
         "worker-io",
         "worker-heavy",
         "orchestrator",
+        "balancer",
     }
     assert set(_toolfleet_services(compose)) == {"flower", "worker-io", "worker-heavy", "orchestrator"}
     assert set(compose["volumes"]) == {"redis-data", "postgres-data"}
@@ -391,6 +400,87 @@ def test_flower_requires_basic_auth(compose: dict[str, Any]) -> None:
     assert flower["ports"] == ["127.0.0.1:${FLOWER_PORT:-5555}:" + str(args.port)]
 
 
+def _without_references(value: str) -> str:
+    return re.sub(r"\$\{[^}]*\}", "REF", value)
+
+
+def test_the_orchestrator_serves_its_agents_as_alike_replicas(compose: dict[str, Any]) -> None:
+    orchestrator = _services(compose)["orchestrator"]
+    args = _parser().parse_args(orchestrator["command"].split())
+    assert args.command == "serve"
+    assert args.host == "0.0.0.0", "the balancer reaches it over the stack's network"
+    # the settings `toolfleet serve` would read there are valid (keys given: it may listen on 0.0.0.0)
+    environ = {name: _without_references(value) for name, value in orchestrator["environment"].items()}
+    serve = ServeSettings.from_env(args.agent, args.host, args.port, environ=environ)
+    assert serve.api_keys, "clients must send a key"
+    assert orchestrator["environment"][SERVE_ENVIRONMENT["api_keys"]].startswith("${TOOLFLEET_API_KEYS:?")
+    for spec in serve.agents:  # each agent is there (not built: that needs Redis)
+        target: Any = importlib.import_module(spec.module)
+        for part in spec.attribute.split("."):
+            target = getattr(target, part)
+        assert isinstance(target, AiService) or callable(target), str(spec)
+    # alike replicas: `--scale orchestrator=N` needs no fixed name and no host port
+    assert "container_name" not in orchestrator
+    assert "ports" not in orchestrator, "replicas are reached through the balancer"
+    # Docker waits longer than the drain before it kills the replica
+    grace = re.fullmatch(r"(\d+)s", orchestrator["stop_grace_period"])
+    assert grace is not None and int(grace[1]) > serve.drain_grace_s
+    # its health is the service's own, asked with the image's python (the image has no curl)
+    test = orchestrator["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    compile(test[3], "healthcheck", "exec")
+    assert re.search(rf"urlopen\('http://127\.0\.0\.1:{args.port}/(readyz|healthz)'", test[3]), test[3]
+
+
+def _nginx_directives(text: str) -> list[tuple[str, str]]:
+    """Every `name arguments;` of an nginx configuration, in order (comments left out)."""
+    code = "\n".join(line.partition("#")[0] for line in text.splitlines())
+    return [(name, args.strip()) for name, args in re.findall(r"([a-z_0-9]+)\s+([^;{}]*);", code)]
+
+
+def test_the_balancer_sends_requests_to_every_replica_unbuffered(compose: dict[str, Any]) -> None:
+    services = _services(compose)
+    balancer = services["balancer"]
+    name, _, tag = balancer["image"].partition(":")
+    assert name == "nginx"
+    assert tuple(int(part) for part in tag.split(".")) >= (1, 27, 3), "`resolve` needs nginx 1.27.3"
+    assert f"{BALANCER_CONFIG}:/etc/nginx/conf.d/default.conf:ro" in balancer["volumes"]
+    directives = _nginx_directives((ROOT / BALANCER_CONFIG).read_text())
+    values: dict[str, list[str]] = {}
+    for directive, arguments in directives:
+        values.setdefault(directive, []).append(arguments)
+    # to every replica of the orchestrator service, found again as replicas come and go
+    port = _parser().parse_args(services["orchestrator"]["command"].split()).port
+    assert f"orchestrator:{port} resolve" in values["server"]
+    assert values["resolver"][0].startswith("127.0.0.11 ")
+    upstream = re.search(r"upstream (\w+) \{", (ROOT / BALANCER_CONFIG).read_text())
+    assert upstream is not None and values["proxy_pass"] == [f"http://{upstream[1]}"]
+    # server-sent events pass as they are written, over HTTP/1.1, and a quiet stream is not cut
+    assert values["proxy_buffering"] == ["off"]
+    assert values["proxy_http_version"] == ["1.1"]
+    read_timeout = re.fullmatch(r"(\d+)s", values["proxy_read_timeout"][0])
+    assert read_timeout is not None and int(read_timeout[1]) >= 600
+    headers = {value.split()[0].lower(): value.split()[1] for value in values["proxy_set_header"]}
+    assert headers["authorization"] == "$http_authorization"
+    assert headers["last-event-id"] == "$http_last_event_id"
+    # a POST is never sent to a second replica
+    assert "non_idempotent" not in values.get("proxy_next_upstream", [""])[0]
+    # one host port, on loopback, to the port nginx listens on
+    assert balancer["ports"] == [f"127.0.0.1:${{HTTP_PORT:-8000}}:{values['listen'][0]}"]
+    assert balancer["depends_on"]["orchestrator"] == {"condition": "service_healthy"}
+
+
+def test_the_commands_the_comments_show_are_ones_the_cli_accepts(compose: dict[str, Any]) -> None:
+    text = COMPOSE.read_text()
+    shown = re.findall(r"^#\s+docker compose run --rm (\S+) ([^#\n]*)", text, re.MULTILINE)
+    assert {args.split()[0] for _, args in shown} >= {"demo", "tools"}
+    for service, args in shown:
+        assert service in _toolfleet_services(compose), service
+        assert _parser().parse_args(args.split()).command == args.split()[0]
+    scaled = re.findall(r"--scale (\S+)=\d+", text)
+    assert scaled and set(scaled) == {"orchestrator"}
+
+
 def test_no_secret_is_written_in_the_file(compose: dict[str, Any]) -> None:
     text = COMPOSE.read_text()
     for name, operator, _ in _references(text):
@@ -406,7 +496,9 @@ def test_no_secret_is_written_in_the_file(compose: dict[str, Any]) -> None:
             assert credentials.partition(":")[2] == "REF", f"a literal password in {url}"
     for service in _services(compose).values():
         for variable, value in (service.get("environment") or {}).items():
-            if re.search(r"PASSWORD|SECRET|TOKEN|AUTH|KEY", variable):
+            if variable in OPTIONAL_SECRETS:
+                assert value == f"${{{variable}:-}}", f"{variable} is passed on, never given a value"
+            elif re.search(r"PASSWORD|SECRET|TOKEN|AUTH|KEY", variable):
                 assert re.fullmatch(r"\$\{[A-Z_]+:\?[^}]*\}", value), (
                     f"{variable} must be a ${{...}} reference"
                 )
