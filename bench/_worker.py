@@ -18,17 +18,51 @@ import redis
 
 from workers.runtime.catalog import Catalog
 
-__all__ = ["BenchWorker"]
+__all__ = ["REPO", "BenchWorker", "die_with_parent", "log_tail", "stop_group"]
 
-_REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[1]
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child, before exec: get SIGTERM if the benchmark dies without stopping us (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def stop_group(process: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
+    """SIGTERM to the process group `process` leads (started with `start_new_session`), then SIGKILL
+    if it does not exit within `timeout_s`; also when interrupted while waiting."""
+    if process is None or process.poll() is not None:
+        return
+    # The group is signalled only while its leader is not reaped yet, so its id cannot be reused.
+    _signal_group(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    except BaseException:
+        # Interrupted while waiting: still leave nothing behind.
+        if process.poll() is None:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        raise
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def log_tail(path: Path, what: str, chars: int = 3000) -> str:
+    """The end of the log at `path`, headed with `what`; empty if it cannot be read."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return f"\n--- {what} log {path} ---\n{text[-chars:]}"
 
 
 class BenchWorker:
@@ -63,7 +97,7 @@ class BenchWorker:
             "--loglevel",
             "WARNING",
         ]
-        pythonpath = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
+        pythonpath = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
         self._env = {**env, "PYTHONPATH": pythonpath}
         handle, name = tempfile.mkstemp(prefix="toolfleet-bench-worker-", suffix=".log")
         os.close(handle)
@@ -77,12 +111,12 @@ class BenchWorker:
             self.process = subprocess.Popen(
                 self.command,
                 env=self._env,
-                cwd=_REPO,
+                cwd=REPO,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )
         client = redis.Redis.from_url(self.redis_url)
         catalog = Catalog(client)
@@ -103,40 +137,14 @@ class BenchWorker:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Warm shutdown (SIGTERM to the group), then SIGKILL if it does not exit in time."""
-        process = self.process
-        if process is None:
-            return
-        if process.poll() is not None:
-            return
-        # The group is signalled only while its leader is not reaped yet, so its id cannot be reused.
-        self._signal_group(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self._signal_group(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-        except BaseException:
-            # Interrupted while waiting: still leave nothing behind.
-            if process.poll() is None:
-                self._signal_group(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-            raise
+        stop_group(self.process, timeout_s)
 
     def remove_log(self) -> None:
         with contextlib.suppress(OSError):
             self.log_path.unlink()
 
-    @staticmethod
-    def _signal_group(pgid: int, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signum)
-
     def _tail(self) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return f"\n--- worker log {self.log_path} ---\n{text[-3000:]}"
+        return log_tail(self.log_path, "worker")
 
     def log_tail(self) -> str:
         return self._tail()
