@@ -80,15 +80,18 @@ class ServeReplica:
                 start_new_session=True,
                 preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )
+        said = "no answer"
         with httpx.Client(timeout=2) as client:
             while time.monotonic() - started < timeout_s:
                 if self.process.poll() is not None:
                     raise RuntimeError(f"toolfleet serve exited with {self.process.returncode}{self.tail()}")
                 with contextlib.suppress(httpx.HTTPError):
-                    if client.get(f"{self.root}/readyz").status_code == 200:
+                    response = client.get(f"{self.root}/readyz")
+                    if response.status_code == 200:
                         return time.monotonic() - started
+                    said = response.text[:300]
                 time.sleep(0.1)
-        raise TimeoutError(f"toolfleet serve not ready within {timeout_s:g} s{self.tail()}")
+        raise TimeoutError(f"toolfleet serve not ready within {timeout_s:g} s ({said}){self.tail()}")
 
     def stop(self, timeout_s: float = DRAIN_GRACE_S + 8.0) -> int | None:
         """SIGTERM (the replica drains, then exits 0), SIGKILL after `timeout_s`; its exit status."""

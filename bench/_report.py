@@ -79,7 +79,6 @@ def build_report(
         "summary": {
             "met": [n for n, m in measures.items() if m.verdict == "met"],
             "missed": [n for n, m in measures.items() if m.verdict not in ("met", "skipped")],
-            "skipped": [n for n, m in measures.items() if m.verdict == "skipped"],
         },
         "measures": {n: m.to_json() for n, m in measures.items()},
     }

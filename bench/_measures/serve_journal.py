@@ -40,7 +40,8 @@ def postgres_problem(url: str) -> str | None:
         finally:
             engine.dispose()
     except Exception as exc:
-        return f"PostgreSQL at {redact_url(url)} does not answer ({type(exc).__name__}: {exc})".split("\n")[0]
+        reason = (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0]
+        return f"PostgreSQL at {redact_url(url)} does not answer: {reason[:120]}"
     return None
 
 
