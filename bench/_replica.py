@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from bench._worker import REPO, die_with_parent, log_tail, stop_group
+from bench._worker import REPO, log_tail, spawn, stop_group
 
 __all__ = ["AGENTS_MODULE", "ServeReplica", "serve_replica"]
 
@@ -69,17 +69,7 @@ class ServeReplica:
         """Start the replica and wait until `/readyz` answers 200 (Redis, its database and a live
         worker of pool `bench`); return the seconds it took."""
         started = time.monotonic()
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command,
-                env=self._env,
-                cwd=REPO,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                preexec_fn=die_with_parent if sys.platform == "linux" else None,
-            )
+        self.process = spawn(self.command, self._env, self.log_path)
         said = "no answer"
         with httpx.Client(timeout=2) as client:
             while time.monotonic() - started < timeout_s:

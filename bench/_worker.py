@@ -18,17 +18,34 @@ import redis
 
 from workers.runtime.catalog import Catalog
 
-__all__ = ["REPO", "BenchWorker", "die_with_parent", "log_tail", "stop_group"]
+__all__ = ["REPO", "BenchWorker", "log_tail", "spawn", "stop_group"]
 
 REPO = Path(__file__).resolve().parents[1]
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
+def _die_with_parent() -> None:
     """In the child, before exec: get SIGTERM if the benchmark dies without stopping us (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def spawn(command: list[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start `command` in the repository, in a session of its own (a Ctrl-C in the terminal reaches
+    only the benchmark, which then stops it), its output appended to `log_path`; it gets SIGTERM if
+    the benchmark dies without stopping it (Linux)."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            command,
+            env=dict(env),
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
 
 
 def stop_group(process: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
@@ -107,17 +124,7 @@ class BenchWorker:
     def start(self, timeout_s: float = 60.0) -> float:
         """Start the worker and wait until its heartbeat is in the catalog; return the seconds it took."""
         started = time.monotonic()
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command,
-                env=self._env,
-                cwd=REPO,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                preexec_fn=die_with_parent if sys.platform == "linux" else None,
-            )
+        self.process = spawn(self.command, self._env, self.log_path)
         client = redis.Redis.from_url(self.redis_url)
         catalog = Catalog(client)
         try:

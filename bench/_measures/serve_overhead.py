@@ -11,7 +11,7 @@ import httpx
 from bench import agents
 from bench._context import Bench
 from bench._replica import serve_replica
-from bench._timing import Measure, Sample, cpu_json, ms, process_cpu_s, summarize, walls
+from bench._timing import Measure, cpu_json, ms, process_cpu_s, summarize, walls
 
 TARGET_S = 0.003
 WARMUP = 30  # pairs
@@ -62,26 +62,16 @@ async def measure_serve_overhead(b: Bench) -> Measure:
 
             await b.timer.interleaved(served, in_process, b.reps(WARMUP))
             replica_before = process_cpu_s(replica.pid) if replica.pid else None
-            served_runs: list[Sample] = []
-            local_runs: list[Sample] = []
-            differences: list[float] = []
-            for _ in range(b.reps(ROUNDS)):
-                served_round, local_round = await b.timer.interleaved(served, in_process, b.reps(PAIRS))
-                served_runs += served_round
-                local_runs += local_round
-                served_median, local_median = median(walls(served_round)), median(walls(local_round))
-                differences.append(served_median - local_median)
-                m.rounds.append(
-                    {
-                        "served_median_ms": ms(served_median),
-                        "in_process_median_ms": ms(local_median),
-                        "difference_ms": ms(served_median - local_median),
-                    }
-                )
+            served_runs, local_runs, medians = await b.rounds(served, in_process, rounds=ROUNDS, pairs=PAIRS)
             replica_after = process_cpu_s(replica.pid) if replica.pid else None
     replica_cpu = None
     if replica_before is not None and replica_after is not None:
         replica_cpu = ms((replica_after - replica_before) / len(served_runs))
+    differences = [served_median - local_median for served_median, local_median in medians]
+    m.rounds = [
+        {"served_median_ms": ms(s), "in_process_median_ms": ms(i), "difference_ms": ms(s - i)}
+        for s, i in medians
+    ]
     difference = median(differences)
     served_ms, local_ms = ms(median(walls(served_runs))), ms(median(walls(local_runs)))
     m.sides = {"served": summarize(walls(served_runs)), "in_process": summarize(walls(local_runs))}
