@@ -1,10 +1,12 @@
-"""`python -m bench`: toolfleet's CeleryExecutor against raw Celery, on one real worker, with targets.
+"""`python -m bench`: toolfleet's CeleryExecutor against raw Celery, on one real worker, and `toolfleet
+serve` against in-process calls and with and without its journal, with targets.
 
 Runs on a dedicated Redis database (db 14 of the server at `TOOLFLEET_REDIS_URL`, flushed at start;
 `TOOLFLEET_BENCH_REDIS_DB` picks another), starts one threads-pool worker (`celery -A bench.worker`,
 concurrency 100) that serves both the tool tasks and the raw baseline tasks, prints a table and
-writes JSON to `bench/results/`. A missed target is reported, not an error: the exit status is 0
-unless the benchmark itself could not run.
+writes JSON to `bench/results/`. Measures 6 and 7 start a `toolfleet serve` replica of their own
+(`bench/_replica.py`). A missed target is reported, not an error: the exit status is 0 unless the
+benchmark itself could not run.
 
 This module is the run's order of events; the measures are in `bench/_measures/`, the table and the
 JSON in `bench/_report.py`.

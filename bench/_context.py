@@ -9,12 +9,13 @@ import itertools
 import math
 import os
 from collections.abc import Sequence
+from statistics import median
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from bench._timing import Sample, Side, Timer
+from bench._timing import Sample, Side, Timer, walls
 from orchestrator.executors.celery import CeleryExecutor
 from workers import OutcomeKind, ToolDefinition, ToolExecutionRequest, ToolOutcome
 from workers.app import make_publisher
@@ -81,6 +82,21 @@ class Bench:
         both counts scaled by `reps`."""
         await self.timer.interleaved(a, b, self.reps(warmup))
         return await self.timer.interleaved(a, b, self.reps(pairs))
+
+    async def rounds(
+        self, a: Side, b: Side, *, rounds: int, pairs: int
+    ) -> tuple[list[Sample], list[Sample], list[tuple[float, float]]]:
+        """`rounds` rounds of `pairs` interleaved pairs (both scaled by `reps`): every run of `a` and of
+        `b`, and each round's median wall time of `a` and of `b`."""
+        runs_a: list[Sample] = []
+        runs_b: list[Sample] = []
+        medians: list[tuple[float, float]] = []
+        for _ in range(self.reps(rounds)):
+            round_a, round_b = await self.timer.interleaved(a, b, self.reps(pairs))
+            runs_a += round_a
+            runs_b += round_b
+            medians.append((median(walls(round_a)), median(walls(round_b))))
+        return runs_a, runs_b, medians
 
     async def repeat(self, side: Side, *, warmup: int, times: int) -> list[Sample]:
         """`warmup` runs of `side` thrown away, then the `times` that count; both scaled by `reps`."""

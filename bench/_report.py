@@ -44,11 +44,15 @@ def table(measures: Mapping[str, Measure], anchors: Mapping[str, Any]) -> str:
         f"anchors: Redis PING {ping['median_ms']:.3f} ms (p90 {ping['p90_ms']:.3f}), "
         f"bare Celery publish {publish['median_ms']:.3f} ms (p90 {publish['p90_ms']:.3f})"
     )
-    missed = [f"{n}. {m.title}" for n, m in measures.items() if m.verdict != "met"]
+    missed = [f"{n}. {m.title}" for n, m in measures.items() if m.verdict not in ("met", "skipped")]
+    skipped = [f"{n}. {m.title}" for n, m in measures.items() if m.verdict == "skipped"]
+    ran = len(measures) - len(skipped)
     if missed:
-        lines.append(f"MISSED {len(missed)} of {len(measures)} targets: " + "; ".join(missed))
+        lines.append(f"MISSED {len(missed)} of {ran} targets: " + "; ".join(missed))
     else:
-        lines.append(f"all {len(measures)} targets met")
+        lines.append(f"all {ran} targets met")
+    if skipped:
+        lines.append(f"skipped {len(skipped)}: " + "; ".join(skipped))
     return "\n".join(lines)
 
 
@@ -74,7 +78,7 @@ def build_report(
         "anchors": dict(anchors),
         "summary": {
             "met": [n for n, m in measures.items() if m.verdict == "met"],
-            "missed": [n for n, m in measures.items() if m.verdict != "met"],
+            "missed": [n for n, m in measures.items() if m.verdict not in ("met", "skipped")],
         },
         "measures": {n: m.to_json() for n, m in measures.items()},
     }

@@ -165,12 +165,21 @@ class Measure:
     rounds: list[dict[str, float]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    skipped: str | None = None  # why the measure could not run here (e.g. a service that does not answer)
 
     @property
     def verdict(self) -> str:
         if self.error is not None:
             return "ERROR"
+        if self.skipped is not None:
+            return "skipped"
         return "met" if self.met else "MISSED"
+
+    def skip(self, why: str) -> Measure:
+        """Mark the measure as not run here, saying why; returns it."""
+        self.skipped = why
+        self.result = f"skipped: {why}"
+        return self
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -180,10 +189,11 @@ class Measure:
             "target": self.target,
             "result": self.result,
             "verdict": self.verdict,
-            "met": self.met and self.error is None,
+            "met": self.met and self.error is None and self.skipped is None,
             "sides": {name: summary.to_json() for name, summary in self.sides.items()},
             "cpu": self.cpu,
             "rounds": self.rounds,
             "details": self.details,
             "error": self.error,
+            "skipped": self.skipped,
         }

@@ -18,9 +18,9 @@ import redis
 
 from workers.runtime.catalog import Catalog
 
-__all__ = ["BenchWorker"]
+__all__ = ["REPO", "BenchWorker", "log_tail", "spawn", "stop_group"]
 
-_REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[1]
 _PR_SET_PDEATHSIG = 1
 
 
@@ -29,6 +29,57 @@ def _die_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def spawn(command: list[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start `command` in the repository, in a session of its own (a Ctrl-C in the terminal reaches
+    only the benchmark, which then stops it), its output appended to `log_path`; it gets SIGTERM if
+    the benchmark dies without stopping it (Linux)."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            command,
+            env=dict(env),
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+
+
+def stop_group(process: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
+    """SIGTERM to the process group `process` leads (started with `start_new_session`), then SIGKILL
+    if it does not exit within `timeout_s`; also when interrupted while waiting."""
+    if process is None or process.poll() is not None:
+        return
+    # The group is signalled only while its leader is not reaped yet, so its id cannot be reused.
+    _signal_group(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    except BaseException:
+        # Interrupted while waiting: still leave nothing behind.
+        if process.poll() is None:
+            _signal_group(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        raise
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def log_tail(path: Path, what: str, chars: int = 3000) -> str:
+    """The end of the log at `path`, headed with `what`; empty if it cannot be read."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return f"\n--- {what} log {path} ---\n{text[-chars:]}"
 
 
 class BenchWorker:
@@ -63,7 +114,7 @@ class BenchWorker:
             "--loglevel",
             "WARNING",
         ]
-        pythonpath = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", "")) if p)
+        pythonpath = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
         self._env = {**env, "PYTHONPATH": pythonpath}
         handle, name = tempfile.mkstemp(prefix="toolfleet-bench-worker-", suffix=".log")
         os.close(handle)
@@ -73,17 +124,7 @@ class BenchWorker:
     def start(self, timeout_s: float = 60.0) -> float:
         """Start the worker and wait until its heartbeat is in the catalog; return the seconds it took."""
         started = time.monotonic()
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command,
-                env=self._env,
-                cwd=_REPO,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )
+        self.process = spawn(self.command, self._env, self.log_path)
         client = redis.Redis.from_url(self.redis_url)
         catalog = Catalog(client)
         try:
@@ -103,40 +144,14 @@ class BenchWorker:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Warm shutdown (SIGTERM to the group), then SIGKILL if it does not exit in time."""
-        process = self.process
-        if process is None:
-            return
-        if process.poll() is not None:
-            return
-        # The group is signalled only while its leader is not reaped yet, so its id cannot be reused.
-        self._signal_group(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self._signal_group(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-        except BaseException:
-            # Interrupted while waiting: still leave nothing behind.
-            if process.poll() is None:
-                self._signal_group(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-            raise
+        stop_group(self.process, timeout_s)
 
     def remove_log(self) -> None:
         with contextlib.suppress(OSError):
             self.log_path.unlink()
 
-    @staticmethod
-    def _signal_group(pgid: int, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signum)
-
     def _tail(self) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return f"\n--- worker log {self.log_path} ---\n{text[-3000:]}"
+        return log_tail(self.log_path, "worker")
 
     def log_tail(self) -> str:
         return self._tail()

@@ -15,6 +15,8 @@ from bench._measures.anchors import measure_anchors
 from bench._measures.batch import measure_batch
 from bench._measures.deadline import measure_deadline
 from bench._measures.in_flight import measure_in_flight
+from bench._measures.serve_journal import measure_serve_journal
+from bench._measures.serve_overhead import measure_serve_overhead
 from bench._measures.single_call import measure_single
 from bench._measures.sleeps import measure_sleeps
 from bench._timing import Measure
@@ -30,6 +32,8 @@ MEASURES: dict[str, Runner] = {
     "3": measure_deadline,
     "4": measure_sleeps,
     "5": measure_in_flight,
+    "6": measure_serve_overhead,
+    "7": measure_serve_journal,
 }
 # `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
-RUN_ORDER = ["1", "2", "4", "5", "3"]
+RUN_ORDER = ["1", "2", "4", "5", "6", "7", "3"]

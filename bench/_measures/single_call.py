@@ -5,7 +5,7 @@ from __future__ import annotations
 from statistics import median
 
 from bench._context import Bench, expect
-from bench._timing import Measure, Sample, cpu_json, ms, summarize, walls
+from bench._timing import Measure, cpu_json, ms, summarize, walls
 from workers import OutcomeKind
 
 RATIO_TARGET = 1.25
@@ -31,22 +31,11 @@ async def measure_single(b: Bench) -> Measure:
         b.raw_noop.apply_async().get(timeout=10)
 
     await b.timer.interleaved(tool_call, raw_call, b.reps(WARMUP))
-    tool_runs: list[Sample] = []
-    raw_runs: list[Sample] = []
-    ratios: list[float] = []
-    for _ in range(b.reps(ROUNDS)):
-        tool_round, raw_round = await b.timer.interleaved(tool_call, raw_call, b.reps(PAIRS))
-        tool_runs += tool_round
-        raw_runs += raw_round
-        ratio = median(walls(tool_round)) / median(walls(raw_round))
-        ratios.append(ratio)
-        m.rounds.append(
-            {
-                "executor_median_ms": ms(median(walls(tool_round))),
-                "celery_median_ms": ms(median(walls(raw_round))),
-                "ratio": round(ratio, 4),
-            }
-        )
+    tool_runs, raw_runs, medians = await b.rounds(tool_call, raw_call, rounds=ROUNDS, pairs=PAIRS)
+    ratios = [tool_median / raw_median for tool_median, raw_median in medians]
+    m.rounds = [
+        {"executor_median_ms": ms(t), "celery_median_ms": ms(r), "ratio": round(t / r, 4)} for t, r in medians
+    ]
     ratio = median(ratios)
     m.sides = {"executor": summarize(walls(tool_runs)), "celery": summarize(walls(raw_runs))}
     m.cpu = {"executor": cpu_json(tool_runs, 1), "celery": cpu_json(raw_runs, 1)}

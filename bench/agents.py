@@ -1,0 +1,63 @@
+"""The agent measures 6 and 7 serve with `toolfleet serve`, and measure 6 also calls in-process.
+
+Its model is a `ScriptedChatModel` that asks for one `noop` call (`bench/tools.py`, pool `bench`,
+run through `CeleryExecutor` on the benchmark's worker), then answers `ANSWER`: no HTTP upstream, so
+the served and the in-process sides run the very same agent. A replica serves it as `plain` (no
+journal) and `journaled` (`Journal` at `TOOLFLEET_BENCH_JOURNAL_URL`, which the benchmark sets).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from bench import tools
+from orchestrator import (
+    AiMessage,
+    AiService,
+    CeleryExecutor,
+    Journal,
+    ScriptedChatModel,
+    ToolExecutor,
+    fail_invocation,
+)
+from orchestrator.messages import ToolExecutionResultMessage
+from orchestrator.models.base import ChatRequest
+from workers import ToolExecutionRequest
+
+__all__ = ["ANSWER", "JOURNAL_URL_VARIABLE", "agent", "journaled", "plain", "script"]
+
+ANSWER = "done"
+JOURNAL_URL_VARIABLE = "TOOLFLEET_BENCH_JOURNAL_URL"
+
+_call_ids = itertools.count(1)
+
+
+def script(request: ChatRequest) -> AiMessage:
+    """One `noop` call, then `ANSWER` once the conversation ends with the call's result."""
+    if request.messages and isinstance(request.messages[-1], ToolExecutionResultMessage):
+        return AiMessage(text=ANSWER)
+    return AiMessage(tool_execution_requests=[ToolExecutionRequest(f"call-{next(_call_ids)}", "noop", "{}")])
+
+
+def agent(*, executor: ToolExecutor | None = None, journal: Journal | None = None) -> AiService:
+    """The agent: its tools on the `bench` pool (`executor`, a new `CeleryExecutor` by default); a tool
+    error fails the invocation, so that a measure never times a call that went wrong."""
+    return AiService(
+        chat_model=ScriptedChatModel(script),
+        tools=[tools],
+        executor=executor if executor is not None else CeleryExecutor(),
+        journal=journal,
+        tool_arguments_error_handler=fail_invocation(),
+        tool_execution_error_handler=fail_invocation(),
+    )
+
+
+def plain() -> AiService:
+    """The agent without a journal."""
+    return agent()
+
+
+def journaled() -> AiService:
+    """The agent writing its saga to the journal at `TOOLFLEET_BENCH_JOURNAL_URL`."""
+    return agent(journal=Journal(os.environ[JOURNAL_URL_VARIABLE]))
