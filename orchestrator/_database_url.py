@@ -23,11 +23,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from workers.errors import SettingsError
 from workers.settings import ENVIRONMENT, redact_url
 
-__all__ = ["SQLITE_BUSY_TIMEOUT_S", "LoopEngines", "async_database_url", "database_engine", "database_url"]
+__all__ = [
+    "ASYNC_POOL_SIZE",
+    "SQLITE_BUSY_TIMEOUT_S",
+    "LoopEngines",
+    "async_database_url",
+    "database_engine",
+    "database_url",
+]
 
 # How long an SQLite connection waits for another process's write lock before failing: the journal
 # and the conversation store are written by many processes at once.
 SQLITE_BUSY_TIMEOUT_S = 30
+# The connections an event loop's engine keeps to a database server, and never more: many coroutines
+# share them, each holding one for a transaction of a few statements; connections opened beyond a
+# pool's size are closed when given back, and reopening them under load costs more than the wait.
+ASYNC_POOL_SIZE = 20
 _DRIVER = "postgresql+psycopg"
 _SHORT_SCHEMES = ("postgres", "postgresql")
 _EXTRA = "pip install 'toolfleet[postgres]'"
@@ -91,6 +102,8 @@ class LoopEngines:
         self.url = async_database_url(url)
         self._engines: dict[asyncio.AbstractEventLoop, tuple[AsyncEngine, AsyncGenerator[None, None]]] = {}
         self._lock = threading.Lock()  # loops of several threads may ask at once
+        sqlite = sa.make_url(self.url).get_backend_name() == "sqlite"  # its pool is SQLAlchemy's choice
+        self._pool = {} if sqlite else {"pool_size": ASYNC_POOL_SIZE, "max_overflow": 0}
 
     async def engine(self) -> AsyncEngine:
         """The engine of the running loop, made on its first use."""
@@ -99,7 +112,7 @@ class LoopEngines:
             held = self._engines.get(loop)
             ended = [self._engines.pop(other)[1] for other in list(self._engines) if other.is_closed()]
         if held is None:  # nothing below suspends before the engine is registered for this loop
-            engine = create_async_engine(self.url, connect_args=_connect_args(self.url))
+            engine = create_async_engine(self.url, connect_args=_connect_args(self.url), **self._pool)
             closer = _closed_at_shutdown(engine)
             await anext(closer)
             held = (engine, closer)
