@@ -18,6 +18,7 @@ from cryptography.fernet import Fernet
 from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel
 from orchestrator.models.base import ChatRequest
 from orchestrator.saga import AsyncJournal, CallState, InvocationState, Journal
+from tests.orchestrator._bank import Bank
 from tests.orchestrator._databases import KINDS, fresh_database
 from tests.orchestrator._service import call
 from workers import ToolExecutionRequest, tool
@@ -234,3 +235,51 @@ def test_an_async_journal_serves_successive_and_concurrent_event_loops(url: str,
 
     # then: every write landed (and no connection was left open: warnings are errors here)
     assert {r.user_message for r in reader.invocations()} == {f"loop {i}" for i in range(4)}
+
+
+class _HangsOnTurnTwo(ScriptedChatModel):
+    """Answers turn 1 from its script, then never answers: the invocation waits until cancelled."""
+
+    def __init__(self, script: list[AiMessage | str]) -> None:
+        super().__init__(script)
+        self.waiting = asyncio.Event()
+
+    async def chat(self, request: ChatRequest) -> Any:
+        if self.requests:
+            self.waiting.set()
+            await asyncio.Event().wait()
+        return await super().chat(request)
+
+
+def test_a_cancelled_invocation_undoes_its_calls_and_journals_its_end(url: str, reader: Journal) -> None:
+    # given: a deposit stands, then the model hangs; the service journals through an async journal
+    bank = Bank()
+    model = _HangsOnTurnTwo([AiMessage(tool_execution_requests=[call("deposit", "d1", amount=40)])])
+    journal = AsyncJournal(url, keys=KEY)
+    executor = LocalExecutor(compensation_retries=0)
+    service = AiService(
+        chat_model=model, tools=[bank], executor=executor, journal=journal, compensate_on_tool_errors=True
+    )
+
+    async def cancel_on_turn_two() -> str:
+        task = asyncio.ensure_future(service.achat("deposit 40"))
+        await model.waiting.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        [record] = await journal.run(lambda j: j.invocations())
+        await journal.dispose()
+        return record.id
+
+    # when
+    try:
+        invocation_id = asyncio.run(cancel_on_turn_two())
+    finally:
+        executor.close()
+
+    # then: the deposit was undone, and the journal tells it all
+    assert (bank.balance, bank.undone) == (0, ["deposit 40"])
+    record = reader.invocation(invocation_id)
+    assert record is not None and record.state == InvocationState.CANCELLED
+    assert [(c.call_id, c.state) for c in reader.calls(invocation_id)] == [("d1", CallState.COMPENSATED)]
+    assert [c.state for c in reader.compensations(invocation_id)] == ["succeeded"]
