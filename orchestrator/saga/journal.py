@@ -10,7 +10,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -100,20 +100,19 @@ class Journal:
         with self.engine.begin() as connection:
             return fn(Journal.on_connection(connection, self._cipher))
 
-    @contextmanager
-    def _tx(self) -> Iterator[Connection]:
-        if self._connection is not None:
-            yield self._connection
-            return
-        with self.engine.begin() as connection:
-            yield connection
+    def _tx(self) -> AbstractContextManager[Connection]:
+        return self._on(self.engine.begin)  # committed at the end of the block
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        return self._on(self.engine.connect)
 
     @contextmanager
-    def _read(self) -> Iterator[Connection]:
+    def _on(self, opened: Callable[[], AbstractContextManager[Connection]]) -> Iterator[Connection]:
+        """The connection this journal is bound to (its owner ends the transaction), else `opened()`."""
         if self._connection is not None:
             yield self._connection
             return
-        with self.engine.connect() as connection:
+        with opened() as connection:
             yield connection
 
     # -- invocations ------------------------------------------------------------------------------
