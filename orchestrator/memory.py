@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
-from orchestrator._database_url import database_engine
+from orchestrator._database_url import LoopEngines, database_engine
 from orchestrator._memory_tables import memory_table
 from orchestrator.messages import (
     AiMessage,
@@ -67,38 +67,66 @@ class SqlChatMemoryStore:
     Stateless orchestrator replicas share conversations through it: point them at one database,
     e.g. `SqlChatMemoryStore("postgresql+psycopg://...")`. Building it brings the database's schema
     up to date (`orchestrator.saga.migrations.ensure_schema`), safely when many replicas start at once.
+    From a coroutine, `aget_messages` and `aupdate_messages` do the same without blocking the event
+    loop, on SQLAlchemy's asyncio extension (aiosqlite for SQLite, psycopg 3's async connections for
+    PostgreSQL; each loop its own engine, closed when the loop shuts down or by `adispose`).
     """
 
     def __init__(self, url_or_engine: str | Engine = "sqlite:///toolfleet.db") -> None:
         self.engine = database_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
+        self._async_engines = LoopEngines(self.engine.url)
         from orchestrator.saga.migrations import ensure_schema  # Alembic loads only for a SQL store
 
         ensure_schema(self.engine)
 
     def get_messages(self, memory_id: str) -> list[ChatMessage]:
         with self.engine.connect() as connection:
-            raw = connection.execute(
-                sa.select(memory_table.c.messages).where(memory_table.c.memory_id == memory_id)
-            ).scalar_one_or_none()
-        return messages_from_json(json.loads(raw)) if raw else []
+            return _read_messages(connection, memory_id)
 
     def update_messages(self, memory_id: str, messages: Sequence[ChatMessage]) -> None:
-        payload = json.dumps(messages_to_json(messages), ensure_ascii=False)
-        now = datetime.now(UTC)
         with self.engine.begin() as connection:
-            updated = connection.execute(
-                sa.update(memory_table)
-                .where(memory_table.c.memory_id == memory_id)
-                .values(messages=payload, updated_at=now)
-            ).rowcount
-            if not updated:
-                connection.execute(
-                    sa.insert(memory_table).values(memory_id=memory_id, messages=payload, updated_at=now)
-                )
+            _write_messages(connection, memory_id, messages)
+
+    async def aget_messages(self, memory_id: str) -> list[ChatMessage]:
+        """`get_messages` awaited on an async connection."""
+        engine = await self._async_engines.engine()
+        async with engine.connect() as connection:
+            return await connection.run_sync(_read_messages, memory_id)
+
+    async def aupdate_messages(self, memory_id: str, messages: Sequence[ChatMessage]) -> None:
+        """`update_messages` awaited on an async connection, in one transaction."""
+        engine = await self._async_engines.engine()
+        async with engine.begin() as connection:
+            await connection.run_sync(_write_messages, memory_id, messages)
+
+    async def adispose(self) -> None:
+        """Close the async connections this store holds for the running loop."""
+        await self._async_engines.dispose()
 
     def delete_messages(self, memory_id: str) -> None:
         with self.engine.begin() as connection:
             connection.execute(sa.delete(memory_table).where(memory_table.c.memory_id == memory_id))
+
+
+def _read_messages(connection: Connection, memory_id: str) -> list[ChatMessage]:
+    raw = connection.execute(
+        sa.select(memory_table.c.messages).where(memory_table.c.memory_id == memory_id)
+    ).scalar_one_or_none()
+    return messages_from_json(json.loads(raw)) if raw else []
+
+
+def _write_messages(connection: Connection, memory_id: str, messages: Sequence[ChatMessage]) -> None:
+    payload = json.dumps(messages_to_json(messages), ensure_ascii=False)
+    now = datetime.now(UTC)
+    updated = connection.execute(
+        sa.update(memory_table)
+        .where(memory_table.c.memory_id == memory_id)
+        .values(messages=payload, updated_at=now)
+    ).rowcount
+    if not updated:
+        connection.execute(
+            sa.insert(memory_table).values(memory_id=memory_id, messages=payload, updated_at=now)
+        )
 
 
 class ChatMemory(Protocol):

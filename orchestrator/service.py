@@ -26,6 +26,7 @@ from orchestrator.messages import AiMessage, UserMessage
 from orchestrator.models.base import ChatModel, ChatResponse, ToolChoice
 from orchestrator.providers import AiServiceTool, ToolProvider, ToolRunContext
 from orchestrator.result import CompleteResponse, Result, StreamEvent
+from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
 from orchestrator.search import ToolSearchStrategy
 from workers.calls.invocation import InvocationParameters
@@ -84,7 +85,7 @@ class AiService:
         hallucinated_tool_name_strategy: HallucinatedToolNameStrategy | None = None,
         tool_choice: ToolChoice | None = None,
         compensate_on_tool_errors: bool = False,
-        journal: Journal | None = None,
+        journal: Journal | AsyncJournal | None = None,
         name: str | None = None,
     ) -> None:
         if chat_memory is not None and chat_memory_provider is not None:
@@ -214,7 +215,8 @@ class AiService:
         return self._config.compensating
 
     @property
-    def journal(self) -> Journal | None:
+    def journal(self) -> Journal | AsyncJournal | None:
+        """The journal as given (or made for `compensate_on_tool_errors`); see `LoopConfig.journal`."""
         return self._config.journal
 
     @property

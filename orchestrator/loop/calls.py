@@ -23,7 +23,6 @@ from orchestrator.loop.state import RunState
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.providers import AiServiceTool, ToolRunContext
 from orchestrator.result import ToolExecuted
-from orchestrator.saga.states import CallState
 from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
 from workers.calls.results import ToolExecutionResult, convert_result
 from workers.calls.runner import error_outcome
@@ -134,18 +133,16 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
     else:
         call.behavior = tool.return_behavior
         invocation = state.invocation()
-        call.row = state.saga.intent(request, tool, invocation)
+        call.row = await state.saga.intent(request, tool, invocation)
         call.definition = tool
         late = config.compensating and tool.compensation is not None
         outcome = await config.executor.execute(request, tool, invocation, compensate_if_late=late)
     if outcome.parameter_changes:
         state.parameters.merge(outcome.parameter_changes)
     if call.definition is not None:  # journaled before a handler may end the invocation
-        state.saga.outcome(call.row, outcome, outcome.text)
-        if late and outcome.kind in _ABANDONED and config.journal is not None:
-            # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
-            assert call.row is not None  # a journal gives every call of a ToolDefinition its row
-            config.journal.set_call_state(call.row, CallState.ABANDONED)
+        # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
+        abandoned = late and outcome.kind in _ABANDONED
+        await state.saga.outcome(call.row, outcome, outcome.text, abandoned=abandoned)
     text, call.status = _settle(state, outcome, request, searched=searched)
     finished_at = datetime.now(UTC)
     call.execution = ToolExecution(

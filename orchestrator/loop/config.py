@@ -28,6 +28,7 @@ from orchestrator.memory import ChatMemory
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.models.base import ChatModel, ToolChoice
 from orchestrator.providers import ToolProvider
+from orchestrator.saga.async_journal import AsyncJournal, JournalRunner, journal_runner
 from orchestrator.saga.journal import Journal
 from orchestrator.search import ToolSearchStrategy
 from workers.protocol import ToolExecutionRequest
@@ -118,13 +119,17 @@ class LoopConfig:
     concurrently: bool
     max_fanout: int
     compensating: bool
-    journal: Journal | None
+    # As given. `chat()` runs its own loop to the end, blocking its caller: it journals through it.
+    journal: Journal | AsyncJournal | None
     name: str | None
     catalog: LiveCatalogTools | None  # the live catalog, when no tools were given
     handlers: Mapping[Mode, EdgeHandlers] = field(init=False)  # those of each edge, defaults filled in
     static_providers: tuple[ToolProvider, ...] = field(init=False)  # asked once, at the start
     dynamic_providers: tuple[ToolProvider, ...] = field(init=False)  # asked before every model call
     search_tool: ToolSpecification | None = field(init=False)  # the search tool the model sees
+    # What `achat` and `stream` journal through, never blocking their loop: for a Journal, an
+    # AsyncJournal over its database.
+    journal_runner: JournalRunner | None = field(init=False)
 
     def __post_init__(self) -> None:
         derived = {
@@ -132,6 +137,7 @@ class LoopConfig:
             "static_providers": tuple(p for p in self.providers if not _is_dynamic(p)),
             "dynamic_providers": tuple(p for p in self.providers if _is_dynamic(p)),
             "search_tool": self.tool_search.search_tool() if self.tool_search is not None else None,
+            "journal_runner": journal_runner(self.journal),
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)  # frozen: set once, here

@@ -29,6 +29,7 @@ from orchestrator.models.base import (
 )
 from orchestrator.result import Result
 from orchestrator.saga import rollback_reason, rolled_back_text
+from orchestrator.saga.async_journal import to_the_end
 from orchestrator.saga.states import InvocationState
 
 __all__ = ["RoundTripLimitError", "run_invocation"]
@@ -42,10 +43,11 @@ ROLLED_BACK_STATUS = "rolled_back"
 async def run_invocation(config: LoopConfig, state: RunState) -> Result:
     """Run one invocation to its end: the answer, an immediate return, or an exception (after undoing,
     when compensating, what succeeded before it)."""
-    journal = config.journal
+    journal = state.saga.journal
     if journal is not None:
-        journal.start_invocation(state.context, state.invocation().to_json())
-    beating = asyncio.ensure_future(_heartbeat(config, state)) if journal is not None else None
+        context, invocation_json = state.context, state.invocation().to_json()
+        await journal.run(lambda j: j.start_invocation(context, invocation_json))
+    beating = asyncio.ensure_future(_heartbeat(state)) if journal is not None else None
     try:
         result = await _loop(config, state)
     except BaseException as exc:
@@ -54,7 +56,9 @@ async def run_invocation(config: LoopConfig, state: RunState) -> Result:
     finally:
         if beating is not None:
             beating.cancel()
-    state.saga.end(InvocationState.SUCCEEDED, answer=result.content)
+    _, cancelled = await to_the_end(state.saga.end(InvocationState.SUCCEEDED, answer=result.content))
+    if cancelled:  # the caller cancelled while the end was journaled
+        raise asyncio.CancelledError
     return result
 
 
@@ -213,23 +217,21 @@ async def _end_abnormally(config: LoopConfig, state: RunState, error: BaseExcept
     provider failure, caller cancelled), even if the caller cancels again meanwhile."""
     reason = f"the invocation failed: {type(error).__name__}"
     if config.compensating and state.saga.steps:
-        undo = asyncio.ensure_future(state.saga.compensate_all(state.invocation(), reason))
-        try:
-            await asyncio.shield(undo)
-        except asyncio.CancelledError:
-            await undo
+        await to_the_end(state.saga.compensate_all(state.invocation(), reason))
     if isinstance(error, asyncio.CancelledError):
-        state.saga.end(InvocationState.CANCELLED, "cancelled by its caller")
+        await to_the_end(state.saga.end(InvocationState.CANCELLED, "cancelled by its caller"))
     else:
-        state.saga.end(InvocationState.FAILED, f"{type(error).__name__}: {error}")
+        await to_the_end(state.saga.end(InvocationState.FAILED, f"{type(error).__name__}: {error}"))
 
 
-async def _heartbeat(config: LoopConfig, state: RunState) -> None:
+async def _heartbeat(state: RunState) -> None:
     """Keep the journal's heartbeat fresh, so `toolfleet recover` never takes over a live saga."""
-    assert config.journal is not None
+    journal = state.saga.journal
+    assert journal is not None
+    invocation_id = str(state.context.invocation_id)
     while True:
         await asyncio.sleep(HEARTBEAT_INTERVAL_S)
         try:
-            config.journal.heartbeat(str(state.context.invocation_id))
+            await journal.run(lambda j: j.heartbeat(invocation_id))
         except Exception as exc:  # a journal hiccup must not end the invocation
             log.warning("journal heartbeat failed: %s", exc)

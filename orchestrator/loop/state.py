@@ -79,7 +79,7 @@ def new_state(
     invocation_id: str | None = None,
 ) -> RunState:
     """The state an invocation starts with: its id (a new one by default), `memory` or else the memory
-    of `memory_id`, the service's tools."""
+    of `memory_id`, the service's tools, its saga (journaled as `LoopConfig.journal` says for `mode`)."""
     context = InvocationContext(
         invocation_id=uuid.UUID(invocation_id) if invocation_id is not None else uuid.uuid4(),
         service_name=config.name,
@@ -87,7 +87,8 @@ def new_state(
         user_message=user_message.single_text,
         timestamp=datetime.now(UTC),
     )
-    saga = Saga(config.executor, config.journal, str(context.invocation_id), keep=config.compensating)
+    journal = config.journal if mode == "chat" else config.journal_runner
+    saga = Saga(config.executor, journal, str(context.invocation_id), keep=config.compensating)
     return RunState(
         handlers=config.handlers[mode],
         user_message=user_message,

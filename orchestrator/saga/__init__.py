@@ -2,6 +2,8 @@
 
 - `coordinator`: `Saga`, the compensations one invocation owes, run latest first.
 - `journal`: `Journal`, the SQL log of invocations, calls and compensations; `states` their states.
+- `async_journal`: `AsyncJournal`, the same log on SQLAlchemy's asyncio extension, and `JournalRunner`,
+  the one method (`run`) through which the loop, the saga and recovery reach either.
 - `migrations`: the journal's schema under Alembic (`toolfleet db upgrade`).
 - `recovery`: `recover()`, which finishes the sagas of orchestrators that died (`toolfleet recover`).
 - `compensation`: one journaled compensation, shared by the two.
@@ -11,6 +13,7 @@
 
 from orchestrator.saga import journal
 from orchestrator.saga._late import LateCompensation, LateState, late_compensation
+from orchestrator.saga.async_journal import AsyncJournal, JournalRunner
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.coordinator import ROLLED_BACK, Saga, SagaStep, rollback_reason, rolled_back_text
 from orchestrator.saga.journal import *  # noqa: F403 - the journal's names and its states, listed in `journal.__all__`
@@ -18,6 +21,8 @@ from orchestrator.saga.recovery import Recovered, recover
 
 __all__ = [
     "ROLLED_BACK",
+    "AsyncJournal",
+    "JournalRunner",
     "LateCompensation",
     "LateState",
     "Recovered",

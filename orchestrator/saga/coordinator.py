@@ -13,10 +13,12 @@ or never finished) never ends `succeeded`: it is left `compensating`, its standi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
 from orchestrator.executors.base import ToolExecutor, idempotency_key
+from orchestrator.saga.async_journal import JournalRunner, to_the_end
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
@@ -53,7 +55,7 @@ class Saga:
     """The compensations owed by one invocation."""
 
     def __init__(
-        self, executor: ToolExecutor, journal: Journal | None, invocation_id: str, *, keep: bool = True
+        self, executor: ToolExecutor, journal: JournalRunner | None, invocation_id: str, *, keep: bool = True
     ) -> None:
         self.executor = executor
         self.compensating = keep
@@ -64,27 +66,42 @@ class Saga:
         self.turn: int | None = None  # the model turn whose calls are being journaled, from 1
         self._planned = False  # compensations were planned in the journal: read them at the end
 
-    def intent(
+    async def intent(
         self, request: ToolExecutionRequest, definition: ToolDefinition, invocation: Invocation
     ) -> int | None:
         """Write the call to the journal before it is dispatched."""
         self._sequence += 1
         if self.journal is None:
             return None
-        return self.journal.record_intent(
-            self.invocation_id,
-            self._sequence,
-            request,
-            pool=definition.pool,
-            compensable=definition.compensation is not None,
-            idempotency_key=idempotency_key(invocation, request),
-            turn=self.turn,
+        sequence, turn = self._sequence, self.turn
+        return await self.journal.run(
+            lambda journal: journal.record_intent(
+                self.invocation_id,
+                sequence,
+                request,
+                pool=definition.pool,
+                compensable=definition.compensation is not None,
+                idempotency_key=idempotency_key(invocation, request),
+                turn=turn,
+            )
         )
 
-    def outcome(self, call_row: int | None, outcome: ToolOutcome, text: str) -> None:
-        """Write a call's outcome to the journal as soon as it is known."""
-        if self.journal is not None and call_row is not None:
-            self.journal.record_outcome(call_row, outcome, text)
+    async def outcome(
+        self, call_row: int | None, outcome: ToolOutcome, text: str, *, abandoned: bool = False
+    ) -> None:
+        """Write a call's outcome to the journal as soon as it is known; `abandoned`: the call was
+        given up on at its deadline (if it still completes, its worker undoes it)."""
+        if self.journal is None or call_row is None:
+            return
+
+        def write(journal: Journal) -> None:
+            journal.record_outcome(call_row, outcome, text)
+            if abandoned:
+                journal.set_call_state(call_row, CallState.ABANDONED)
+
+        _, cancelled = await to_the_end(self.journal.run(write))
+        if cancelled:  # the outcome is journaled all the same: the saga reads it to undo the call
+            raise asyncio.CancelledError
 
     def keep(self, definition: ToolDefinition, execution: ToolExecution, call_row: int | None) -> None:
         """Remember a successful call for compensation (called in request order after each batch)."""
@@ -97,12 +114,16 @@ class Saga:
         if not steps:
             return []
         if self.journal is not None:
-            rows = {c.id: c for c in self.journal.calls(self.invocation_id)}
+
+            def plan(journal: Journal) -> None:
+                rows = {c.id: c for c in journal.calls(self.invocation_id)}
+                journal.set_invocation_state(self.invocation_id, InvocationState.COMPENSATING)
+                journal.plan_compensations(
+                    self.invocation_id, [rows[s.call_row] for s in steps if s.call_row in rows], reason
+                )
+
             self._planned = True
-            self.journal.set_invocation_state(self.invocation_id, InvocationState.COMPENSATING)
-            self.journal.plan_compensations(
-                self.invocation_id, [rows[s.call_row] for s in steps if s.call_row in rows], reason
-            )
+            await self.journal.run(plan)
         undone: list[SagaStep] = []
         for step in steps:
             request = step.execution.request
@@ -122,34 +143,34 @@ class Saga:
                 undone.append(step)
         return undone
 
-    def end(
+    async def end(
         self, state: InvocationState | str, error: str | None = None, *, answer: str | None = None
     ) -> None:
         """Write the invocation's final state (`succeeded` or `failed`) and the model's final `answer`,
-        unless it owes compensations.
+        unless it owes compensations, in one transaction.
 
         Owed are those the journal does not show succeeded. The invocation is then left
         `compensating` with what is owed in its error, and the successful calls still recorded —
         those that stand — are marked `kept`, so recovery retries only what is owed.
         """
-        if self.journal is None:
-            return
+        if self.journal is not None:
+            await self.journal.run(lambda journal: self._end(journal, state, error, answer))
+
+    def _end(
+        self, journal: Journal, state: InvocationState | str, error: str | None, answer: str | None
+    ) -> None:
         owed = (
-            [
-                c
-                for c in self.journal.compensations(self.invocation_id)
-                if c.state != CompensationState.SUCCEEDED
-            ]
+            [c for c in journal.compensations(self.invocation_id) if c.state != CompensationState.SUCCEEDED]
             if self._planned
             else []
         )
         if not owed:
-            self.journal.set_invocation_state(self.invocation_id, state, error, final_answer=answer)
+            journal.set_invocation_state(self.invocation_id, state, error, final_answer=answer)
             return
-        calls = {c.id: c for c in self.journal.calls(self.invocation_id)}
+        calls = {c.id: c for c in journal.calls(self.invocation_id)}
         for step in self.steps:
             if step.call_row is not None:
-                self.journal.set_call_state(step.call_row, CallState.KEPT)
+                journal.set_call_state(step.call_row, CallState.KEPT)
         listed = "; ".join(
             f"{c.tool} ({calls[c.tool_call_id].call_id if c.tool_call_id in calls else '?'}) "
             f"{c.state}: {c.error or 'not finished'}"
@@ -157,7 +178,7 @@ class Saga:
         )
         text = f"{len(owed)} compensation(s) owed, `toolfleet recover` retries them: {listed}"
         log.error("invocation %s ended with %s", self.invocation_id, text)
-        self.journal.set_invocation_state(
+        journal.set_invocation_state(
             self.invocation_id,
             InvocationState.COMPENSATING,
             f"{error}; {text}" if error else text,

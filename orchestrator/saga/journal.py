@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -50,6 +50,7 @@ __all__ = [
 MAX_ANSWER_CHARS = 100_000  # a final answer is journaled up to this length
 # The states of an invocation whose owner may have stopped: recovery may take it over.
 _UNFINISHED = (InvocationState.RUNNING.value, InvocationState.COMPENSATING.value)
+_T = TypeVar("_T")
 
 
 def owner_id() -> str:
@@ -70,13 +71,48 @@ class Journal:
         `journal_keys`, and without them the settings are read from the environment once, here."""
         self._cipher = JournalCipher(Settings.from_env().journal_keys if keys is None else keys)
         self.engine = database_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
+        self._connection: Connection | None = None
         from orchestrator.saga.migrations import ensure_schema  # Alembic loads only for a SQL journal
 
         ensure_schema(self.engine)
 
-    @contextmanager
-    def _tx(self) -> Iterator[Connection]:
+    @classmethod
+    def on_connection(cls, connection: Connection, cipher: JournalCipher) -> Journal:
+        """A journal whose every read and write goes through `connection`, inside the transaction its
+        owner opened (and commits or rolls back): what `run` and `AsyncJournal.run` hand their
+        function. The schema is taken as ensured by whoever built the connection's journal."""
+        journal = cls.__new__(cls)  # no engine of its own to open, no schema to ensure
+        journal._cipher = cipher
+        journal.engine = connection.engine
+        journal._connection = connection
+        return journal
+
+    @property
+    def cipher(self) -> JournalCipher:
+        """What seals and opens the invocation parameters (an `AsyncJournal` over this one shares it)."""
+        return self._cipher
+
+    async def run(self, fn: Callable[[Journal], _T]) -> _T:
+        """`fn(journal)` in one transaction, on this journal's engine, inline: the `JournalRunner`
+        interface of `AsyncJournal`, for callers (the CLI, scripts, tests) that may block."""
+        if self._connection is not None:
+            return fn(self)
         with self.engine.begin() as connection:
+            return fn(Journal.on_connection(connection, self._cipher))
+
+    def _tx(self) -> AbstractContextManager[Connection]:
+        return self._on(self.engine.begin)  # committed at the end of the block
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        return self._on(self.engine.connect)
+
+    @contextmanager
+    def _on(self, opened: Callable[[], AbstractContextManager[Connection]]) -> Iterator[Connection]:
+        """The connection this journal is bound to (its owner ends the transaction), else `opened()`."""
+        if self._connection is not None:
+            yield self._connection
+            return
+        with opened() as connection:
             yield connection
 
     # -- invocations ------------------------------------------------------------------------------
@@ -202,7 +238,7 @@ class Journal:
             tx.execute(sa.update(tool_calls).where(tool_calls.c.id == call_row).values(state=value))
 
     def calls(self, invocation_id: str) -> list[CallRecord]:
-        with self.engine.connect() as connection:
+        with self._read() as connection:
             rows = connection.execute(
                 sa.select(tool_calls)
                 .where(tool_calls.c.invocation_id == invocation_id)
@@ -217,7 +253,7 @@ class Journal:
         )
         if invocation_id is not None:
             query = query.where(tool_calls.c.invocation_id == invocation_id)
-        with self.engine.connect() as connection:
+        with self._read() as connection:
             rows = connection.execute(query.order_by(tool_calls.c.id)).mappings()
             return [call_record(row) for row in rows]
 
@@ -288,13 +324,13 @@ class Journal:
             query = query.where(compensations.c.invocation_id == invocation_id)
         if state is not None:
             query = query.where(compensations.c.state == CompensationState(state).value)
-        with self.engine.connect() as connection:
+        with self._read() as connection:
             return [compensation_record(row) for row in connection.execute(query).mappings()]
 
     # -- reading ----------------------------------------------------------------------------------
 
     def invocation(self, invocation_id: str) -> InvocationRecord | None:
-        with self.engine.connect() as connection:
+        with self._read() as connection:
             row = (
                 connection.execute(sa.select(invocations).where(invocations.c.id == invocation_id))
                 .mappings()
@@ -310,7 +346,7 @@ class Journal:
             .order_by(invocations.c.id)
             .limit(limit)
         )
-        with self.engine.connect() as connection:
+        with self._read() as connection:
             return list(connection.execute(query).scalars())
 
     def invocations(
@@ -319,14 +355,14 @@ class Journal:
         query = sa.select(invocations).order_by(invocations.c.started_at.desc()).limit(limit)
         if state is not None:
             query = query.where(invocations.c.state == InvocationState(state).value)
-        with self.engine.connect() as connection:
+        with self._read() as connection:
             return [invocation_record(row, self._cipher) for row in connection.execute(query).mappings()]
 
     def unfinished(self, stale_after_s: float) -> list[InvocationRecord]:
         """Invocations left running or compensating whose owner has not beaten for `stale_after_s`;
         their parameters stay sealed until recovery reads each one's `invocation_json`."""
         stale_before = utc_now() - timedelta(seconds=stale_after_s)
-        with self.engine.connect() as connection:
+        with self._read() as connection:
             rows = connection.execute(
                 sa.select(invocations)
                 .where(

@@ -16,12 +16,14 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import redis
 
 from orchestrator.errors import JournalKeyError
 from orchestrator.executors._outcomes import outcome_of_meta, outcome_of_success, worker_of
 from orchestrator.executors.base import ToolExecutor
+from orchestrator.saga.async_journal import JournalRunner
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.journal import CallRecord, Journal
 from orchestrator.saga.states import CallState, InvocationState
@@ -53,7 +55,7 @@ class Recovered:
 
 
 async def recover(
-    journal: Journal,
+    journal: JournalRunner,
     executor: ToolExecutor,
     definitions: dict[str, ToolDefinition] | None = None,
     *,
@@ -61,13 +63,14 @@ async def recover(
     invocation_id: str | None = None,
 ) -> list[Recovered]:
     """Complete every stale saga (or the one named); `definitions` maps tool names, else the
-    executor's `definition(name)` is asked (a `CeleryExecutor` knows the live catalog)."""
+    executor's `definition(name)` is asked (a `CeleryExecutor` knows the live catalog). `journal`: a
+    `Journal`, or an `AsyncJournal` so that recovering never blocks the event loop."""
     stale_before = datetime.now(UTC) - timedelta(seconds=stale_after_s)
     if invocation_id is not None:
-        record = journal.invocation(invocation_id)
+        record = await journal.run(lambda j: j.invocation(invocation_id))
         targets = [record] if record is not None and not record.state.finished else []
     else:
-        targets = journal.unfinished(stale_after_s)
+        targets = await journal.run(lambda j: j.unfinished(stale_after_s))
     reports: list[Recovered] = []
     for record in targets:
         try:  # opened before the claim: a row no key opens is reported, and the others go on
@@ -76,7 +79,7 @@ async def recover(
             log.error("invocation %s not recovered: %s", record.id, exc)
             reports.append(Recovered(record.id, error=str(exc)))
             continue
-        if not journal.claim(record.id, stale_before):
+        if not await journal.run(partial(Journal.claim, invocation_id=record.id, stale_before=stale_before)):
             log.info("invocation %s is alive or taken by another recoverer; skipped", record.id)
             continue
         reports.append(await _recover_one(journal, executor, definitions or {}, record.id, invocation_json))
@@ -84,7 +87,7 @@ async def recover(
 
 
 async def _recover_one(
-    journal: Journal,
+    journal: JournalRunner,
     executor: ToolExecutor,
     definitions: dict[str, ToolDefinition],
     invocation_id: str,
@@ -93,22 +96,20 @@ async def _recover_one(
     report = Recovered(invocation_id)
     invocation = Invocation.from_json(invocation_json)
     unsettled: list[str] = []  # left dispatched for the next `recover` to read again
-    for call in journal.calls(invocation_id):
+    for call in await journal.run(lambda j: j.calls(invocation_id)):
         if call.state == CallState.DISPATCHED:
             definition = definitions.get(call.tool) or executor.definition(call.tool)
             if not await _settle(journal, executor, call, definition, report):
                 unsettled.append(f"{call.tool} ({call.call_id})")
-    calls = journal.calls(invocation_id)
-    todo = [
-        c for c in calls if c.compensable and c.state in (CallState.SUCCEEDED, CallState.COMPENSATION_FAILED)
-    ]
-    todo.sort(key=lambda c: c.sequence, reverse=True)
-    journal.plan_compensations(invocation_id, todo, "recovered: the orchestrator stopped mid-saga")
+    todo = await journal.run(lambda j: _plan(j, invocation_id))
     for call in todo:
         definition = definitions.get(call.tool) or executor.definition(call.tool)
         label = f"{call.tool} ({call.call_id})"
         if definition is None or definition.compensation is None:
-            journal.compensation_finished(call.id, False, f"no compensable tool named '{call.tool}' is known")
+            unknown = f"no compensable tool named '{call.tool}' is known"
+            await journal.run(
+                partial(Journal.compensation_finished, call_row=call.id, ok=False, error=unknown)
+            )
             report.failed.append(label)
             continue
         outcome = await run_compensation(executor, journal, call.id, definition, call.execution(), invocation)
@@ -128,12 +129,23 @@ async def _recover_one(
     if report.failed:  # still owed: left compensating, so the next `recover` retries them
         state_error += f"; compensations still owed: {', '.join(report.failed)}"
     state = InvocationState.COMPENSATING if report.failed or unsettled else InvocationState.FAILED
-    journal.set_invocation_state(invocation_id, state, state_error)
+    await journal.run(lambda j: j.set_invocation_state(invocation_id, state, state_error))
     return report
 
 
+def _plan(journal: Journal, invocation_id: str) -> list[CallRecord]:
+    """Plan a compensation for every successful compensable call not yet compensated; latest first."""
+    calls = journal.calls(invocation_id)
+    todo = [
+        c for c in calls if c.compensable and c.state in (CallState.SUCCEEDED, CallState.COMPENSATION_FAILED)
+    ]
+    todo.sort(key=lambda c: c.sequence, reverse=True)
+    journal.plan_compensations(invocation_id, todo, "recovered: the orchestrator stopped mid-saga")
+    return todo
+
+
 async def _settle(
-    journal: Journal,
+    journal: JournalRunner,
     executor: ToolExecutor,
     call: CallRecord,
     definition: ToolDefinition | None,
@@ -157,7 +169,7 @@ async def _settle(
         return True
     state = CallState(settled.state)
     if state == CallState.ABANDONED:
-        journal.set_call_state(call.id, CallState.ABANDONED)
+        await journal.run(lambda j: j.set_call_state(call.id, CallState.ABANDONED))
         report.abandoned.append(label)
         return True
     if settled.meta is None:
@@ -173,7 +185,7 @@ async def _settle(
         outcome = ToolOutcome(OutcomeKind.EXECUTION_ERROR, f"Tool '{call.tool}' {state}")
     worker = worker_of(settled.meta)
     outcome = dataclasses.replace(outcome, task_id=settled.task_id, pool=call.pool, worker=worker)
-    journal.record_outcome(call.id, outcome, outcome.text)
+    await journal.run(lambda j: j.record_outcome(call.id, outcome, outcome.text))
     if outcome.is_error:
         report.nothing_to_undo.append(label)
     return True

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from orchestrator import SqlChatMemoryStore, UserMessage
-from orchestrator._database_url import database_engine, database_url
+from orchestrator._database_url import async_database_url, database_engine, database_url
 from orchestrator.saga.journal import Journal
 from tests.orchestrator._databases import fresh_database
 from workers.errors import SettingsError
@@ -35,6 +35,23 @@ from workers.errors import SettingsError
 )
 def test_postgres_urls_are_spelled_for_psycopg_3(written: str, used: str) -> None:
     assert database_url(written) == used
+
+
+@pytest.mark.parametrize(
+    ("written", "used"),
+    [
+        ("postgres://u:pw@db:5432/app", "postgresql+psycopg://u:pw@db:5432/app"),
+        ("postgresql+psycopg://db/app?sslmode=require", "postgresql+psycopg://db/app?sslmode=require"),
+        ("sqlite:///toolfleet.db", "sqlite+aiosqlite:///toolfleet.db"),
+        ("sqlite+pysqlite:////abs/j.db", "sqlite+aiosqlite:////abs/j.db"),
+        ("sqlite+aiosqlite:///j.db", "sqlite+aiosqlite:///j.db"),
+    ],
+)
+def test_async_urls_open_sqlite_through_aiosqlite_and_postgresql_through_psycopg_3(
+    written: str, used: str
+) -> None:
+    assert async_database_url(written) == used
+    assert async_database_url(sa.make_url(database_url(written))) == used
 
 
 @pytest.mark.skipif(importlib.util.find_spec("psycopg2") is not None, reason="psycopg2 is installed")

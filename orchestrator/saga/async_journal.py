@@ -1,0 +1,121 @@
+"""The journal without blocking an event loop: `AsyncJournal`, on SQLAlchemy's asyncio extension.
+
+Its SQL is the `Journal`'s own: `run(fn)` opens a transaction on an async connection and hands `fn`
+a `Journal` bound to it (`Journal.on_connection`), run through `AsyncConnection.run_sync`, so each
+statement is awaited on the loop while `fn` reads as plain synchronous code. The loop, the saga and
+recovery call the journal only through `run`, the one method of `JournalRunner`, which the sync
+`Journal` has too (it runs `fn` inline, for callers that may block).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from orchestrator._database_url import LoopEngines, database_engine
+from orchestrator.saga._journal_crypto import JournalCipher
+from orchestrator.saga.journal import Journal
+from workers.settings import Settings
+
+__all__ = ["AsyncJournal", "JournalRunner", "journal_runner", "to_the_end"]
+
+_T = TypeVar("_T")
+
+
+class JournalRunner(Protocol):
+    """Runs a function of a `Journal` in one transaction: `await runner.run(lambda j: j.calls(id))`."""
+
+    async def run(self, fn: Callable[[Journal], _T]) -> _T: ...
+
+
+class AsyncJournal:
+    """The saga log on an async engine: every statement is awaited, none blocks the event loop.
+
+    Built from a database URL (`sqlite:///...` is opened through aiosqlite, `postgresql+psycopg://...`
+    through psycopg 3's async connections), from a `Journal` (the same database, and its keys), or
+    from an `AsyncEngine` (used as it is, on the loop its owner uses it on). `keys` as the `Journal`'s.
+    The schema is brought up to date (`ensure_schema`) in a thread before the first `run`. Each event
+    loop gets its own engine, closed when that loop shuts down or by `dispose()`.
+    """
+
+    def __init__(
+        self,
+        source: str | Journal | AsyncEngine = "sqlite:///toolfleet.db",
+        *,
+        keys: str | Sequence[str] | None = None,
+    ) -> None:
+        if isinstance(source, Journal) and keys is None:
+            self._cipher = source.cipher
+        else:
+            self._cipher = JournalCipher(Settings.from_env().journal_keys if keys is None else keys)
+        self._given = source if isinstance(source, AsyncEngine) else None
+        if isinstance(source, str):
+            self._engines = LoopEngines(source)
+        else:
+            self._engines = LoopEngines(source.url if isinstance(source, AsyncEngine) else source.engine.url)
+        self._schema_ready = isinstance(source, Journal)  # a Journal ensured it when it was built
+        self._schema_lock = threading.Lock()
+
+    async def run(self, fn: Callable[[Journal], _T]) -> _T:
+        """`fn(journal)` in one transaction on an async connection: committed when `fn` returns,
+        rolled back when it raises. `fn` runs on the event loop: it should only call the journal."""
+        if not self._schema_ready:
+            await asyncio.to_thread(self._ensure_schema)
+        engine = self._given if self._given is not None else await self._engines.engine()
+        cipher = self._cipher
+        async with engine.begin() as connection:
+            return await connection.run_sync(lambda sync: fn(Journal.on_connection(sync, cipher)))
+
+    async def dispose(self) -> None:
+        """Close the connections this journal holds for the running loop (the next `run` opens new
+        ones); an `AsyncEngine` given is its owner's to dispose."""
+        await self._engines.dispose()
+
+    def _ensure_schema(self) -> None:
+        with self._schema_lock:
+            if self._schema_ready:
+                return
+            from orchestrator.saga.migrations import ensure_schema  # Alembic loads only when needed
+
+            engine = database_engine(_sync_url(self._engines.url))
+            try:
+                ensure_schema(engine)
+            finally:
+                engine.dispose()
+            self._schema_ready = True
+
+
+def journal_runner(journal: Journal | AsyncJournal | None) -> Journal | AsyncJournal | None:
+    """What an `AiService` runs its invocations' journal I/O through: a `Journal` given is replaced
+    by an `AsyncJournal` over the same database and keys, so an invocation never blocks its event
+    loop; an in-memory SQLite journal is kept (another connection would open another database)."""
+    if not isinstance(journal, Journal):
+        return journal
+    url = journal.engine.url
+    if url.get_backend_name() == "sqlite" and (
+        url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
+    ):
+        return journal
+    return AsyncJournal(journal)
+
+
+def _sync_url(url: str) -> str:
+    """The async URL's database as the sync engine that ensures its schema opens it."""
+    parsed = sa.make_url(url)
+    driver = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg"}.get(parsed.get_backend_name())
+    return (parsed.set(drivername=driver) if driver else parsed).render_as_string(hide_password=False)
+
+
+async def to_the_end(step: Awaitable[_T]) -> tuple[_T, bool]:
+    """`step` run to its end even if the caller cancels meanwhile (a saga's outcome must be journaled
+    and what it owes undone, once it has begun): its result, and whether the caller cancelled."""
+    task = asyncio.ensure_future(step)
+    try:
+        return await asyncio.shield(task), False
+    except asyncio.CancelledError:
+        return await task, True
