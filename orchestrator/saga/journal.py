@@ -100,6 +100,11 @@ class Journal:
         with self.engine.begin() as connection:
             return fn(Journal.on_connection(connection, self._cipher))
 
+    def ping(self) -> None:
+        """One round trip to the database (readiness checks)."""
+        with self._read() as connection:
+            connection.execute(sa.text("SELECT 1"))
+
     def _tx(self) -> AbstractContextManager[Connection]:
         return self._on(self.engine.begin)  # committed at the end of the block
 

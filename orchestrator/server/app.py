@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from orchestrator.errors import ApiError
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.memory import SqlChatMemoryStore
-from orchestrator.saga.journal import Journal
+from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.server import native, routes
 from orchestrator.server.error_shape import api_error_body, error_body
 from orchestrator.server.events import EventLog
@@ -55,7 +55,7 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
             serve=serve,
             settings=settings,
             memory_store=memory_store,
-            journal=Journal(memory_store.engine, keys=settings.journal_keys),
+            journal=AsyncJournal(settings.database_url, keys=settings.journal_keys),
             redis=client,
             events=events,
             invocations=Invocations(client, events),
@@ -77,6 +77,8 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
                 await watch.stop()
             if recovery_executor.cache_info().currsize:
                 recovery_executor().close()
+            await state.journal.dispose()
+            await memory_store.adispose()
             await client.aclose()
 
     app = FastAPI(

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,9 +59,10 @@ class Invocations:
         self.events = events
         self.running: dict[str, asyncio.Task[None]] = {}
 
-    def start(self, run: Run, on_end: Callable[[], object]) -> None:
-        """Run the invocation as a task of this replica; `on_end()` is called when it ends."""
-        task = asyncio.create_task(self._run(run))
+    def start(self, run: Run, finish: Callable[[], Awaitable[None]], on_end: Callable[[], object]) -> None:
+        """Run the invocation as a task of this replica; `finish()` is awaited when it ends (before its
+        last event), then `on_end()` is called."""
+        task = asyncio.create_task(self._run(run, finish))
         self.running[run.invocation_id] = task
 
         def ended(_: asyncio.Task[None]) -> None:
@@ -106,11 +107,18 @@ class Invocations:
                 log.warning("cancel subscription lost (%s); subscribing again", exc)
                 await asyncio.sleep(0.5)
 
-    async def _run(self, run: Run) -> None:
+    async def _run(self, run: Run, finish: Callable[[], Awaitable[None]]) -> None:
         invocation_id, add = run.invocation_id, self.events.add
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         pending: set[asyncio.Future[Any]] = set()
+
+        async def wrap_up() -> None:  # before the last event: the call events, then the conversation
+            await _settle(pending)
+            try:
+                await finish()
+            except Exception as exc:
+                log.warning("invocation %s: its conversation was not saved: %s", invocation_id, exc)
 
         def observed(event: CallEvent) -> None:  # called from the collector's thread too
             payload = call_event(event)
@@ -140,18 +148,18 @@ class Invocations:
                     elif isinstance(event, ToolExecuted):
                         await add(invocation_id, finished_event(event))
                     elif isinstance(event, CompleteResponse):
-                        await _settle(pending)
+                        await wrap_up()
                         await add(invocation_id, completed_event(event, time.monotonic() - started))
         except asyncio.CancelledError:
-            await _settle(pending)
+            await wrap_up()
             await add(invocation_id, {"type": "invocation.cancelled", "invocation_id": invocation_id})
         except ModelError as exc:
             log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
-            await _settle(pending)
+            await wrap_up()
             await add(invocation_id, {"type": "invocation.failed", "error": "the agent's model failed"})
         except Exception as exc:
             log.error("invocation %s failed", invocation_id, exc_info=exc)
-            await _settle(pending)
+            await wrap_up()
             error = "the invocation failed; the service's log has the details"
             await add(invocation_id, {"type": "invocation.failed", "error": error})
 

@@ -3,7 +3,6 @@ their events streamed (and resumed on any replica), an invocation's journaled st
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import re
 import uuid
@@ -18,9 +17,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.errors import ApiError
 from orchestrator.messages import UserMessage
+from orchestrator.saga.journal import Journal
 from orchestrator.server.events import TERMINAL_TYPES, sse
 from orchestrator.server.invocations import Run
-from orchestrator.server.state import ServiceState, conversation_memory, find_agent, read_body, service_state
+from orchestrator.server.state import (
+    ServiceState,
+    find_agent,
+    open_conversation,
+    read_body,
+    save_conversation,
+    service_state,
+)
 
 __all__ = ["router"]
 
@@ -47,12 +54,14 @@ async def start_invocation(name: str, request: Request) -> Response:
     state = service_state(request)
     body = _invocation_request(await read_body(request, state.serve.max_body_bytes))
     service = find_agent(state, name, param=None)
-    memory = conversation_memory(state, name, body.conversation_id, [])
     invocation_id = str(uuid.uuid4())
     place = state.admit()
     try:
-        run = Run(invocation_id, name, service, UserMessage(body.input), memory, body.parameters)
-        state.invocations.start(run, on_end=place.release)
+        conversation = await open_conversation(state, name, body.conversation_id, [])
+        run = Run(invocation_id, name, service, UserMessage(body.input), conversation.memory, body.parameters)
+        state.invocations.start(
+            run, finish=lambda: save_conversation(state, conversation), on_end=place.release
+        )
     except BaseException:
         place.release()
         raise
@@ -89,8 +98,11 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
 @router.get("/v1/invocations/{invocation_id}")
 async def invocation_story(invocation_id: str, request: Request) -> dict[str, Any]:
     """The invocation as the journal tells it: its state, answer, calls and compensations."""
-    state = service_state(request)
-    return await asyncio.to_thread(_story, state, _checked_id(invocation_id))
+    checked = _checked_id(invocation_id)
+    story = await service_state(request).journal.run(lambda journal: _story(journal, checked))
+    if story is None:
+        raise ApiError(404, f"the journal has no invocation {invocation_id}", code=NOT_FOUND)
+    return story
 
 
 @router.post("/v1/invocations/{invocation_id}/cancel", status_code=202)
@@ -128,11 +140,11 @@ async def _follow(state: ServiceState, invocation_id: str, after: str) -> AsyncI
         yield sse(entry_id, event)
 
 
-def _story(state: ServiceState, invocation_id: str) -> dict[str, Any]:
-    journal = state.journal
+def _story(journal: Journal, invocation_id: str) -> dict[str, Any] | None:
+    """The invocation's story (None if the journal has no such invocation), read in one transaction."""
     record = journal.invocation(invocation_id)
     if record is None:
-        raise ApiError(404, f"the journal has no invocation {invocation_id}", code=NOT_FOUND)
+        return None
     compensations = {c.tool_call_id: c for c in journal.compensations(invocation_id)}
     calls = []
     for call in journal.calls(invocation_id):

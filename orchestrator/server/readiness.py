@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-import sqlalchemy as sa
-
+from orchestrator.saga.journal import Journal
 from orchestrator.server.agents import required_pools
 from orchestrator.server.state import ServiceState
 from workers.protocol import POOL_KEY
@@ -29,7 +28,7 @@ async def problems(state: ServiceState) -> list[str]:
         found.append(f"Redis at {redact_url(state.settings.redis_url)} does not answer: {type(exc).__name__}")
         return found
     try:
-        await asyncio.wait_for(asyncio.to_thread(_ping_database, state), CHECK_TIMEOUT_S)
+        await asyncio.wait_for(state.journal.run(_ping_database), CHECK_TIMEOUT_S)
     except Exception as exc:
         found.append(
             f"the database at {redact_url(state.settings.database_url)} does not answer: {type(exc).__name__}"
@@ -49,9 +48,8 @@ async def problems(state: ServiceState) -> list[str]:
     return found
 
 
-def _ping_database(state: ServiceState) -> None:
-    with state.memory_store.engine.connect() as connection:
-        connection.execute(sa.text("SELECT 1"))
+def _ping_database(journal: Journal) -> None:
+    journal.ping()
 
 
 def _ping_broker(state: ServiceState) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from orchestrator.executors.base import ToolExecutor
-from orchestrator.saga.journal import Journal, owner_id
+from orchestrator.saga.async_journal import AsyncJournal
+from orchestrator.saga.journal import owner_id
 from orchestrator.saga.recovery import Recovered, recover
 from orchestrator.server.events import EventLog
 
@@ -44,7 +45,7 @@ class ReplicaWatch:
     def __init__(
         self,
         client: aioredis.Redis,
-        journal: Journal,
+        journal: AsyncJournal,
         executor: Callable[[], ToolExecutor],
         events: EventLog,
         ttl_s: float,
@@ -109,7 +110,8 @@ class ReplicaWatch:
         return reports
 
     async def _recover_owner(self, owner: str) -> list[Recovered]:
-        ids = [r.id for r in await asyncio.to_thread(self.journal.unfinished, 0.0) if r.owner == owner]
+        unfinished = await self.journal.run(lambda journal: journal.unfinished(0.0))
+        ids = [record.id for record in unfinished if record.owner == owner]
         reports: list[Recovered] = []
         for invocation_id in ids:
             log.warning("replica %s stopped: recovering its invocation %s", owner, invocation_id)

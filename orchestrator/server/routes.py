@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -19,7 +19,14 @@ from orchestrator.models.base import PartialResponse
 from orchestrator.result import CompleteResponse
 from orchestrator.server import openai_wire, readiness
 from orchestrator.server.error_shape import error_body
-from orchestrator.server.state import Place, conversation_memory, find_agent, read_body, service_state
+from orchestrator.server.state import (
+    Place,
+    find_agent,
+    open_conversation,
+    read_body,
+    save_conversation,
+    service_state,
+)
 
 __all__ = ["router"]
 
@@ -73,27 +80,60 @@ async def chat_completions(request: Request) -> Response:
     conversation_id = (body.metadata or {}).get("conversation_id") or request.headers.get("x-conversation-id")
     invocation_id = str(uuid.uuid4())
     completion_id = f"chatcmpl-{invocation_id}"
-    memory = conversation_memory(state, body.model, conversation_id, history)
     parameters = {"user": body.user} if body.user else None
     headers = {"X-Invocation-Id": invocation_id}
     if not body.stream:
         with state.admit():
-            result = await _run(
-                service.achat(question, memory=memory, parameters=parameters, invocation_id=invocation_id),
-                invocation_id,
-            )
+            conversation = await open_conversation(state, body.model, conversation_id, history)
+            try:
+                result = await _run(
+                    service.achat(
+                        question,
+                        memory=conversation.memory,
+                        parameters=parameters,
+                        invocation_id=invocation_id,
+                    ),
+                    invocation_id,
+                )
+            finally:
+                await save_conversation(state, conversation)
         payload = openai_wire.completion(
             completion_id, body.model, result.content, result.finish_reason, result.token_usage
         )
         return JSONResponse(payload, headers=headers)
     place = state.admit()  # refused here, before the stream starts, with the error's own status
+    try:
+        conversation = await open_conversation(state, body.model, conversation_id, history)
+    except BaseException:
+        place.release()
+        raise
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    events = service.stream(question, memory=memory, parameters=parameters, invocation_id=invocation_id)
-    chunks = _chunks(events, completion_id, body.model, invocation_id, include_usage, place)
-    # The place is released when the stream ends, or when the client leaves before it starts.
-    return StreamingResponse(
-        chunks, media_type="text/event-stream", headers=headers, background=BackgroundTask(place.release)
+    events = service.stream(
+        question, memory=conversation.memory, parameters=parameters, invocation_id=invocation_id
     )
+    chunks = _chunks(events, completion_id, body.model, invocation_id, include_usage)
+    # The place is held until the stream ends (the conversation saved), or the client leaves before
+    # the stream starts.
+    return StreamingResponse(
+        _holding(chunks, place, lambda: save_conversation(state, conversation)),
+        media_type="text/event-stream",
+        headers=headers,
+        background=BackgroundTask(place.release),
+    )
+
+
+async def _holding(
+    chunks: AsyncIterator[str], place: Place, finish: Callable[[], Awaitable[None]]
+) -> AsyncIterator[str]:
+    """`chunks`, then `finish()` and the place released, however the stream ends."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        try:
+            await finish()
+        finally:
+            place.release()
 
 
 async def _run(invocation: Any, invocation_id: str) -> Any:
@@ -117,7 +157,6 @@ async def _chunks(
     agent: str,
     invocation_id: str,
     include_usage: bool,
-    place: Place,
 ) -> AsyncIterator[str]:
     """The invocation's text as `chat.completion.chunk` events, then `[DONE]`; an error mid-stream is
     sent as an error event (the status line is gone by then). A client that leaves closes `events`,
@@ -126,27 +165,24 @@ async def _chunks(
     def chunk(**fields: Any) -> str:
         return _sse(openai_wire.completion_chunk(completion_id, agent, **fields))
 
-    try:
-        yield chunk(delta={"role": "assistant", "content": ""})
-        async with contextlib.aclosing(events):  # type: ignore[type-var]
-            try:
-                async for event in events:
-                    if isinstance(event, PartialResponse) and event.text:
-                        yield chunk(delta={"content": event.text})
-                    elif isinstance(event, CompleteResponse):
-                        yield chunk(finish=event.result.finish_reason)
-                        if include_usage:
-                            yield chunk(usage=event.result.token_usage)
-            except ModelError as exc:
-                log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
-                yield _sse(error_body(502, f"the agent's model failed (invocation {invocation_id})"))
-            except Exception as exc:
-                log.error("invocation %s failed", invocation_id, exc_info=exc)
-                message = f"the invocation {invocation_id} failed; the service's log has the details"
-                yield _sse(error_body(500, message))
-        yield "data: [DONE]\n\n"
-    finally:
-        place.release()
+    yield chunk(delta={"role": "assistant", "content": ""})
+    async with contextlib.aclosing(events):  # type: ignore[type-var]
+        try:
+            async for event in events:
+                if isinstance(event, PartialResponse) and event.text:
+                    yield chunk(delta={"content": event.text})
+                elif isinstance(event, CompleteResponse):
+                    yield chunk(finish=event.result.finish_reason)
+                    if include_usage:
+                        yield chunk(usage=event.result.token_usage)
+        except ModelError as exc:
+            log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
+            yield _sse(error_body(502, f"the agent's model failed (invocation {invocation_id})"))
+        except Exception as exc:
+            log.error("invocation %s failed", invocation_id, exc_info=exc)
+            message = f"the invocation {invocation_id} failed; the service's log has the details"
+            yield _sse(error_body(500, message))
+    yield "data: [DONE]\n\n"
 
 
 def _sse(payload: dict[str, Any]) -> str:

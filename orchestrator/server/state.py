@@ -3,6 +3,7 @@ request's body within its limit."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from fastapi import Request
 from orchestrator.errors import ApiError
 from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory, SqlChatMemoryStore
 from orchestrator.messages import ChatMessage
-from orchestrator.saga.journal import Journal
+from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.server.events import EventLog
 from orchestrator.server.invocations import Invocations
 from orchestrator.server.settings import ServeSettings
@@ -22,11 +23,13 @@ from workers.settings import Settings
 
 __all__ = [
     "MAX_CONVERSATION_ID",
+    "Conversation",
     "Place",
     "ServiceState",
-    "conversation_memory",
     "find_agent",
+    "open_conversation",
     "read_body",
+    "save_conversation",
     "service_state",
 ]
 
@@ -42,7 +45,7 @@ class ServiceState:
     serve: ServeSettings
     settings: Settings
     memory_store: SqlChatMemoryStore
-    journal: Journal
+    journal: AsyncJournal
     redis: aioredis.Redis
     events: EventLog
     invocations: Invocations
@@ -112,23 +115,46 @@ def find_agent(state: ServiceState, name: str, *, param: str | None = "model") -
     return service
 
 
-def conversation_memory(
+@dataclass
+class Conversation:
+    """One turn's conversation: its memory for the invocation, and where it is kept (`key`; None for
+    a conversation the request carries, which is kept nowhere)."""
+
+    memory: MessageWindowChatMemory
+    key: str | None = None
+
+
+async def open_conversation(
     state: ServiceState, agent: str, conversation_id: str | None, history: list[ChatMessage]
-) -> MessageWindowChatMemory:
-    """The conversation: the server's SQL memory of `conversation_id` (only the new user message is
-    added to it), or, with none, `history` (the request's own messages), kept nowhere."""
+) -> Conversation:
+    """The conversation of one turn: with `conversation_id`, the server's SQL memory of it, read once
+    (only the new user message is added to it, and `save_conversation` writes it back); without,
+    `history` (the request's own messages)."""
     if conversation_id:
         if len(conversation_id) > MAX_CONVERSATION_ID:
-            raise ApiError(
-                400,
-                f"conversation_id is longer than {MAX_CONVERSATION_ID} characters",
-                param="conversation_id",
-            )
-        return MessageWindowChatMemory(
-            state.serve.history_messages, id=f"{agent}/{conversation_id}", store=state.memory_store
+            message = f"conversation_id is longer than {MAX_CONVERSATION_ID} characters"
+            raise ApiError(400, message, param="conversation_id")
+        key = f"{agent}/{conversation_id}"
+        window = MessageWindowChatMemory(
+            state.serve.history_messages, id=key, store=InMemoryChatMemoryStore()
         )
-    memory = MessageWindowChatMemory(
+        window.set_messages(await state.memory_store.aget_messages(key))
+        return Conversation(window, key)
+    window = MessageWindowChatMemory(
         len(history) + state.serve.history_messages, store=InMemoryChatMemoryStore()
     )
-    memory.set_messages(history)
-    return memory
+    window.set_messages(history)
+    return Conversation(window)
+
+
+async def save_conversation(state: ServiceState, conversation: Conversation) -> None:
+    """Write a kept conversation back after its turn, even while the turn's caller is cancelled."""
+    if conversation.key is not None:
+        saving = asyncio.ensure_future(
+            state.memory_store.aupdate_messages(conversation.key, conversation.memory.messages())
+        )
+        try:
+            await asyncio.shield(saving)
+        except asyncio.CancelledError:
+            await saving
+            raise
