@@ -33,7 +33,7 @@ from orchestrator.models.openai import OpenAiChatModel
 from orchestrator.models.scripted import ScriptedChatModel
 from orchestrator.providers import *  # noqa: F403
 from orchestrator.result import Result, ToolExecuted
-from orchestrator.saga import CallState, CompensationState, InvocationState, Journal
+from orchestrator.saga import AsyncJournal, CallState, CompensationState, InvocationState, Journal
 from orchestrator.search import (
     EmbeddingModel,
     HashingEmbeddingModel,
@@ -49,6 +49,7 @@ __all__ = [
     "AiMessage",
     "AiService",
     "AnthropicChatModel",
+    "AsyncJournal",
     "CallEvent",
     "CallState",
     "CeleryExecutor",
