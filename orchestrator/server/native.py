@@ -18,14 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator.errors import ApiError
 from orchestrator.messages import UserMessage
 from orchestrator.saga.journal import Journal
+from orchestrator.server.conversations import open_conversation, save_conversation
 from orchestrator.server.events import TERMINAL_TYPES, sse
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import (
     ServiceState,
     find_agent,
-    open_conversation,
     read_body,
-    save_conversation,
     service_state,
 )
 

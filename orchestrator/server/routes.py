@@ -18,13 +18,12 @@ from orchestrator.errors import ApiError, ModelError
 from orchestrator.models.base import PartialResponse
 from orchestrator.result import CompleteResponse
 from orchestrator.server import openai_wire, readiness
+from orchestrator.server.conversations import open_conversation, save_conversation
 from orchestrator.server.error_shape import error_body
 from orchestrator.server.state import (
     Place,
     find_agent,
-    open_conversation,
     read_body,
-    save_conversation,
     service_state,
 )
 

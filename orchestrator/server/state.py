@@ -1,9 +1,8 @@
-"""What every route of one replica shares: its state, its agents, conversations, and reading a
-request's body within its limit."""
+"""What every route of one replica shares: its state, admission, its agents, and reading a request's
+body within its limit."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,8 +11,7 @@ import redis.asyncio as aioredis
 from fastapi import Request
 
 from orchestrator.errors import ApiError
-from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory, SqlChatMemoryStore
-from orchestrator.messages import ChatMessage
+from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.server.events import EventLog
 from orchestrator.server.invocations import Invocations
@@ -22,18 +20,13 @@ from orchestrator.service import AiService
 from workers.settings import Settings
 
 __all__ = [
-    "MAX_CONVERSATION_ID",
-    "Conversation",
     "Place",
     "ServiceState",
     "find_agent",
-    "open_conversation",
     "read_body",
-    "save_conversation",
     "service_state",
 ]
 
-MAX_CONVERSATION_ID = 200
 RETRY_SOON = {"Retry-After": "1"}  # seconds a refused client waits before it tries again
 
 
@@ -113,48 +106,3 @@ def find_agent(state: ServiceState, name: str, *, param: str | None = "model") -
     if service is None:
         raise ApiError(404, f"no agent named {name!r}: GET /v1/models lists them", param=param)
     return service
-
-
-@dataclass
-class Conversation:
-    """One turn's conversation: its memory for the invocation, and where it is kept (`key`; None for
-    a conversation the request carries, which is kept nowhere)."""
-
-    memory: MessageWindowChatMemory
-    key: str | None = None
-
-
-async def open_conversation(
-    state: ServiceState, agent: str, conversation_id: str | None, history: list[ChatMessage]
-) -> Conversation:
-    """The conversation of one turn: with `conversation_id`, the server's SQL memory of it, read once
-    (only the new user message is added to it, and `save_conversation` writes it back); without,
-    `history` (the request's own messages)."""
-    if conversation_id:
-        if len(conversation_id) > MAX_CONVERSATION_ID:
-            message = f"conversation_id is longer than {MAX_CONVERSATION_ID} characters"
-            raise ApiError(400, message, param="conversation_id")
-        key = f"{agent}/{conversation_id}"
-        window = MessageWindowChatMemory(
-            state.serve.history_messages, id=key, store=InMemoryChatMemoryStore()
-        )
-        window.set_messages(await state.memory_store.aget_messages(key))
-        return Conversation(window, key)
-    window = MessageWindowChatMemory(
-        len(history) + state.serve.history_messages, store=InMemoryChatMemoryStore()
-    )
-    window.set_messages(history)
-    return Conversation(window)
-
-
-async def save_conversation(state: ServiceState, conversation: Conversation) -> None:
-    """Write a kept conversation back after its turn, even while the turn's caller is cancelled."""
-    if conversation.key is not None:
-        saving = asyncio.ensure_future(
-            state.memory_store.aupdate_messages(conversation.key, conversation.memory.messages())
-        )
-        try:
-            await asyncio.shield(saving)
-        except asyncio.CancelledError:
-            await saving
-            raise

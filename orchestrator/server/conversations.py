@@ -1,0 +1,61 @@
+"""A turn's conversation: read once from the server's SQL memory at its start, written back at its
+end, on the memory store's async engine; or the request's own messages, kept nowhere."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from orchestrator.errors import ApiError
+from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory
+from orchestrator.messages import ChatMessage
+from orchestrator.server.state import ServiceState
+
+__all__ = ["MAX_CONVERSATION_ID", "Conversation", "open_conversation", "save_conversation"]
+
+MAX_CONVERSATION_ID = 200
+
+
+@dataclass
+class Conversation:
+    """One turn's conversation: its memory for the invocation, and where it is kept (`key`; None for
+    a conversation the request carries, which is kept nowhere)."""
+
+    memory: MessageWindowChatMemory
+    key: str | None = None
+
+
+async def open_conversation(
+    state: ServiceState, agent: str, conversation_id: str | None, history: list[ChatMessage]
+) -> Conversation:
+    """The conversation of one turn: with `conversation_id`, the server's SQL memory of it, read once
+    (only the new user message is added to it, and `save_conversation` writes it back); without,
+    `history` (the request's own messages)."""
+    if conversation_id:
+        if len(conversation_id) > MAX_CONVERSATION_ID:
+            message = f"conversation_id is longer than {MAX_CONVERSATION_ID} characters"
+            raise ApiError(400, message, param="conversation_id")
+        key = f"{agent}/{conversation_id}"
+        window = MessageWindowChatMemory(
+            state.serve.history_messages, id=key, store=InMemoryChatMemoryStore()
+        )
+        window.set_messages(await state.memory_store.aget_messages(key))
+        return Conversation(window, key)
+    window = MessageWindowChatMemory(
+        len(history) + state.serve.history_messages, store=InMemoryChatMemoryStore()
+    )
+    window.set_messages(history)
+    return Conversation(window)
+
+
+async def save_conversation(state: ServiceState, conversation: Conversation) -> None:
+    """Write a kept conversation back after its turn, even while the turn's caller is cancelled."""
+    if conversation.key is not None:
+        saving = asyncio.ensure_future(
+            state.memory_store.aupdate_messages(conversation.key, conversation.memory.messages())
+        )
+        try:
+            await asyncio.shield(saving)
+        except asyncio.CancelledError:
+            await saving
+            raise
