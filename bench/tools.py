@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from workers import tool
@@ -15,4 +16,10 @@ def noop() -> str:
 @tool("Sleeps for the given seconds", pool="bench", timeout=30)
 def sleep_for(seconds: float) -> str:
     time.sleep(seconds)
+    return "slept"
+
+
+@tool("Sleeps for the given seconds, awaiting", pool="bench", timeout=30)
+async def async_sleep_for(seconds: float) -> str:
+    await asyncio.sleep(seconds)
     return "slept"

@@ -30,6 +30,7 @@ __all__ = [
     "async_database_url",
     "database_engine",
     "database_url",
+    "shared_loop_engines",
 ]
 
 # How long an SQLite connection waits for another process's write lock before failing: the journal
@@ -128,6 +129,22 @@ class LoopEngines:
             held = self._engines.pop(asyncio.get_running_loop(), None)
         if held is not None:
             await held[1].aclose()
+
+
+_shared: dict[str, LoopEngines] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_loop_engines(url: str | sa.URL) -> LoopEngines:
+    """The process' one `LoopEngines` of a database: every journal and conversation store of a
+    process that opens the same database shares its engines (one pool per loop, not one per user),
+    so many services in one process cannot exhaust the server's connections."""
+    key = async_database_url(url)
+    with _shared_lock:
+        engines = _shared.get(key)
+        if engines is None:
+            engines = _shared[key] = LoopEngines(key)
+        return engines
 
 
 async def _closed_at_shutdown(engine: AsyncEngine) -> AsyncGenerator[None, None]:

@@ -11,7 +11,7 @@ from typing import Protocol
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from orchestrator._database_url import LoopEngines, database_engine
+from orchestrator._database_url import database_engine, shared_loop_engines
 from orchestrator._memory_tables import memory_table
 from orchestrator.messages import (
     AiMessage,
@@ -74,7 +74,7 @@ class SqlChatMemoryStore:
 
     def __init__(self, url_or_engine: str | Engine = "sqlite:///toolfleet.db") -> None:
         self.engine = database_engine(url_or_engine) if isinstance(url_or_engine, str) else url_or_engine
-        self._async_engines = LoopEngines(self.engine.url)
+        self._async_engines = shared_loop_engines(self.engine.url)
         from orchestrator.saga.migrations import ensure_schema  # Alembic loads only for a SQL store
 
         ensure_schema(self.engine)

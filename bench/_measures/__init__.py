@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from bench._context import Bench
 from bench._measures.anchors import measure_anchors
+from bench._measures.async_sleeps import measure_async_sleeps
 from bench._measures.batch import measure_batch
 from bench._measures.deadline import measure_deadline
 from bench._measures.in_flight import measure_in_flight
@@ -34,6 +35,7 @@ MEASURES: dict[str, Runner] = {
     "5": measure_in_flight,
     "6": measure_serve_overhead,
     "7": measure_serve_journal,
+    "8": measure_async_sleeps,
 }
 # `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
-RUN_ORDER = ["1", "2", "4", "5", "6", "7", "3"]
+RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "3"]

@@ -17,7 +17,7 @@ from typing import Protocol, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from orchestrator._database_url import LoopEngines, database_engine
+from orchestrator._database_url import database_engine, shared_loop_engines
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga.journal import Journal
 from workers.settings import Settings
@@ -55,9 +55,10 @@ class AsyncJournal:
             self._cipher = JournalCipher(Settings.from_env().journal_keys if keys is None else keys)
         self._given = source if isinstance(source, AsyncEngine) else None
         if isinstance(source, str):
-            self._engines = LoopEngines(source)
+            self._engines = shared_loop_engines(source)
         else:
-            self._engines = LoopEngines(source.url if isinstance(source, AsyncEngine) else source.engine.url)
+            url = source.url if isinstance(source, AsyncEngine) else source.engine.url
+            self._engines = shared_loop_engines(url)
         self._schema_ready = isinstance(source, Journal)  # a Journal ensured it when it was built
         self._schema_lock = threading.Lock()
 

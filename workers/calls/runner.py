@@ -14,6 +14,7 @@ from typing import Any
 
 from workers.calls.binding import BoundCall, bind_arguments, bind_values, parse_arguments
 from workers.calls.invocation import Invocation, InvocationParameters, ToolCallIdentity
+from workers.calls.loops import run_awaitable
 from workers.calls.results import convert_result
 from workers.contents import ImageContent, TextContent
 from workers.errors import ToolArgumentsError, ToolDefinitionError, ToolErrorVisibleToLlm, ToolResultError
@@ -54,7 +55,7 @@ def run_tool(
     *,
     log_outcome: bool = True,
 ) -> ToolOutcome:
-    """Run the call synchronously (an `async` tool runs in a fresh event loop).
+    """Run the call synchronously (an `async` tool runs on this thread's long-lived event loop).
 
     `identity` is what a `ToolCallIdentity` parameter receives (the first attempt when not given).
     The call's line is logged (`log_call`) unless `log_outcome` is false: a worker logs its own, with
@@ -67,7 +68,7 @@ def run_tool(
     try:
         value = definition.function(*bound.args, **bound.kwargs)
         if inspect.isawaitable(value):
-            value = asyncio.run(_await(value))
+            value = run_awaitable(value)
     except Exception as exc:
         outcome = error_outcome(exc, OutcomeKind.EXECUTION_ERROR, bound)
         return _logged(definition, request, started, outcome, log_outcome)
@@ -113,10 +114,6 @@ def _bind(
     except (RecursionError, ArithmeticError, MemoryError, TypeError, ValueError) as exc:
         error = ToolArgumentsError(f'Arguments of tool "{definition.name}" could not be bound: {exc}')
         return error_outcome(error, OutcomeKind.ARGUMENTS_ERROR)
-
-
-async def _await(value: Any) -> Any:
-    return await value
 
 
 def _success(definition: ToolDefinition, value: Any, bound: BoundCall) -> ToolOutcome:
@@ -369,7 +366,7 @@ def run_compensation(
         assert definition.compensation is not None
         value = definition.compensation.function(*bound.args, **bound.kwargs)
         if inspect.isawaitable(value):
-            value = asyncio.run(_await(value))
+            value = run_awaitable(value)
     except Exception as exc:
         log.warning("compensation of %s call %s failed: %s", definition.name, execution.request.id, exc)
         return error_outcome(exc, OutcomeKind.EXECUTION_ERROR)
