@@ -16,19 +16,38 @@ import threading
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-__all__ = ["run_awaitable", "thread_loop"]
+__all__ = ["close_thread_loop", "run_awaitable", "thread_loop"]
 
 _T = TypeVar("_T")
 _local = threading.local()
 
 
+class _Held:
+    """A thread's loop, closed when the thread ends (its thread-local value is dropped then)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def __del__(self) -> None:
+        if not self.loop.is_closed():
+            self.loop.close()
+
+
 def thread_loop() -> asyncio.AbstractEventLoop:
     """This thread's event loop for tools, made on first use (and again if it was closed)."""
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = asyncio.new_event_loop()
-        _local.loop = loop
-    return loop
+    held: _Held | None = getattr(_local, "held", None)
+    if held is None or held.loop.is_closed():
+        held = _local.held = _Held()
+    return held.loop
+
+
+def close_thread_loop() -> None:
+    """Close this thread's loop now, if it has one (a later call makes a new one)."""
+    held: _Held | None = getattr(_local, "held", None)
+    if held is not None:
+        del _local.held
+        if not held.loop.is_closed():
+            held.loop.close()
 
 
 def run_awaitable(awaitable: Awaitable[_T]) -> _T:
