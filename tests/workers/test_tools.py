@@ -36,6 +36,7 @@ DEFAULT_OPTIONS = {
     "retries": 0,
     "idempotent": False,
     "retry_on": (),
+    "heartbeat_timeout_s": None,
 }
 
 

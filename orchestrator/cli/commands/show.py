@@ -153,19 +153,18 @@ def _print_call(
 
 
 def progress_text(report: dict[str, Any]) -> str:
-    """A progress report in one line: `40% copying part 4 (at 12:03:05)`."""
+    """A journaled progress report in one line: `40% copying part 4 data {...} (at 12:03:05)`."""
     from datetime import datetime
 
-    parts = []
-    if isinstance(report.get("fraction"), int | float):
-        parts.append(f"{report['fraction'] * 100:.0f}%")
-    if report.get("message"):
-        parts.append(str(report["message"])[:160])
+    from orchestrator.cli.console import progress_text as people
+
+    fraction, message = report.get("fraction"), report.get("message")
+    parts = [people(fraction if isinstance(fraction, int | float) else None, str(message or "")[:160])]
     if report.get("data") is not None:
         parts.append(f"data {json.dumps(report['data'])[:160]}")
     if isinstance(report.get("at"), int | float):
         parts.append(f"(at {datetime.fromtimestamp(report['at']):%H:%M:%S})")
-    return " ".join(parts) or "-"
+    return " ".join(parts)
 
 
 def _text(text: str) -> str:
