@@ -117,4 +117,10 @@ def test_the_worker_app_serves_the_baseline_tasks_next_to_the_tools() -> None:
     done = _run("-c", "import json, bench.worker as w; print(json.dumps(sorted(w.app.tasks)))")
 
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == ["bench.raw_noop", "bench.raw_sleep", "tool.noop", "tool.sleep_for"]
+    assert json.loads(done.stdout) == [
+        "bench.raw_noop",
+        "bench.raw_sleep",
+        "tool.noop",
+        "tool.report_steps",
+        "tool.sleep_for",
+    ]

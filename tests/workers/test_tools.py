@@ -104,6 +104,7 @@ def test_every_keyword_is_recorded_in_the_options() -> None:
         timeout=2.5,
         retries=3,
         idempotent=True,
+        heartbeat_timeout_s=4,
     )
     def send(to: str) -> str:
         return "sent"
@@ -123,6 +124,7 @@ def test_every_keyword_is_recorded_in_the_options() -> None:
         "retries": 3,
         "idempotent": True,
         "retry_on": (),
+        "heartbeat_timeout_s": 4,
     }
     assert definition.pool == "mail"
     assert definition.timeout == 2.5
