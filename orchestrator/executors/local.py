@@ -7,8 +7,9 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from orchestrator.errors import UnknownToolError
 from orchestrator.executors._progress import progress_listener
@@ -130,10 +131,14 @@ class LocalExecutor:
         # Reports go straight to the invocation; no heartbeat is watched in-process.
         reporter = ToolProgressReporter(progress_listener())
         if definition.is_async:
-            running = asyncio.ensure_future(_areporting(reporter, definition, request, invocation, identity))
+            running = asyncio.ensure_future(
+                _areporting(reporter, arun_tool, definition, request, invocation, identity)
+            )
             waiting: asyncio.Future[ToolOutcome] = running
         else:
-            running = self._threads.submit(_reporting, reporter, definition, request, invocation, identity)
+            running = self._threads.submit(
+                _reporting, reporter, run_tool, definition, request, invocation, identity
+            )
             waiting = asyncio.wrap_future(running)
         done, _ = await asyncio.wait({waiting}, timeout=max(deadline - time.monotonic(), 0.0))
         if waiting in done:
@@ -247,25 +252,15 @@ class LocalExecutor:
         self._threads.shutdown(wait=False, cancel_futures=False)
 
 
-def _reporting(
-    reporter: ToolProgressReporter,
-    definition: ToolDefinition,
-    request: ToolExecutionRequest,
-    invocation: Invocation,
-    identity: ToolCallIdentity,
-) -> ToolOutcome:
-    """`run_tool` with `reporter` injected; its last report delivered before the outcome."""
+def _reporting(reporter: ToolProgressReporter, run: Callable[..., ToolOutcome], *args: Any) -> ToolOutcome:
+    """`run(*args)` with `reporter` injected; its last report delivered before the outcome."""
     with reporting(reporter):
-        return run_tool(definition, request, invocation, identity)
+        return run(*args)
 
 
 async def _areporting(
-    reporter: ToolProgressReporter,
-    definition: ToolDefinition,
-    request: ToolExecutionRequest,
-    invocation: Invocation,
-    identity: ToolCallIdentity,
+    reporter: ToolProgressReporter, run: Callable[..., Awaitable[ToolOutcome]], *args: Any
 ) -> ToolOutcome:
-    """`arun_tool` with `reporter` injected; its last report delivered before the outcome."""
+    """`await run(*args)` with `reporter` injected; its last report delivered before the outcome."""
     with reporting(reporter):
-        return await arun_tool(definition, request, invocation, identity)
+        return await run(*args)

@@ -37,11 +37,3 @@ def beating(seconds: float, progress: ToolProgressReporter) -> str:
 def silent(seconds: float) -> str:
     time.sleep(seconds)
     return "slept"
-
-
-@tool("Reports progress at a steady pace", pool="progresspool", timeout=60)
-def paced(count: int, interval_s: float, progress: ToolProgressReporter) -> str:
-    for step in range(1, count + 1):
-        progress.progress(fraction=step / count, message=f"step {step}")
-        time.sleep(interval_s)
-    return "paced"
