@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from workers import tool
+from workers import ToolProgressReporter, tool
 
 
 @tool("Does nothing", pool="bench", timeout=30)
@@ -23,3 +23,11 @@ def sleep_for(seconds: float) -> str:
 async def async_sleep_for(seconds: float) -> str:
     await asyncio.sleep(seconds)
     return "slept"
+
+
+@tool("Reports progress at a steady pace", pool="bench", timeout=60)
+def report_steps(count: int, interval_s: float, progress: ToolProgressReporter) -> str:
+    for step in range(1, count + 1):
+        progress.progress(fraction=step / count, message=f"step {step}")
+        time.sleep(interval_s)
+    return "reported"

@@ -32,7 +32,7 @@ from orchestrator.models.anthropic import AnthropicChatModel
 from orchestrator.models.openai import OpenAiChatModel
 from orchestrator.models.scripted import ScriptedChatModel
 from orchestrator.providers import *  # noqa: F403
-from orchestrator.result import Result, ToolExecuted
+from orchestrator.result import Result, ToolExecuted, ToolProgress
 from orchestrator.saga import AsyncJournal, CallState, CompensationState, InvocationState, Journal
 from orchestrator.search import (
     EmbeddingModel,
@@ -76,6 +76,7 @@ __all__ = [
     "ToolExecutionRequest",
     "ToolExecutionResultMessage",
     "ToolExecutor",
+    "ToolProgress",
     "ToolSearchResult",
     "ToolSearchStrategy",
     "UserMessage",

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from datetime import datetime
+from typing import Any, TypeAlias
 
 from orchestrator.models import base
 from orchestrator.models.base import FinishReason, TokenUsage
 from workers.protocol import ToolExecution
 
-__all__ = ["CompleteResponse", "Result", "StreamEvent", "ToolExecuted"]
+__all__ = ["CompleteResponse", "Result", "StreamEvent", "ToolExecuted", "ToolProgress"]
 
 
 @dataclass
@@ -32,6 +33,23 @@ class ToolExecuted:
 
 
 @dataclass(frozen=True)
+class ToolProgress:
+    """A running tool call reported progress (`ToolProgressReporter.progress()`), streamed in order
+    before the call's `ToolExecuted`: the call's id and tool, how far it is (`fraction` in [0, 1]),
+    its `message` and JSON `data` (each None when not given), and when the tool reported it (`at`).
+
+    Reports are rate-limited per call (at most one every 50 ms travels, the latest winning), so a
+    tool reporting in a tight loop yields a few of these, the last one always."""
+
+    request_id: str | None
+    tool_name: str
+    fraction: float | None
+    message: str | None
+    data: Any
+    at: datetime
+
+
+@dataclass(frozen=True)
 class CompleteResponse(base.CompleteResponse):
     """The last event of `AiService.stream()`: the final response, and the invocation's `Result`.
 
@@ -42,5 +60,6 @@ class CompleteResponse(base.CompleteResponse):
     result: Result
 
 
-# What `AiService.stream()` yields: the model's events, `ToolExecuted`, then one `CompleteResponse`.
-StreamEvent: TypeAlias = base.ChatEvent | ToolExecuted
+# What `AiService.stream()` yields: the model's events, `ToolProgress` and `ToolExecuted`, then one
+# `CompleteResponse`.
+StreamEvent: TypeAlias = base.ChatEvent | ToolProgress | ToolExecuted

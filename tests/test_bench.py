@@ -122,5 +122,6 @@ def test_the_worker_app_serves_the_baseline_tasks_next_to_the_tools() -> None:
         "bench.raw_sleep",
         "tool.async_sleep_for",
         "tool.noop",
+        "tool.report_steps",
         "tool.sleep_for",
     ]

@@ -4,6 +4,7 @@ A worker machine needs only this package: it never imports `orchestrator`.
 """
 
 from workers.calls.invocation import InvocationContext, InvocationParameters, ToolCallIdentity, ToolMemoryId
+from workers.calls.progress import ToolProgressReporter
 from workers.calls.results import ToolExecutionResult
 from workers.contents import Image, ImageContent, TextContent
 from workers.errors import (
@@ -11,6 +12,7 @@ from workers.errors import (
     ToolDefinitionError,
     ToolErrorVisibleToLlm,
     ToolfleetError,
+    ToolProgressError,
     ToolResultError,
 )
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
@@ -39,6 +41,8 @@ __all__ = [
     "ToolExecutionResult",
     "ToolMemoryId",
     "ToolOutcome",
+    "ToolProgressError",
+    "ToolProgressReporter",
     "ToolRegistry",
     "ToolResultError",
     "ToolSpecification",

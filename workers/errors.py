@@ -7,6 +7,7 @@
     │   └── ToolModuleError                      a `--tools` module that cannot be loaded
     ├── ToolArgumentsError                       the model's arguments do not bind
     ├── ToolResultError                          a result that cannot be turned into text
+    ├── ToolProgressError (also ValueError)      a progress report that cannot travel
     ├── MixedPoolError                           a worker joining a pool that serves other tools
     ├── McpConnectionError (also ConnectionError)   an MCP server out of reach; httpx's error as cause
     ├── McpTimeoutError (also TimeoutError)      an MCP request past its timeout
@@ -32,6 +33,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolErrorVisibleToLlm",
     "ToolModuleError",
+    "ToolProgressError",
     "ToolResultError",
     "ToolfleetError",
     "VisibleToolError",
@@ -92,6 +94,10 @@ class ToolArgumentsError(ToolfleetError):
 
 class ToolResultError(ToolfleetError):
     """A tool returned a value that cannot be turned into a result (not JSON-serializable, too large)."""
+
+
+class ToolProgressError(ToolfleetError, ValueError):
+    """A tool reported progress that cannot travel: a fraction outside [0, 1], data that is not JSON."""
 
 
 class ToolErrorVisibleToLlm:

@@ -42,6 +42,7 @@ __all__ = [
     "META_PREFIX",
     "POOLS_KEY",
     "POOL_KEY",
+    "PROGRESS_STATE",
     "TASK_PREFIX",
     "WORKER_KEY",
     "CallTask",
@@ -67,6 +68,7 @@ __all__ = [
 
 IDEMPOTENCY_HEADER = "idempotency_key"  # the message header naming the call a task belongs to
 META_PREFIX = "celery-task-meta-"  # Celery's Redis result backend: key and channel of a task's state
+PROGRESS_STATE = "PROGRESS"  # the custom state a running call's progress reports travel as
 CALL_ABANDONED = "abandoned"  # per-call state written by the orchestrator at the call's deadline
 CALL_FINISHED = "finished"  # per-call state written by the worker when a late-compensable call succeeds
 COMPENSATION_DONE = "done"  # the compensation lock's value once the undo ran

@@ -16,6 +16,7 @@ from bench._measures.async_sleeps import measure_async_sleeps
 from bench._measures.batch import measure_batch
 from bench._measures.deadline import measure_deadline
 from bench._measures.in_flight import measure_in_flight
+from bench._measures.progress import measure_progress
 from bench._measures.serve_journal import measure_serve_journal
 from bench._measures.serve_overhead import measure_serve_overhead
 from bench._measures.single_call import measure_single
@@ -36,6 +37,7 @@ MEASURES: dict[str, Runner] = {
     "6": measure_serve_overhead,
     "7": measure_serve_journal,
     "8": measure_async_sleeps,
+    "9": measure_progress,
 }
 # `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
-RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "3"]
+RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "3"]

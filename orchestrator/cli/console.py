@@ -111,6 +111,14 @@ def short_arguments(arguments: str, width: int = ARGUMENTS_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def progress_text(fraction: float | None, message: str | None) -> str:
+    """A progress report as people read it: `40% copied part 4`."""
+    parts = [f"{fraction * 100:.0f}%"] if fraction is not None else []
+    if message:
+        parts.append(message[:ARGUMENTS_WIDTH])
+    return " ".join(parts) or "working"
+
+
 def _value(value: object) -> str:
     if isinstance(value, str):
         return value
@@ -126,6 +134,7 @@ class _Row:
     first: float
     at: float
     arguments: str
+    progress: str = ""  # the latest progress its tool reported, while it runs
 
 
 _RUNNING = ("queued", "started")
@@ -187,6 +196,26 @@ class LiveTable:
             else:
                 self._line(self._row(row, row.at))
 
+    def progress(self, task: str, arguments: str, text: str) -> None:
+        """The latest progress of the running call of `task` with these arguments (the first such)."""
+        shown = short_arguments(arguments)
+        with self.lock:
+            row = next(
+                (
+                    r
+                    for r in self.rows.values()
+                    if r.task == task and r.arguments == shown and r.state in _RUNNING
+                ),
+                None,
+            )
+            if row is None:
+                return
+            row.progress = text
+            if self.redraw:
+                self._draw()
+            else:
+                self._line(self._row(row, time.monotonic()))
+
     def write_text(self, text: str) -> None:
         """Streamed text (a model's answer), below the rows drawn so far."""
         if not text:
@@ -239,7 +268,8 @@ class LiveTable:
     @staticmethod
     def _row(row: _Row, until: float) -> str:
         elapsed = until - row.first
+        progress = f"  [{row.progress}]" if row.progress and row.state in _RUNNING else ""
         return (
             f"    {row.task:24} {row.pool:6} {row.worker or '-':12} {row.state:16} {elapsed:6.2f} s"
-            f"  {row.arguments}"
+            f"  {row.arguments}{progress}"
         ).rstrip()

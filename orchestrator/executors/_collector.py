@@ -13,6 +13,13 @@ the worker that started a call, or any worker of the call's pool, is still alive
 call whose worker is declared lost is published again (same task id) for another worker of its pool
 rather than ended: the lost worker's message stays unacknowledged in the broker until its visibility
 timeout, long after the call's deadline, so that copy is discarded as expired when it comes back.
+
+A running call's progress arrives on the same channel as the interim state `PROGRESS`
+(`workers/calls/progress.py`): each new report (by its `seq`) goes to the call's `on_progress`, and
+each state counts as a heartbeat. A call whose tool has a heartbeat timeout is watched from its
+STARTED state: when no state with a new beat count has arrived for that long, the call is declared
+lost at the next liveness check — as if its worker died (redispatched when idempotent) — whatever
+the catalog says of the worker: a hung or stopped tool, a partitioned or vanished machine.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any, ClassVar
 import redis
 from redis.exceptions import RedisError
 
-from workers.protocol import META_PREFIX, POOL_KEY, WORKER_KEY
+from workers.protocol import META_PREFIX, POOL_KEY, PROGRESS_STATE, WORKER_KEY
 
 __all__ = ["FINAL_STATES", "LOST", "MAX_REDISPATCHES", "NO_WORKER", "ResultCollector"]
 
@@ -57,6 +64,11 @@ class _Pending:
     redispatch: Callable[[], None] | None = None
     lost: tuple[str, ...] = ()  # workers declared lost while running it, oldest first
     redispatched_at: float = 0.0  # when it was last published again (monotonic)
+    on_progress: Callable[[dict[str, Any]], None] | None = None
+    heartbeat_timeout_s: float | None = None
+    last_beat: float = 0.0  # when its last beat was heard (monotonic), from its STARTED state on
+    beats: int = 0  # the beat count of the last PROGRESS state heard
+    progress_seq: int = 0  # the last report passed to `on_progress`
 
 
 class ResultCollector:
@@ -103,8 +115,13 @@ class ResultCollector:
         on_started: Callable[[str], None] | None = None,
         *,
         redispatch: Callable[[], None] | None = None,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+        heartbeat_timeout_s: float | None = None,
     ) -> concurrent.futures.Future[dict[str, Any]]:
         """Subscribe to `task_id`'s channel and return the future of its final state.
+
+        `on_progress` receives each new progress report (on the collector's thread); with
+        `heartbeat_timeout_s`, the call is declared lost when its tool stops beating that long.
 
         Call it before publishing the task. If Redis is unreachable the call is still watched: its
         stored state is read once Redis answers again.
@@ -119,7 +136,13 @@ class ResultCollector:
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
         with self._lock:
             self._pending[task_id] = _Pending(
-                task_id, pool, future, on_started=on_started, redispatch=redispatch
+                task_id,
+                pool,
+                future,
+                on_started=on_started,
+                redispatch=redispatch,
+                on_progress=on_progress,
+                heartbeat_timeout_s=heartbeat_timeout_s,
             )
         self._subscribed.wait(timeout=2)
         if not self._connected:
@@ -192,6 +215,7 @@ class ResultCollector:
         with self._lock:
             for entry in self._pending.values():
                 entry.since = 0.0  # due for a read of its stored state now
+                entry.last_beat = time.monotonic()  # beats sent during the outage were not heard
         self._poll_stored()
 
     def _on_message(self, message: dict[str, Any]) -> None:
@@ -227,18 +251,46 @@ class ResultCollector:
             entry = self._pending.get(task_id)
             started = meta.get("result")
             worker = started.get("hostname") if isinstance(started, dict) else meta.get("worker")
-            if (
-                entry is not None
-                and isinstance(worker, str)
-                and worker != entry.worker
-                and not _stale(entry, worker, published_at)
-            ):
-                entry.worker = worker
-                if entry.on_started is not None:
-                    try:
-                        entry.on_started(worker)
-                    except Exception:
-                        log.exception("on_started callback failed")
+            if entry is not None and isinstance(worker, str):
+                self._started(entry, worker, published_at)
+        elif status == PROGRESS_STATE:
+            entry = self._pending.get(task_id)
+            report = meta.get("result")
+            if entry is not None and isinstance(report, dict):
+                self._progress(entry, report, published_at)
+
+    def _started(self, entry: _Pending, worker: str, published_at: float | None) -> bool:
+        """Take `worker` as the one running the call (its heartbeat clock starts); False when the
+        state is a stale one from a worker declared lost."""
+        if worker == entry.worker:
+            return True
+        if _stale(entry, worker, published_at):
+            return False
+        entry.worker = worker
+        entry.last_beat = time.monotonic()
+        if entry.on_started is not None:
+            try:
+                entry.on_started(worker)
+            except Exception:
+                log.exception("on_started callback failed")
+        return True
+
+    def _progress(self, entry: _Pending, report: dict[str, Any], published_at: float | None) -> None:
+        """A PROGRESS state: it names the worker (it may replace STARTED in the store), is a beat
+        when its count changed, and a new report when its `seq` is past the last one passed on."""
+        worker = report.get("worker")
+        if isinstance(worker, str) and not self._started(entry, worker, published_at):
+            return
+        beats = report.get("beats")
+        if isinstance(beats, int) and beats != entry.beats:
+            entry.beats, entry.last_beat = beats, time.monotonic()
+        seq = report.get("seq")
+        if entry.on_progress is not None and isinstance(seq, int) and seq > entry.progress_seq:
+            entry.progress_seq = seq
+            try:
+                entry.on_progress(report)
+            except Exception:
+                log.exception("on_progress callback failed")
 
     def _unsubscribe(self, task_id: str) -> None:
         with contextlib.suppress(RedisError, OSError):
@@ -276,14 +328,22 @@ class ResultCollector:
         answers = pipe.execute()
         alive_workers = {w for w, n in zip(workers, answers[: len(workers)], strict=True) if n}
         live_pools = {p for p, n in zip(pools, answers[len(workers) :], strict=True) if n}
+        checked = time.monotonic()
         for entry in due:
             if entry.worker and entry.worker not in alive_workers:
-                if entry.redispatch is not None and len(entry.lost) < MAX_REDISPATCHES:
-                    self._redispatch(entry, entry.worker)
-                else:
-                    self._on_state(entry.task_id, {"status": LOST, "worker": entry.worker})
+                self._lost(entry, entry.worker, {})
+            elif entry.worker and entry.heartbeat_timeout_s is not None:
+                if checked - entry.last_beat > entry.heartbeat_timeout_s:
+                    self._lost(entry, entry.worker, {"heartbeat_timeout_s": entry.heartbeat_timeout_s})
             elif not entry.worker and entry.pool not in live_pools:
                 self._on_state(entry.task_id, {"status": NO_WORKER, "pool": entry.pool})
+
+    def _lost(self, entry: _Pending, worker: str, detail: dict[str, Any]) -> None:
+        """The call's worker is gone (or its tool stopped beating): dispatch it again, or end it."""
+        if entry.redispatch is not None and len(entry.lost) < MAX_REDISPATCHES:
+            self._redispatch(entry, worker)
+        else:
+            self._on_state(entry.task_id, {"status": LOST, "worker": worker, **detail})
 
     def _redispatch(self, entry: _Pending, lost_worker: str) -> None:
         """Publish an idempotent call whose worker died again, and go on waiting for it."""
@@ -292,6 +352,7 @@ class ResultCollector:
         with self._lock:
             entry.lost = (*entry.lost, lost_worker)
             entry.worker = None
+            entry.progress_seq = entry.beats = 0  # the new run reports from its start
             entry.since = entry.redispatched_at = time.monotonic()
         log.info("call %s lost its worker %s; dispatching it again (idempotent)", entry.task_id, lost_worker)
 

@@ -23,6 +23,13 @@ def outcome_of_meta(meta: dict[str, Any], definition: ToolDefinition, timeout_s:
         return outcome_of_success(meta, name)
     if status == NO_WORKER:
         return no_worker_outcome(definition)
+    if status == LOST and meta.get("heartbeat_timeout_s") is not None:
+        return failed_outcome(
+            OutcomeKind.WORKER_LOST,
+            f"Tool '{name}' sent no heartbeat for {seconds_text(float(meta['heartbeat_timeout_s']))} s "
+            f"(its heartbeat_timeout_s) on worker {meta.get('worker')}: declared lost before finishing",
+            "WorkerLostError",
+        )
     if status == LOST:
         return failed_outcome(
             OutcomeKind.WORKER_LOST,

@@ -7,10 +7,12 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from orchestrator.errors import UnknownToolError
+from orchestrator.executors._progress import progress_listener
 from orchestrator.executors.base import Settled, execute_batch, idempotency_key
 from workers import (
     OutcomeKind,
@@ -21,6 +23,7 @@ from workers import (
     ToolRegistry,
 )
 from workers.calls.invocation import Invocation, ToolCallIdentity
+from workers.calls.progress import ToolProgressReporter, reporting
 from workers.calls.retry import backoff_s, is_transient
 from workers.calls.runner import (
     arun_compensation,
@@ -125,11 +128,17 @@ class LocalExecutor:
     ) -> ToolOutcome | None:
         """One attempt; `None` when the deadline passed first (the call runs on: a thread cannot stop)."""
         running: asyncio.Future[ToolOutcome] | concurrent.futures.Future[ToolOutcome]
+        # Reports go straight to the invocation; no heartbeat is watched in-process.
+        reporter = ToolProgressReporter(progress_listener())
         if definition.is_async:
-            running = asyncio.ensure_future(arun_tool(definition, request, invocation, identity))
+            running = asyncio.ensure_future(
+                _areporting(reporter, arun_tool, definition, request, invocation, identity)
+            )
             waiting: asyncio.Future[ToolOutcome] = running
         else:
-            running = self._threads.submit(run_tool, definition, request, invocation, identity)
+            running = self._threads.submit(
+                _reporting, reporter, run_tool, definition, request, invocation, identity
+            )
             waiting = asyncio.wrap_future(running)
         done, _ = await asyncio.wait({waiting}, timeout=max(deadline - time.monotonic(), 0.0))
         if waiting in done:
@@ -241,3 +250,17 @@ class LocalExecutor:
     def close(self) -> None:
         # Calls still running (abandoned at their deadline) finish, so they can still be compensated.
         self._threads.shutdown(wait=False, cancel_futures=False)
+
+
+def _reporting(reporter: ToolProgressReporter, run: Callable[..., ToolOutcome], *args: Any) -> ToolOutcome:
+    """`run(*args)` with `reporter` injected; its last report delivered before the outcome."""
+    with reporting(reporter):
+        return run(*args)
+
+
+async def _areporting(
+    reporter: ToolProgressReporter, run: Callable[..., Awaitable[ToolOutcome]], *args: Any
+) -> ToolOutcome:
+    """`await run(*args)` with `reporter` injected; its last report delivered before the outcome."""
+    with reporting(reporter):
+        return await run(*args)

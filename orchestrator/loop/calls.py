@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import Sequence
@@ -11,6 +12,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
+from orchestrator.executors import observe_progress
 from orchestrator.handlers import (
     HallucinatedToolNameError,
     ToolErrorContext,
@@ -22,8 +24,9 @@ from orchestrator.loop.config import LoopConfig
 from orchestrator.loop.state import RunState
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.providers import AiServiceTool, ToolRunContext
-from orchestrator.result import ToolExecuted
+from orchestrator.result import ToolExecuted, ToolProgress
 from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
+from workers.calls.progress import ProgressReport
 from workers.calls.results import ToolExecutionResult, convert_result
 from workers.calls.runner import error_outcome
 from workers.errors import ToolArgumentsError
@@ -62,6 +65,7 @@ class Call:
     found: list[str] = field(default_factory=list)  # the tools a tool search call found
     definition: ToolDefinition | None = None  # set for journaled calls (those of ToolDefinitions)
     row: int | None = None  # the call's journal row
+    progress: ProgressReport | None = None  # the last progress its tool reported
 
 
 async def run_batch(
@@ -136,13 +140,19 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
         call.row = await state.saga.intent(request, tool, invocation)
         call.definition = tool
         late = config.compensating and tool.compensation is not None
-        outcome = await config.executor.execute(request, tool, invocation, compensate_if_late=late)
+        observer = _ProgressObserver(state, call)
+        try:
+            with observe_progress(observer):
+                outcome = await config.executor.execute(request, tool, invocation, compensate_if_late=late)
+        finally:
+            observer.ended = True  # a call abandoned at its deadline may report on: not heard
     if outcome.parameter_changes:
         state.parameters.merge(outcome.parameter_changes)
     if call.definition is not None:  # journaled before a handler may end the invocation
         # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
         abandoned = late and outcome.kind in _ABANDONED
-        await state.saga.outcome(call.row, outcome, outcome.text, abandoned=abandoned)
+        progress = call.progress.to_json() if call.progress is not None else None
+        await state.saga.outcome(call.row, outcome, outcome.text, abandoned=abandoned, progress=progress)
     text, call.status = _settle(state, outcome, request, searched=searched)
     finished_at = datetime.now(UTC)
     call.execution = ToolExecution(
@@ -177,6 +187,39 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
     )
     if state.emit is not None:
         state.emit(ToolExecuted(call.execution))
+
+
+class _ProgressObserver:
+    """Takes a call's progress reports on any thread: keeps the last for the journal and, when the
+    invocation streams, yields each as a `ToolProgress` from the invocation's event loop (queued
+    there in arrival order, so before the call's `ToolExecuted`)."""
+
+    def __init__(self, state: RunState, call: Call) -> None:
+        self.state, self.call = state, call
+        self.loop = asyncio.get_running_loop()
+        self.ended = False
+
+    def __call__(self, report: ProgressReport) -> None:
+        if self.ended:
+            return
+        self.call.progress = report
+        if self.state.emit is None:
+            return
+        request = self.call.request
+        event = ToolProgress(
+            request_id=request.id,
+            tool_name=request.name,
+            fraction=report.fraction,
+            message=report.message,
+            data=report.data,
+            at=datetime.fromtimestamp(report.at, UTC),
+        )
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
+            self.loop.call_soon_threadsafe(self._emit, event)
+
+    def _emit(self, event: ToolProgress) -> None:
+        if self.state.emit is not None:
+            self.state.emit(event)
 
 
 def _settle(

@@ -75,6 +75,9 @@ class CallRecord:
     worker: str | None
     started_at: datetime
     finished_at: datetime | None
+    # The last progress its tool reported: `seq`, `fraction`, `message`, `data`, `at` (epoch seconds);
+    # None when it reported none (or in rows older than the column).
+    last_progress: dict[str, Any] | None = None
 
     @property
     def request(self) -> ToolExecutionRequest:
@@ -128,6 +131,7 @@ def invocation_record(row: RowMapping, cipher: JournalCipher) -> InvocationRecor
 def call_record(row: RowMapping) -> CallRecord:
     values = _columns(row)
     raw_object = values["result_object"]
+    raw_progress = values.get("last_progress")
     return CallRecord(
         **(
             values
@@ -135,6 +139,7 @@ def call_record(row: RowMapping) -> CallRecord:
                 "compensable": bool(values["compensable"]),
                 "state": CallState(values["state"]),
                 "result_object": json.loads(raw_object) if raw_object else None,
+                "last_progress": json.loads(raw_progress) if raw_progress else None,
             }
         )
     )

@@ -49,6 +49,7 @@ tool_calls = sa.Table(
     sa.Column("worker", sa.String(255)),
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("finished_at", sa.DateTime(timezone=True)),
+    sa.Column("last_progress", sa.Text),  # the last progress report of its tool (JSON), if any
 )
 
 compensations = sa.Table(

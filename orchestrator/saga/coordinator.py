@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.executors.base import ToolExecutor, idempotency_key
 from orchestrator.saga.async_journal import JournalRunner, to_the_end
@@ -87,15 +88,22 @@ class Saga:
         )
 
     async def outcome(
-        self, call_row: int | None, outcome: ToolOutcome, text: str, *, abandoned: bool = False
+        self,
+        call_row: int | None,
+        outcome: ToolOutcome,
+        text: str,
+        *,
+        abandoned: bool = False,
+        progress: dict[str, Any] | None = None,
     ) -> None:
         """Write a call's outcome to the journal as soon as it is known; `abandoned`: the call was
-        given up on at its deadline (if it still completes, its worker undoes it)."""
+        given up on at its deadline (if it still completes, its worker undoes it); `progress`: the
+        last progress its tool reported."""
         if self.journal is None or call_row is None:
             return
 
         def write(journal: Journal) -> None:
-            journal.record_outcome(call_row, outcome, text)
+            journal.record_outcome(call_row, outcome, text, progress=progress)
             if abandoned:
                 journal.set_call_state(call_row, CallState.ABANDONED)
 

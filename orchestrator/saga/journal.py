@@ -218,7 +218,15 @@ class Journal:
             assert key is not None
             return int(key[0])
 
-    def record_outcome(self, call_row: int, outcome: ToolOutcome, result_text: str) -> None:
+    def record_outcome(
+        self,
+        call_row: int,
+        outcome: ToolOutcome,
+        result_text: str,
+        *,
+        progress: dict[str, Any] | None = None,
+    ) -> None:
+        """Write a call's outcome, with the last progress its tool reported (JSON), if any."""
         state = CallState.FAILED if outcome.is_error else CallState.SUCCEEDED
         with self._tx() as tx:
             tx.execute(
@@ -233,6 +241,7 @@ class Journal:
                     else None,
                     task_id=outcome.task_id,
                     worker=outcome.worker,
+                    last_progress=json.dumps(progress) if progress is not None else None,
                     finished_at=utc_now(),
                 )
             )

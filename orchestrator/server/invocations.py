@@ -25,7 +25,7 @@ from orchestrator.executors import CallEvent, observe_calls
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.models.base import PartialResponse
-from orchestrator.result import CompleteResponse, ToolExecuted
+from orchestrator.result import CompleteResponse, ToolExecuted, ToolProgress
 from orchestrator.server.events import EVENTS_TTL_S, EventLog
 from orchestrator.service import AiService
 from workers.protocol import COMPENSATION_PREFIX
@@ -145,6 +145,8 @@ class Invocations:
                 async for event in stream:
                     if isinstance(event, PartialResponse) and event.text:
                         await add(invocation_id, {"type": "text.delta", "text": event.text})
+                    elif isinstance(event, ToolProgress):
+                        await add(invocation_id, progress_event(event))
                     elif isinstance(event, ToolExecuted):
                         await add(invocation_id, finished_event(event))
                     elif isinstance(event, CompleteResponse):
@@ -190,6 +192,19 @@ def call_event(event: CallEvent) -> dict[str, Any] | None:
     if step == "finished":
         payload["outcome"] = event.state
     return payload
+
+
+def progress_event(event: ToolProgress) -> dict[str, Any]:
+    """A running call's progress report, as `tool_call.progress`."""
+    return {
+        "type": "tool_call.progress",
+        "call_id": event.request_id,
+        "tool": event.tool_name,
+        "fraction": event.fraction,
+        "message": event.message,
+        "data": event.data,
+        "at": event.at.isoformat(),
+    }
 
 
 def finished_event(event: ToolExecuted) -> dict[str, Any]:

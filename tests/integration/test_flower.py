@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +19,7 @@ from orchestrator.executors.celery import CeleryExecutor
 from tests._background import Background
 from tests._processes import reap
 from tests._waiting import wait_until
+from tests.integration._flower import AUTH, free_port, running_flower, start_flower
 from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolExecution, ToolExecutionRequest
 from workers.calls.invocation import Invocation
@@ -29,15 +27,6 @@ from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-AUTH = ("ops", "flower-test-secret")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -48,40 +37,10 @@ def worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
         yield process
 
 
-def _start_flower(redis_url: str, port: int, log: Path, **variables: str) -> subprocess.Popen[bytes]:
-    """`toolfleet flower` in its own process group, on the test Redis, behind basic auth."""
-    env = {**os.environ, "TOOLFLEET_REDIS_URL": redis_url, "FLOWER_BASIC_AUTH": f"{AUTH[0]}:{AUTH[1]}"}
-    with open(log, "ab") as output:
-        return subprocess.Popen(
-            [sys.executable, "-m", "orchestrator.cli", "flower", "--port", str(port)],
-            env={**env, **variables},
-            stdout=output,
-            stderr=output,
-            start_new_session=True,
-        )
-
-
 @pytest.fixture(scope="module")
 def flower(redis_url: str, worker: WorkerProcess, worker_logs: Path) -> Iterator[str]:
-    log = worker_logs / "flower.log"
-    port = _free_port()
-    process = _start_flower(redis_url, port, log)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # ready once Flower has seen our worker through its events
-            assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "Flower did not see the worker within 30 s"
-            try:
-                workers = httpx.get(f"{url}/api/workers", auth=AUTH, params={"refresh": "1"}, timeout=5)
-                if workers.status_code == 200 and worker.hostname in workers.json():
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
+    with running_flower(redis_url, worker_logs / "flower.log", worker.hostname) as url:
         yield url
-    finally:
-        reap(process, grace_s=5)
 
 
 def _task(url: str, task_id: str, final: str) -> dict[str, Any]:
@@ -152,8 +111,8 @@ def test_toolfleet_flower_exits_within_two_seconds_of_sigterm(redis_url: str, wo
     # given: Flower serving, with an inspection in flight that would wait 20 s for a worker that does
     # not exist (a slow broker looks the same)
     log = worker_logs / "flower-sigterm.log"
-    port = _free_port()
-    process = _start_flower(redis_url, port, log, FLOWER_INSPECT_TIMEOUT="20000")
+    port = free_port()
+    process = start_flower(redis_url, port, log, FLOWER_INSPECT_TIMEOUT="20000")
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30

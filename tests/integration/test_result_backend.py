@@ -15,6 +15,7 @@ from celery import Celery, states
 from tests.integration.private_redis import free_port
 from tests.integration.states import META, StateRecorder
 from workers.app import make_app
+from workers.protocol import PROGRESS_STATE
 from workers.runtime._backend import ResultBackend
 from workers.settings import Settings
 
@@ -180,3 +181,20 @@ def test_a_store_against_a_dead_server_raises_to_the_caller(settings: Settings) 
             backend._store_result(uuid.uuid4().hex, "lost", states.SUCCESS)
     finally:
         app.close()
+
+
+@pytest.mark.parametrize("final", [states.SUCCESS, states.FAILURE, states.REVOKED])
+def test_a_progress_report_never_replaces_a_final_state(
+    worker_app: Celery, client: redis.Redis, final: str
+) -> None:
+    # given: a task whose final state is stored, after a progress report of its own
+    task_id = uuid.uuid4().hex
+    worker_app.backend.store_result(task_id, {"seq": 1}, PROGRESS_STATE)
+    assert _stored(client, task_id)["status"] == PROGRESS_STATE  # an interim state replaces STARTED
+    worker_app.backend.store_result(task_id, "done", final)
+
+    # when: a report held by the rate limit arrives late
+    worker_app.backend.store_result(task_id, {"seq": 2}, PROGRESS_STATE)
+
+    # then: the final state stays
+    assert _stored(client, task_id)["status"] == final

@@ -36,6 +36,7 @@ DEFAULT_OPTIONS = {
     "retries": 0,
     "idempotent": False,
     "retry_on": (),
+    "heartbeat_timeout_s": None,
 }
 
 
@@ -103,6 +104,7 @@ def test_every_keyword_is_recorded_in_the_options() -> None:
         timeout=2.5,
         retries=3,
         idempotent=True,
+        heartbeat_timeout_s=4,
     )
     def send(to: str) -> str:
         return "sent"
@@ -122,6 +124,7 @@ def test_every_keyword_is_recorded_in_the_options() -> None:
         "retries": 3,
         "idempotent": True,
         "retry_on": (),
+        "heartbeat_timeout_s": 4,
     }
     assert definition.pool == "mail"
     assert definition.timeout == 2.5

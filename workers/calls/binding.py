@@ -15,6 +15,7 @@ from workers.calls.invocation import (
     ToolCallIdentity,
     ToolMemoryId,
 )
+from workers.calls.progress import ToolProgressReporter, current_reporter
 from workers.errors import ToolArgumentsError, ToolDefinitionError
 from workers.tools import ToolDefinition, ToolParameter
 
@@ -202,6 +203,8 @@ def _value_for(
         return context
     if parameter.injected is ToolMemoryId:
         return ToolMemoryId(context.memory_id)
+    if parameter.injected is ToolProgressReporter:
+        return current_reporter()  # the call's own, set by whoever runs it (`reporting`)
     raw = values.get(parameter.name)
     if raw is None:
         if parameter.has_default:

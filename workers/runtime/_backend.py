@@ -6,6 +6,10 @@ transaction. A tool call stores two states (STARTED, then its outcome), so four 
 call, each one a GIL hand-over on a threads pool. Here the same rule, the SET and the PUBLISH run
 as one Lua script: one round trip per state, and the check and the write cannot interleave with
 another worker's.
+
+A tool's progress travels as the custom state `PROGRESS` (`workers.protocol.PROGRESS_STATE`), stored
+and published by the same script; it never replaces a final state (SUCCESS, FAILURE, REVOKED): a
+report held by the rate limit and sent late cannot hide the call's outcome.
 """
 
 from __future__ import annotations
@@ -19,16 +23,25 @@ from celery import states
 from celery.backends.base import BackendStoreError
 from celery.backends.redis import RedisBackend
 
+from workers.protocol import PROGRESS_STATE
+
 __all__ = ["STORE_SCRIPT", "ResultBackend"]
 
-# KEYS[1]: the task's meta key. ARGV[1]: the encoded meta; ARGV[2]: expiry in seconds (0: none).
-# Returns 1 when stored and published, 0 when a SUCCESS already there was kept.
+# KEYS[1]: the task's meta key. ARGV[1]: the encoded meta; ARGV[2]: expiry in seconds (0: none);
+# ARGV[3]: '1' when the state is an interim one (PROGRESS) that must not replace any final state.
+# Returns 1 when stored and published, 0 when the state already there was kept.
 STORE_SCRIPT = """
 local current = redis.call('GET', KEYS[1])
-if current and string.find(current, 'SUCCESS', 1, true) then
-  local ok, meta = pcall(cjson.decode, current)
-  if ok and type(meta) == 'table' and meta['status'] == 'SUCCESS' then
-    return 0
+if current then
+  local interim = ARGV[3] == '1'
+  if interim or string.find(current, 'SUCCESS', 1, true) then
+    local ok, meta = pcall(cjson.decode, current)
+    if ok and type(meta) == 'table' then
+      local status = meta['status']
+      if status == 'SUCCESS' or (interim and (status == 'FAILURE' or status == 'REVOKED')) then
+        return 0
+      end
+    end
   end
 end
 local ttl = tonumber(ARGV[2])
@@ -46,10 +59,10 @@ class _Store:
     """One state waiting to be written. Its `done` is released once it is written (with `error` set
     if that failed), or earlier with `lead` set: its thread is then the one to write."""
 
-    __slots__ = ("done", "error", "expires", "key", "lead", "value")
+    __slots__ = ("done", "error", "expires", "interim", "key", "lead", "value")
 
-    def __init__(self, key: bytes, value: str, expires: int) -> None:
-        self.key, self.value, self.expires = key, value, expires
+    def __init__(self, key: bytes, value: str, expires: int, interim: bool) -> None:
+        self.key, self.value, self.expires, self.interim = key, value, expires, interim
         self.error: BaseException | None = None
         self.lead = False
         self.done = threading.Lock()
@@ -73,8 +86,8 @@ class _GroupWriter:
         self._queue: list[_Store] = []
         self._writing = False
 
-    def store(self, key: bytes, value: str, expires: int) -> None:
-        item = _Store(key, value, expires)
+    def store(self, key: bytes, value: str, expires: int, *, interim: bool = False) -> None:
+        item = _Store(key, value, expires, interim)
         with self._lock:
             self._queue.append(item)
             lead = not self._writing
@@ -113,7 +126,7 @@ class _GroupWriter:
         for attempt in range(2):
             pipe = self._client.pipeline(transaction=False)
             for item in batch:
-                pipe.evalsha(self._sha, 1, item.key, item.value, item.expires)
+                pipe.evalsha(self._sha, 1, item.key, item.value, item.expires, "1" if item.interim else "0")
             try:
                 pipe.execute()
                 return
@@ -175,5 +188,6 @@ class ResultBackend(RedisBackend):  # type: ignore[misc]
         if isinstance(value, str) and len(value) > self._MAX_STR_VALUE_SIZE:
             raise BackendStoreError("value too large for Redis backend", state=state, task_id=task_id)
         expires = self.failure_expires if state == states.FAILURE else self.expires
-        self._writer.store(self.get_key_for_task(task_id), value, int(expires or 0))
+        interim = state == PROGRESS_STATE
+        self._writer.store(self.get_key_for_task(task_id), value, int(expires or 0), interim=interim)
         return result

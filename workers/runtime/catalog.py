@@ -65,6 +65,7 @@ class CatalogTool:
             "timeout": self.options.timeout,
             "retries": self.options.retries,
             "idempotent": self.options.idempotent,
+            "heartbeat_timeout_s": self.options.heartbeat_timeout_s,
             "return_behavior": self.options.return_behavior.value,
             "search_behavior": self.options.search_behavior.value,
             "compensable": self.compensable,
@@ -83,6 +84,7 @@ class CatalogTool:
             timeout=data.get("timeout"),
             retries=int(data.get("retries", 0)),
             idempotent=bool(data.get("idempotent", False)),
+            heartbeat_timeout_s=data.get("heartbeat_timeout_s"),
         )
         return cls(spec, options, bool(data.get("compensable", False)))
 

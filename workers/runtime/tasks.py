@@ -18,6 +18,7 @@ from celery import Celery, Task
 from celery.signals import worker_ready, worker_shutdown
 
 from workers._failures import ToolFailure, failure_for
+from workers.calls.progress import reporting
 from workers.calls.retry import backoff_s, is_transient
 from workers.calls.runner import bound_outcome, call_identity, log_call, run_tool
 from workers.protocol import (
@@ -33,6 +34,7 @@ from workers.protocol import (
 )
 from workers.runtime._compensation import finish_or_compensate_late, run_compensation_task
 from workers.runtime._consumer import broker_reconnected
+from workers.runtime._progress import worker_reporter
 from workers.runtime.catalog import CatalogHeartbeat, CatalogTool, WorkerEntry
 from workers.settings import Settings
 from workers.tools import ToolDefinition
@@ -63,7 +65,8 @@ def _run_call(
             attempt=1 + int(task.request.retries or 0),  # the first run, then Celery's retries
             key=(task.request.headers or {}).get(IDEMPOTENCY_HEADER),
         )
-    outcome = run_tool(definition, request, envelope.invocation, identity, log_outcome=False)
+    with reporting(worker_reporter(task, definition)):  # the last report sent before the outcome
+        outcome = run_tool(definition, request, envelope.invocation, identity, log_outcome=False)
     if outcome.error_type == "SoftTimeLimitExceeded":  # the pool's time limit: the deadline passed
         outcome = ToolOutcome(
             kind=OutcomeKind.TIMED_OUT,

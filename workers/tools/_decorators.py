@@ -32,6 +32,7 @@ class ToolOptions:
     retries: int = 0
     idempotent: bool = False
     retry_on: tuple[type[BaseException], ...] = ()
+    heartbeat_timeout_s: float | None = None
 
 
 @overload
@@ -52,6 +53,7 @@ def tool(
     retries: int = 0,
     idempotent: bool = False,
     retry_on: Iterable[type[BaseException]] = (),
+    heartbeat_timeout_s: float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -69,12 +71,15 @@ def tool(
     retries: int = 0,
     idempotent: bool = False,
     retry_on: Iterable[type[BaseException]] = (),
+    heartbeat_timeout_s: float | None = None,
 ) -> Any:
     """Mark a function or method as a tool the model may call.
 
     `@tool`, `@tool("description")` or `@tool(description=..., name=..., pool=..., timeout=...)`.
     `timeout` is in seconds; `retries` retries transient failures on the worker (the exception types
-    in `retry_on`, connection errors, and a lost worker for `idempotent` tools). The function itself
+    in `retry_on`, connection errors, and a lost worker for `idempotent` tools). With
+    `heartbeat_timeout_s`, a call whose tool has not beaten (`ToolProgressReporter.heartbeat()` or
+    `.progress()`) for that many seconds is declared lost, as if its worker died. The function itself
     is returned unchanged: the decorator only records its options.
     """
     if isinstance(func_or_description, str) or func_or_description is None:
@@ -89,6 +94,7 @@ def tool(
             retries=retries,
             idempotent=idempotent,
             retry_on=tuple(retry_on),
+            heartbeat_timeout_s=heartbeat_timeout_s,
         )
         _check_options(options)
 
@@ -108,6 +114,9 @@ def _check_options(options: ToolOptions) -> None:
         raise ToolDefinitionError("@tool(name=...) must not be blank")
     if options.timeout is not None and options.timeout <= 0:
         raise ToolDefinitionError(f"@tool(timeout=...) must be positive seconds, got {options.timeout}")
+    beat = options.heartbeat_timeout_s
+    if beat is not None and (isinstance(beat, bool) or not isinstance(beat, int | float) or not beat > 0):
+        raise ToolDefinitionError(f"@tool(heartbeat_timeout_s=...) must be positive seconds, got {beat!r}")
     if options.retries < 0:
         raise ToolDefinitionError(f"@tool(retries=...) must be 0 or more, got {options.retries}")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", options.pool):

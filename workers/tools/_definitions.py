@@ -78,6 +78,11 @@ class ToolDefinition:
         return self.options.timeout
 
     @property
+    def heartbeat_timeout_s(self) -> float | None:
+        """Seconds the tool may go without a heartbeat before its call is declared lost; None: unwatched."""
+        return self.options.heartbeat_timeout_s
+
+    @property
     def return_behavior(self) -> ReturnBehavior:
         return self.options.return_behavior
 

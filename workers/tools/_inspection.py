@@ -8,6 +8,7 @@ from typing import Any
 
 from workers.calls._convert import convert
 from workers.calls.invocation import InvocationContext, InvocationParameters, ToolCallIdentity, ToolMemoryId
+from workers.calls.progress import ToolProgressReporter
 from workers.errors import ToolArgumentsError, ToolDefinitionError
 from workers.tools._decorators import ToolOptions, unwrap_method
 from workers.tools._definitions import NO_DEFAULT, Compensation, ToolDefinition, ToolParameter
@@ -18,7 +19,13 @@ from workers.tools.specification import ToolSpecification
 
 __all__ = ["INJECTED_TYPES"]
 
-INJECTED_TYPES: tuple[type, ...] = (InvocationParameters, InvocationContext, ToolMemoryId, ToolCallIdentity)
+INJECTED_TYPES: tuple[type, ...] = (
+    InvocationParameters,
+    InvocationContext,
+    ToolMemoryId,
+    ToolCallIdentity,
+    ToolProgressReporter,
+)
 
 
 class SkipSelf:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 from orchestrator.cli.commands._command import add_command, refuse
-from orchestrator.cli.console import add_model_argument
+from orchestrator.cli.console import add_model_argument, progress_text
 from orchestrator.errors import SetupError
 from workers.settings import Settings
 
@@ -284,18 +284,23 @@ class _Session:
 
     async def _stream(self, question: str) -> None:
         from orchestrator.models.base import CompleteToolCall, PartialResponse
-        from orchestrator.result import CompleteResponse, ToolExecuted
+        from orchestrator.result import CompleteResponse, ToolExecuted, ToolProgress
 
         answered = False  # text streamed since the last tool call: the answer
         content: str | None = None
+        arguments: dict[str | None, str] = {}  # by call id: finds a reporting call's row
         async for event in self.service.stream(question, memory_id=self.memory_id):
             if isinstance(event, PartialResponse):
                 self.table.write_text(event.text)
                 answered = answered or bool(event.text)
             elif isinstance(event, CompleteToolCall):
                 answered = False
+                arguments[event.request.id] = event.request.arguments
                 if self.tools.local:
                     self._row(event.request, "started")
+            elif isinstance(event, ToolProgress):
+                text = progress_text(event.fraction, event.message)
+                self.table.progress(f"tool.{event.tool_name}", arguments.get(event.request_id, ""), text)
             elif isinstance(event, ToolExecuted):
                 if self.tools.local:
                     self._row(event.execution.request, event.execution.status)

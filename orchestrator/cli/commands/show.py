@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +130,8 @@ def _print_call(
         f"      {call.state} / {call.outcome or '-'}  pool {call.pool or '-'}  "
         f"worker {call.worker or '-'}  {took}"
     )
+    if call.last_progress:
+        print(f"      last progress: {progress_text(call.last_progress)}")
     if call.result:
         print(f"      -> {call.result[:160]}")
     if caused_rollback:
@@ -147,6 +150,21 @@ def _print_call(
         print("      nothing to undo: the call failed")
     elif call.state == CallState.DISPATCHED:
         print("      no outcome journaled: in flight, or its orchestrator stopped (`toolfleet recover`)")
+
+
+def progress_text(report: dict[str, Any]) -> str:
+    """A journaled progress report in one line: `40% copying part 4 data {...} (at 12:03:05)`."""
+    from datetime import datetime
+
+    from orchestrator.cli.console import progress_text as people
+
+    fraction, message = report.get("fraction"), report.get("message")
+    parts = [people(fraction if isinstance(fraction, int | float) else None, str(message or "")[:160])]
+    if report.get("data") is not None:
+        parts.append(f"data {json.dumps(report['data'])[:160]}")
+    if isinstance(report.get("at"), int | float):
+        parts.append(f"(at {datetime.fromtimestamp(report['at']):%H:%M:%S})")
+    return " ".join(parts)
 
 
 def _text(text: str) -> str:

@@ -25,6 +25,7 @@ from orchestrator.executors._outcomes import (
     seconds_text,
     worker_of,
 )
+from orchestrator.executors._progress import meta_listener, progress_listener
 from orchestrator.executors.celery._pools import OUTAGE_HOLD_S, Pools
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
 from workers.calls.retry import call_state_ttl_s
@@ -94,11 +95,14 @@ class Dispatcher:
             def redispatch() -> None:
                 self.publish(task_name, task_id, envelope, pool, deadline - time.monotonic(), key=key)
 
+        is_call = isinstance(envelope, CallTask)
         future = collector.watch(
             task_id,
             pool,
             (lambda worker: notify("started", worker)) if notify else None,
             redispatch=redispatch,
+            on_progress=meta_listener(progress_listener()) if is_call else None,
+            heartbeat_timeout_s=definition.options.heartbeat_timeout_s if is_call else None,
         )
         if notify:
             notify("queued", None)
