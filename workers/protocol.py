@@ -12,6 +12,7 @@ compensation lock and done mark (`compensation_lock_key`), and the catalog (`WOR
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -135,12 +136,7 @@ class ErrorCause:
     message_for_llm: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "error_type": self.error_type,
-            "type_name": self.type_name,
-            "message": self.message,
-            "message_for_llm": self.message_for_llm,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ErrorCause:

@@ -27,6 +27,7 @@ from orchestrator.errors import (
 )
 
 __all__ = [
+    "Endpoint",
     "LoopClients",
     "RetryPolicy",
     "loads",
@@ -141,16 +142,22 @@ def _transport_error(provider: str, exc: httpx.TransportError) -> ModelError:
     return ModelConnectionError(f"{provider} could not be reached: {exc}", provider=provider)
 
 
-async def post_json(
-    client: httpx.AsyncClient,
-    url: str,
-    body: dict[str, Any],
-    *,
-    headers: dict[str, str],
-    provider: str,
-    policy: RetryPolicy,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a provider's requests go: the client, the URL, the headers, the provider's name (for
+    errors and logs) and the retry policy."""
+
+    client: httpx.AsyncClient
+    url: str
+    headers: dict[str, str]
+    provider: str
+    policy: RetryPolicy
+
+
+async def post_json(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
     """POST `body`, retrying transient failures; the parsed JSON answer, or a `ModelError`."""
+    client, url, headers = endpoint.client, endpoint.url, endpoint.headers
+    provider, policy = endpoint.provider, endpoint.policy
     attempt = 0
     while True:
         started = time.perf_counter()
@@ -179,16 +186,13 @@ async def post_json(
         attempt = await _pause_before_retry(provider, policy, attempt, error, retry_after)
 
 
-async def post_stream(
-    client: httpx.AsyncClient,
-    url: str,
-    body: dict[str, Any],
-    *,
-    headers: dict[str, str],
-    provider: str,
-    policy: RetryPolicy,
-) -> AsyncGenerator[tuple[str | None, str], None]:
+Events = AsyncGenerator[tuple[str | None, str], None]  # server-sent events as `(event, data)`
+
+
+async def post_stream(endpoint: Endpoint, body: dict[str, Any]) -> Events:
     """POST `body` and yield server-sent events as `(event, data)`; retries only before the first byte."""
+    client, url, headers = endpoint.client, endpoint.url, endpoint.headers
+    provider, policy = endpoint.provider, endpoint.policy
     attempt = 0
     while True:
         try:
@@ -222,7 +226,7 @@ async def _pause_before_retry(
     return attempt + 1
 
 
-async def _sse(response: httpx.Response) -> AsyncGenerator[tuple[str | None, str], None]:
+async def _sse(response: httpx.Response) -> Events:
     """Server-sent events: `event:` and `data:` lines, an empty line ends an event."""
     event: str | None = None
     data: list[str] = []

@@ -37,7 +37,7 @@ from orchestrator.models._anthropic_wire import (
     wire_tool,
     wire_tool_choice,
 )
-from orchestrator.models._http import LoopClients, RetryPolicy, loads, post_json, post_stream
+from orchestrator.models._http import Endpoint, LoopClients, RetryPolicy, loads, post_json, post_stream
 from orchestrator.models.base import ChatEvent, ChatRequest, ChatResponse, CompleteResponse, ToolChoice
 from workers.tools.specification import ToolNameAliases
 
@@ -114,9 +114,7 @@ class AnthropicChatModel:
         """The whole answer to `request`."""
         body, aliases = self._body(request, stream=False)
         started = time.perf_counter()
-        data = await post_json(
-            self._client(), self._url, body, headers=self._headers(), provider=PROVIDER, policy=self.retry
-        )
+        data = await post_json(self._endpoint(), body)
         response = parse_response(data, aliases)
         log_call(response, started)
         return response
@@ -126,9 +124,7 @@ class AnthropicChatModel:
         body, aliases = self._body(request, stream=True)
         started = time.perf_counter()
         state = StreamState(aliases)
-        events = post_stream(
-            self._client(), self._url, body, headers=self._headers(), provider=PROVIDER, policy=self.retry
-        )
+        events = post_stream(self._endpoint(), body)
         # Closed at once, also when the consumer stops early or an event raises: frees the connection.
         async with contextlib.aclosing(events):
             async for name, data in events:
@@ -145,6 +141,9 @@ class AnthropicChatModel:
     @property
     def _url(self) -> str:
         return f"{self.base_url}/v1/messages"
+
+    def _endpoint(self) -> Endpoint:
+        return Endpoint(self._client(), self._url, self._headers(), PROVIDER, self.retry)
 
     def _headers(self) -> dict[str, str]:
         return {"x-api-key": self._api_key.reveal(), "anthropic-version": self.anthropic_version}

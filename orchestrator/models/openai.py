@@ -19,7 +19,15 @@ from urllib.parse import urlsplit
 import httpx
 
 from orchestrator.errors import ModelAuthenticationError, ModelError
-from orchestrator.models._http import LoopClients, RetryPolicy, loads, post_json, post_stream, redact_headers
+from orchestrator.models._http import (
+    Endpoint,
+    LoopClients,
+    RetryPolicy,
+    loads,
+    post_json,
+    post_stream,
+    redact_headers,
+)
 from orchestrator.models._openai_wire import (
     OPENAI_BASE_URL,
     PROVIDER,
@@ -99,14 +107,7 @@ class OpenAiChatModel:
         started = time.perf_counter()
         self._log_request(body)
         try:
-            data = await post_json(
-                self._client(),
-                self._url,
-                body,
-                headers=self._headers(),
-                provider=PROVIDER,
-                policy=self.retry,
-            )
+            data = await post_json(self._endpoint(), body)
             response = parse_response(data, aliases)
         except ModelError as exc:
             self._scrub(exc)
@@ -124,9 +125,7 @@ class OpenAiChatModel:
         self._log_request(body)
         assembler = StreamAssembler(aliases)
         try:
-            events = post_stream(
-                self._client(), self._url, body, headers=self._headers(), provider=PROVIDER, policy=self.retry
-            )
+            events = post_stream(self._endpoint(), body)
             async with aclosing(events):
                 async for _event, data in events:
                     if data.strip() == "[DONE]":
@@ -160,6 +159,9 @@ class OpenAiChatModel:
 
     def _client(self) -> httpx.AsyncClient:
         return self._clients.current()
+
+    def _endpoint(self) -> Endpoint:
+        return Endpoint(self._client(), self._url, self._headers(), PROVIDER, self.retry)
 
     def _headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}

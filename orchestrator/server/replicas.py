@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -39,25 +40,17 @@ return 0
 """
 
 
+@dataclass
 class ReplicaWatch:
-    """This replica's heartbeat, and its share of recovering dead replicas."""
+    """This replica's heartbeat, and its share of recovering dead replicas (`executor()` makes the
+    executor recovery dispatches compensations on, when first needed)."""
 
-    def __init__(
-        self,
-        client: aioredis.Redis,
-        journal: AsyncJournal,
-        executor: Callable[[], ToolExecutor],
-        events: EventLog,
-        ttl_s: float,
-        on_recovered: Callable[[Recovered], Awaitable[None]] | None = None,
-    ) -> None:
-        self.client = client
-        self.journal = journal
-        self.executor = executor
-        self.events = events
-        self.ttl_s = ttl_s
-        self.owner = owner_id()
-        self.on_recovered = on_recovered
+    client: aioredis.Redis
+    journal: AsyncJournal
+    executor: Callable[[], ToolExecutor]
+    events: EventLog
+    ttl_s: float
+    owner: str = field(default_factory=owner_id)
 
     async def run(self) -> None:
         """Beat every third of the TTL and look for dead replicas every half (until cancelled)."""
@@ -120,8 +113,6 @@ class ReplicaWatch:
             ):
                 reports.append(report)
                 await self.events.add(invocation_id, _ended(owner, report))
-                if self.on_recovered is not None:
-                    await self.on_recovered(report)
         return reports
 
 

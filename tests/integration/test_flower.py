@@ -20,7 +20,7 @@ from tests._background import Background
 from tests._processes import reap
 from tests._waiting import wait_until
 from tests.integration._flower import AUTH, free_port, running_flower, start_flower
-from tests.integration.worker_processes import tool_worker
+from tests.integration.worker_processes import serving
 from workers import OutcomeKind, ToolExecution, ToolExecutionRequest
 from workers.calls.invocation import Invocation
 from workers.runtime.process import WorkerProcess
@@ -31,10 +31,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
-    modules, log_path = ["tests.integration.flower_tools"], worker_logs / "flower-worker.log"
-    process = tool_worker(redis_url, ["flowerpool"], modules, log_path, "flower@integration")
-    with process.running(timeout_s=60):
-        yield process
+    with serving(redis_url, "flowerpool", "tests.integration.flower_tools", worker_logs, "flower") as w:
+        yield w
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import redis
 from orchestrator.executors.celery import CeleryExecutor
 from tests._background import Background
 from tests._waiting import wait_for
-from tests.integration.worker_processes import tool_worker
+from tests.integration.worker_processes import celery_executor, serving
 from workers import OutcomeKind, ToolExecutionRequest, ToolOutcome
 from workers.calls.invocation import Invocation, idempotency_key
 from workers.protocol import META_PREFIX, PROGRESS_STATE, call_task_id
@@ -30,17 +30,16 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
-    modules, log_path = ["tests.integration.progress_tools"], worker_logs / "heartbeat-worker.log"
-    process = tool_worker(redis_url, ["progresspool"], modules, log_path, "heartbeat@integration")
-    with process.running(timeout_s=60):
-        yield process
+    with serving(
+        redis_url, "progresspool", "tests.integration.progress_tools", worker_logs, "heartbeat"
+    ) as w:
+        yield w
 
 
 @pytest.fixture
 def executor(settings: Settings, worker: WorkerProcess) -> Iterator[CeleryExecutor]:
-    executor = CeleryExecutor(settings=settings)
-    yield executor
-    executor.close()
+    with celery_executor(settings) as executor:
+        yield executor
 
 
 def _call(executor: CeleryExecutor, request: ToolExecutionRequest, invocation: Invocation) -> ToolOutcome:

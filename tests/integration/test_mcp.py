@@ -37,7 +37,7 @@ from orchestrator import (
 )
 from orchestrator.executors.celery import CallEvent
 from tests.integration.mcp_servers import PIXEL_BASE64, build
-from tests.integration.worker_processes import tool_worker
+from tests.integration.worker_processes import celery_executor, tool_worker
 from workers import Image, ImageContent, OutcomeKind, SearchBehavior, TextContent, ToolOutcome
 from workers.calls.invocation import Invocation
 from workers.mcp import McpServer, mcp_tools
@@ -125,9 +125,8 @@ def mcp_worker(redis_url: str, worker_logs: Path, web_server: HttpMcpServer) -> 
 
 @pytest.fixture
 def executor(settings: Settings, mcp_worker: WorkerProcess) -> Iterator[CeleryExecutor]:
-    celery = CeleryExecutor(settings=settings)
-    yield celery
-    celery.close()
+    with celery_executor(settings) as celery:
+        yield celery
 
 
 def _call(name: str, /, **arguments: Any) -> ToolExecutionRequest:

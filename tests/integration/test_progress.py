@@ -23,7 +23,7 @@ from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.result import StreamEvent, ToolExecuted
 from orchestrator.saga.journal import Journal
 from tests.integration._flower import AUTH, running_flower
-from tests.integration.worker_processes import tool_worker
+from tests.integration.worker_processes import celery_executor, serving
 from workers import OutcomeKind
 from workers.calls.invocation import Invocation, idempotency_key
 from workers.calls.progress import ProgressReport
@@ -36,10 +36,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
-    modules, log_path = ["tests.integration.progress_tools"], worker_logs / "progress-worker.log"
-    process = tool_worker(redis_url, ["progresspool"], modules, log_path, "progress@integration")
-    with process.running(timeout_s=60):
-        yield process
+    with serving(redis_url, "progresspool", "tests.integration.progress_tools", worker_logs, "progress") as w:
+        yield w
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +48,8 @@ def flower(redis_url: str, worker: WorkerProcess, worker_logs: Path) -> Iterator
 
 @pytest.fixture
 def executor(settings: Settings, worker: WorkerProcess) -> Iterator[CeleryExecutor]:
-    executor = CeleryExecutor(settings=settings)
-    yield executor
-    executor.close()
+    with celery_executor(settings) as executor:
+        yield executor
 
 
 def _flower_states(url: str, task_id: str, stop: threading.Event) -> list[dict[str, Any]]:

@@ -10,7 +10,9 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from orchestrator.executors.celery import CeleryExecutor
 from workers.runtime.process import WorkerProcess
+from workers.settings import Settings
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -60,3 +62,22 @@ def all_running(
     finally:
         for worker in workers.values():
             worker.stop()
+
+
+@contextlib.contextmanager
+def serving(redis_url: str, pool: str, module: str, logs: Path, name: str) -> Iterator[WorkerProcess]:
+    """A threads worker `<name>@integration` serving `pool` with the tools of `module`, running for
+    the block; its log is `<name>-worker.log` in `logs`."""
+    worker = tool_worker(redis_url, [pool], [module], logs / f"{name}-worker.log", f"{name}@integration")
+    with worker.running(timeout_s=60) as process:
+        yield process
+
+
+@contextlib.contextmanager
+def celery_executor(settings: Settings) -> Iterator[CeleryExecutor]:
+    """A `CeleryExecutor` on `settings`, closed when the block ends."""
+    executor = CeleryExecutor(settings=settings)
+    try:
+        yield executor
+    finally:
+        executor.close()

@@ -10,7 +10,7 @@ import pytest
 import orchestrator
 from orchestrator import errors
 from orchestrator.errors import ModelConnectionError, ModelTimeoutError, OrchestratorError
-from orchestrator.models._http import RetryPolicy, post_json
+from orchestrator.models._http import Endpoint, RetryPolicy, post_json
 
 PACKAGE = Path(orchestrator.__file__).parent
 
@@ -24,14 +24,8 @@ def _client(failure: httpx.TransportError) -> httpx.AsyncClient:
 
 async def _post(client: httpx.AsyncClient) -> None:
     async with client:
-        await post_json(
-            client,
-            "http://model.invalid/v1/chat",
-            {},
-            headers={},
-            provider="openai",
-            policy=RetryPolicy(max_retries=1, backoff_s=0.001),
-        )
+        policy = RetryPolicy(max_retries=1, backoff_s=0.001)
+        await post_json(Endpoint(client, "http://model.invalid/v1/chat", {}, "openai", policy), {})
 
 
 @pytest.mark.parametrize(

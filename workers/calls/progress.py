@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import json
 import logging
 import math
@@ -69,15 +70,7 @@ class ProgressReport:
     worker: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "fraction": self.fraction,
-            "message": self.message,
-            "data": self.data,
-            "at": self.at,
-            "beats": self.beats,
-            "worker": self.worker,
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProgressReport:
