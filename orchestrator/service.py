@@ -16,6 +16,7 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.executors.base import ToolExecutor, fanout_limit
 from orchestrator.executors.local import LocalExecutor
 from orchestrator.handlers import ToolArgumentsErrorHandler, ToolExecutionErrorHandler
+from orchestrator.loop.cancellation import cancel_invocation
 from orchestrator.loop.catalog_tools import LiveCatalogToolProvider, live_catalog_of
 from orchestrator.loop.config import HallucinatedToolNameStrategy, LoopConfig, Memories, Mode, SystemMessage
 from orchestrator.loop.run import run_invocation
@@ -311,6 +312,11 @@ class AiService:
             config, message, memory_id, params, mode, emit, memory=memory, invocation_id=invocation_id
         )
         return await run_invocation(config, state)
+
+    def cancel(self, invocation_id: str) -> bool:
+        """Cancel a running invocation of this service: here, and on the worker pools in any process
+        (through Redis). Whether it ran here; an invocation that ended is left alone."""
+        return cancel_invocation(invocation_id, self._config.cancel_redis_url)
 
     # -- memory -----------------------------------------------------------------------------------
 

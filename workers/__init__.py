@@ -9,6 +9,7 @@ from workers.calls.results import ToolExecutionResult
 from workers.contents import Image, ImageContent, TextContent
 from workers.errors import (
     ToolArgumentsError,
+    ToolCancelled,
     ToolDefinitionError,
     ToolErrorVisibleToLlm,
     ToolfleetError,
@@ -33,6 +34,7 @@ __all__ = [
     "TextContent",
     "ToolArgumentsError",
     "ToolCallIdentity",
+    "ToolCancelled",
     "ToolDefinition",
     "ToolDefinitionError",
     "ToolErrorVisibleToLlm",

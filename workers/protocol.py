@@ -34,7 +34,10 @@ from workers.contents import Content, content_from_json, content_to_json
 
 __all__ = [
     "CALL_ABANDONED",
+    "CALL_CANCELLED_KEY",
     "CALL_FINISHED",
+    "CANCELLED_KEY",
+    "CANCEL_CHANNEL",
     "COMPENSATION_ABANDONED",
     "COMPENSATION_DONE",
     "COMPENSATION_PREFIX",
@@ -70,6 +73,9 @@ __all__ = [
 IDEMPOTENCY_HEADER = "idempotency_key"  # the message header naming the call a task belongs to
 META_PREFIX = "celery-task-meta-"  # Celery's Redis result backend: key and channel of a task's state
 PROGRESS_STATE = "PROGRESS"  # the custom state a running call's progress reports travel as
+CANCEL_CHANNEL = "toolfleet:cancel"  # pub/sub: invocation ids to cancel, whichever process runs them
+CANCELLED_KEY = "toolfleet:cancelled:{}"  # an invocation asked to stop, by id (expiring)
+CALL_CANCELLED_KEY = "toolfleet:call-cancelled:{}"  # a running call asked to stop, by task id (expiring)
 CALL_ABANDONED = "abandoned"  # per-call state written by the orchestrator at the call's deadline
 CALL_FINISHED = "finished"  # per-call state written by the worker when a late-compensable call succeeds
 COMPENSATION_DONE = "done"  # the compensation lock's value once the undo ran

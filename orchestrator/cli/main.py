@@ -23,7 +23,10 @@ DISTRIBUTION = "toolfleet"
 BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE  # what a shell reports for a process ended by SIGPIPE
 
 # Each name is a module of orchestrator.cli.commands with `add_parser(commands)` and `run(args, settings)`.
-COMMANDS = ("demo", "chat", "serve", "worker", "recover", "sagas", "runs", "show", "tools", "flower", "db")
+COMMANDS = (
+    *("demo", "chat", "serve", "cancel", "worker", "recover"),
+    *("sagas", "runs", "show", "tools", "flower", "db"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

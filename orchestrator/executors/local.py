@@ -128,8 +128,10 @@ class LocalExecutor:
     ) -> ToolOutcome | None:
         """One attempt; `None` when the deadline passed first (the call runs on: a thread cannot stop)."""
         running: asyncio.Future[ToolOutcome] | concurrent.futures.Future[ToolOutcome]
-        # Reports go straight to the invocation; no heartbeat is watched in-process.
-        reporter = ToolProgressReporter(progress_listener())
+        # Reports go straight to the invocation; no heartbeat is watched in-process. A cancelled call
+        # is told through its reporter (a thread cannot be stopped: the tool stops at its next report).
+        cancelled = threading.Event()
+        reporter = ToolProgressReporter(progress_listener(), cancelled=cancelled.is_set)
         if definition.is_async:
             running = asyncio.ensure_future(
                 _areporting(reporter, arun_tool, definition, request, invocation, identity)
@@ -140,14 +142,25 @@ class LocalExecutor:
                 _reporting, reporter, run_tool, definition, request, invocation, identity
             )
             waiting = asyncio.wrap_future(running)
-        done, _ = await asyncio.wait({waiting}, timeout=max(deadline - time.monotonic(), 0.0))
+
+        def abandon() -> None:  # at the deadline, or cancelled: a late success is undone
+            if compensate_if_late:
+                key = identity.idempotency_key
+                running.add_done_callback(
+                    lambda finished: self._compensate_late(definition, request, invocation, key, finished)
+                )
+
+        try:
+            done, _ = await asyncio.wait({waiting}, timeout=max(deadline - time.monotonic(), 0.0))
+        except asyncio.CancelledError:
+            cancelled.set()
+            if isinstance(running, asyncio.Future):
+                running.cancel()
+            abandon()
+            raise
         if waiting in done:
             return bound_outcome(waiting.result(), definition.name, self.max_result_bytes)
-        if compensate_if_late:
-            key = identity.idempotency_key
-            running.add_done_callback(
-                lambda finished: self._compensate_late(definition, request, invocation, key, finished)
-            )
+        abandon()
         return None
 
     def _compensate_late(

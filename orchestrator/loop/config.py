@@ -124,6 +124,7 @@ class LoopConfig:
     name: str | None
     catalog: LiveCatalogTools | None  # the live catalog, when no tools were given
     handlers: Mapping[Mode, EdgeHandlers] = field(init=False)  # those of each edge, defaults filled in
+    cancel_redis_url: str | None = field(init=False)  # where cancel requests come from (worker pools)
     static_providers: tuple[ToolProvider, ...] = field(init=False)  # asked once, at the start
     dynamic_providers: tuple[ToolProvider, ...] = field(init=False)  # asked before every model call
     search_tool: ToolSpecification | None = field(init=False)  # the search tool the model sees
@@ -138,6 +139,7 @@ class LoopConfig:
             "dynamic_providers": tuple(p for p in self.providers if _is_dynamic(p)),
             "search_tool": self.tool_search.search_tool() if self.tool_search is not None else None,
             "journal_runner": journal_runner(self.journal),
+            "cancel_redis_url": _redis_url_of(self.executor),
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
@@ -159,3 +161,10 @@ class LoopConfig:
 
 def _is_dynamic(provider: ToolProvider) -> bool:
     return bool(getattr(provider, "is_dynamic", False))
+
+
+def _redis_url_of(executor: ToolExecutor) -> str | None:
+    """The Redis of an executor on the worker pools, whose cancel requests its invocations heed."""
+    from orchestrator.executors.celery import CeleryExecutor  # the loop imports no executor at start
+
+    return executor.settings.redis_url if isinstance(executor, CeleryExecutor) else None

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from orchestrator.errors import OrchestratorError, RoundTripLimitError
 from orchestrator.loop.calls import Call, CallStatus, returns_immediately, run_batch, start_call
+from orchestrator.loop.cancellation import cancellable
 from orchestrator.loop.config import LoopConfig
 from orchestrator.loop.state import RunState, ask_providers, visible
 from orchestrator.loop.toolset import unique_id, with_unique_ids
@@ -49,7 +50,8 @@ async def run_invocation(config: LoopConfig, state: RunState) -> Result:
         await journal.run(lambda j: j.start_invocation(context, invocation_json))
     beating = asyncio.ensure_future(_heartbeat(state)) if journal is not None else None
     try:
-        result = await _loop(config, state)
+        with cancellable(str(state.context.invocation_id), config.cancel_redis_url):
+            result = await _loop(config, state)
     except BaseException as exc:
         await _end_abnormally(config, state, exc)
         raise

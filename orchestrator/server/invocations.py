@@ -28,14 +28,11 @@ from orchestrator.models.base import PartialResponse
 from orchestrator.result import CompleteResponse, ToolExecuted, ToolProgress
 from orchestrator.server.events import EVENTS_TTL_S, EventLog
 from orchestrator.service import AiService
-from workers.protocol import COMPENSATION_PREFIX
+from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY, COMPENSATION_PREFIX
 
-__all__ = ["CANCELLED_KEY", "CANCEL_CHANNEL", "Invocations"]
+__all__ = ["Invocations", "Run"]
 
 log = logging.getLogger(__name__)
-
-CANCEL_CHANNEL = "toolfleet:cancel"
-CANCELLED_KEY = "toolfleet:cancelled:{}"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,11 @@ call starts; the worker never beats on the tool's behalf. Each state sent is a b
 `beats`, a count the orchestrator's collector watches (`orchestrator/executors/_collector.py`),
 declaring the call lost when it has not changed for N seconds. A tool without a heartbeat timeout
 sends nothing for `heartbeat()`.
+
+Cancellation is cooperative where the work cannot be killed (a threads pool, in-process): a reporter
+given `cancelled` (a check of whether the call was asked to stop) raises `ToolCancelled` from the
+tool's next `progress()` or `heartbeat()` once it holds, and `reporter.cancelled` lets a tool look
+without reporting. The check is asked at most once per `min_interval_s`.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from workers.errors import ToolProgressError
+from workers.errors import ToolCancelled, ToolProgressError
 
 __all__ = [
     "MAX_PROGRESS_DATA_BYTES",
@@ -105,8 +110,12 @@ class ToolProgressReporter:
         heartbeat_timeout_s: float | None = None,
         min_interval_s: float = MIN_INTERVAL_S,
         worker: str | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> None:
         self._sink = sink
+        self._cancelled_check = cancelled
+        self._was_cancelled = False
+        self._checked_at = -math.inf
         self._beating = heartbeat_timeout_s is not None
         self._interval = min_interval_s
         self._worker = worker
@@ -121,8 +130,10 @@ class ToolProgressReporter:
     def progress(self, fraction: float | None = None, message: str | None = None, data: Any = None) -> None:
         """Report progress: `fraction` done in [0, 1], a `message` for people, JSON `data` for programs.
 
-        Raises `ToolProgressError` for a value that cannot travel (out of range, not JSON, too large).
+        Raises `ToolProgressError` for a value that cannot travel (out of range, not JSON, too large),
+        and `ToolCancelled` once the call was asked to stop.
         """
+        self._raise_if_cancelled()
         checked = _checked_fraction(fraction)
         if message is not None and not isinstance(message, str):
             raise ToolProgressError(f"progress(message=...) must be a str, got {type(message).__name__}")
@@ -139,11 +150,31 @@ class ToolProgressReporter:
 
     def heartbeat(self) -> None:
         """Say the call is alive. Needed only by tools declared `@tool(heartbeat_timeout_s=N)`: they
-        must beat (or report progress) at least every N seconds, or the call is declared lost."""
+        must beat (or report progress) at least every N seconds, or the call is declared lost. Raises
+        `ToolCancelled` once the call was asked to stop."""
+        self._raise_if_cancelled()
         if not self._beating:
             return
         with self._lock:
             self._offer()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the call was asked to stop (cooperative cancellation: the tool decides when)."""
+        if self._was_cancelled or self._cancelled_check is None:
+            return self._was_cancelled
+        now = time.monotonic()
+        if now - self._checked_at >= self._interval:
+            self._checked_at = now
+            try:
+                self._was_cancelled = bool(self._cancelled_check())
+            except Exception as exc:  # an unreadable flag is not a cancellation
+                log.debug("cancellation check failed: %s", exc)
+        return self._was_cancelled
+
+    def _raise_if_cancelled(self) -> None:
+        if self.cancelled:
+            raise ToolCancelled("the call was cancelled")
 
     def close(self) -> None:
         """Send what is held and stop: called when the call ends, before its final state."""

@@ -6,7 +6,8 @@ collector hears it on the subscription it already holds, and `AsyncResult(task_i
 Flower's `/api/task/result/<id>`) reads `PROGRESS`. With task events on, each report is also sent as
 a `task-progress` event, which Flower's own view of the task (`/api/task/info/<id>`: state
 `PROGRESS`, the report as `result`) is made of. Reports may come from any thread of the tool (or the
-reporter's timer): nothing here reads Celery's thread-local request.
+reporter's timer): nothing here reads Celery's thread-local request. The reporter sees a cancellation
+of its call in `CALL_CANCELLED_KEY`, which an orchestrator sets when it cancels the call.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 from celery import Task
 
 from workers.calls.progress import ProgressReport, ToolProgressReporter
-from workers.protocol import PROGRESS_STATE
+from workers.protocol import CALL_CANCELLED_KEY, PROGRESS_STATE
 from workers.tools import ToolDefinition
 
 __all__ = ["PROGRESS_EVENT", "worker_reporter"]
@@ -43,6 +44,12 @@ def worker_reporter(task: Task, definition: ToolDefinition) -> ToolProgressRepor
             except Exception as exc:  # Flower's view only: the state itself is stored
                 log.debug("progress event of %s not sent: %s", task_id, exc)
 
+    def cancelled() -> bool:  # set by an orchestrator cancelling this call (`CALL_CANCELLED_KEY`)
+        return bool(backend.client.exists(CALL_CANCELLED_KEY.format(task_id)))
+
     return ToolProgressReporter(
-        send, heartbeat_timeout_s=definition.options.heartbeat_timeout_s, worker=hostname
+        send,
+        heartbeat_timeout_s=definition.options.heartbeat_timeout_s,
+        worker=hostname,
+        cancelled=cancelled,
     )

@@ -31,6 +31,7 @@ from workers import OutcomeKind, ToolDefinition, ToolOutcome
 from workers.calls.retry import call_state_ttl_s
 from workers.protocol import (
     CALL_ABANDONED,
+    CALL_CANCELLED_KEY,
     IDEMPOTENCY_HEADER,
     META_PREFIX,
     CallTask,
@@ -145,7 +146,8 @@ class Dispatcher:
             collector.forget(task_id)
             if abandon_atomically and not self.mark_abandoned(task_id):
                 log.warning("%s finished as its invocation was cancelled: recovery finds its result", task_id)
-            self.abandon(task_id, pool)
+            self.flag_cancelled(task_id)  # a cooperative tool stops at its next report or heartbeat
+            self.abandon(task_id, pool)  # discarded if queued, terminated on a prefork pool
             raise
         outcome = outcome_of_meta(meta, definition, timeout_s)
         if (
@@ -243,6 +245,14 @@ class Dispatcher:
                 log.warning("%s was marked finished but its result never arrived", task_id)
                 return None
             await asyncio.sleep(0.05)
+
+    def flag_cancelled(self, task_id: str) -> None:
+        """Tell the running call it was cancelled (`CALL_CANCELLED_KEY`): a tool with a progress
+        reporter raises `ToolCancelled` at its next report or heartbeat."""
+        try:
+            self.redis.set(CALL_CANCELLED_KEY.format(task_id), b"1", ex=call_state_ttl_s(self.settings))
+        except redis.RedisError as exc:
+            log.warning("could not flag %s cancelled: %s", task_id, exc)
 
     def mark_abandoned(self, task_id: str, *, raise_errors: bool = False) -> bool:
         """Claim a call as abandoned, unless its worker already marked it finished (one `SET NX`).

@@ -1,0 +1,122 @@
+"""Cancelling invocations: those running in this process, and, through Redis, those of any process.
+
+Every invocation registers its task while it runs (`cancellable`). `cancel_here(id)` cancels it if it
+runs in this process, from any thread. `request_cancel(redis_url, id)` asks every process: it sets
+`CANCELLED_KEY` (read by `toolfleet serve` when an invocation it was asked to run starts) and publishes
+the id on `CANCEL_CHANNEL`, which each process running invocations on the worker pools listens to (one
+thread per Redis, `listen_for_cancels`). A cancelled invocation ends as one whose caller cancelled it:
+its running calls are abandoned as at a deadline (revoked, terminated on prefork pools, flagged for
+a cooperative tool), what succeeded is compensated, the journal says `cancelled`, and the model is not
+asked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+
+import redis
+
+from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY
+
+__all__ = [
+    "CANCEL_TTL_S",
+    "cancel_here",
+    "cancel_invocation",
+    "cancellable",
+    "listen_for_cancels",
+    "request_cancel",
+]
+
+log = logging.getLogger(__name__)
+
+CANCEL_TTL_S = 24 * 3600  # how long a cancel request is remembered for an invocation yet to start
+
+_running: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Task[object]]] = {}
+_running_lock = threading.Lock()
+_listeners: dict[str, _Listener] = {}
+_listeners_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def cancellable(invocation_id: str, redis_url: str | None = None) -> Iterator[None]:
+    """Register the current task as invocation `invocation_id` for the block. With `redis_url` (an
+    invocation on the worker pools), this process listens for cancel requests on that Redis."""
+    task = asyncio.current_task()
+    if task is None:
+        yield
+        return
+    with _running_lock:
+        _running[invocation_id] = (asyncio.get_running_loop(), task)
+    try:
+        if redis_url is not None:
+            listen_for_cancels(redis_url)
+        yield
+    finally:
+        with _running_lock:
+            if _running.get(invocation_id, (None, None))[1] is task:
+                del _running[invocation_id]
+
+
+def cancel_here(invocation_id: str) -> bool:
+    """Cancel invocation `invocation_id` if it runs in this process (from any thread); whether it did."""
+    with _running_lock:
+        held = _running.get(invocation_id)
+    if held is None:
+        return False
+    loop, task = held
+    loop.call_soon_threadsafe(task.cancel)
+    return True
+
+
+def cancel_invocation(invocation_id: str, redis_url: str | None) -> bool:
+    """Cancel the invocation here if it runs here, and with `redis_url` ask every other process too;
+    whether it ran here."""
+    here = cancel_here(invocation_id)
+    if redis_url is not None:
+        request_cancel(redis_url, invocation_id)
+    return here
+
+
+def request_cancel(redis_url: str, invocation_id: str) -> int:
+    """Ask every process to cancel invocation `invocation_id`; how many listeners heard it."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.set(CANCELLED_KEY.format(invocation_id), b"1", ex=CANCEL_TTL_S)
+        return int(client.publish(CANCEL_CHANNEL, invocation_id))
+    finally:
+        client.close()
+
+
+def listen_for_cancels(redis_url: str) -> None:
+    """Start this process' listener of cancel requests on `redis_url`, once."""
+    with _listeners_lock:
+        listener = _listeners.get(redis_url)
+        if listener is None or not listener.is_alive():
+            listener = _listeners[redis_url] = _Listener(redis_url)
+            listener.start()
+
+
+class _Listener(threading.Thread):
+    """Cancels this process' invocations whose ids are published on `CANCEL_CHANNEL`."""
+
+    def __init__(self, redis_url: str) -> None:
+        super().__init__(name="toolfleet-cancel-listener", daemon=True)
+        self.redis_url = redis_url
+
+    def run(self) -> None:
+        while True:
+            try:
+                client = redis.Redis.from_url(self.redis_url, health_check_interval=30)
+                pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                pubsub.subscribe(CANCEL_CHANNEL)
+                for message in pubsub.listen():
+                    data = message.get("data")
+                    if isinstance(data, bytes) and cancel_here(data.decode()):
+                        log.info("invocation %s cancelled on request", data.decode())
+            except Exception as exc:  # Redis away: listen again once it is back
+                log.warning("cancel listener on %s lost its subscription: %s", self.redis_url, exc)
+                threading.Event().wait(1.0)

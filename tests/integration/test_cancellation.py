@@ -1,0 +1,161 @@
+"""Cancelling invocations on real workers: `AiService.cancel` and `toolfleet cancel` from another
+process stop the work — a prefork pool's call is terminated at once, a threads pool's cooperative tool
+stops at its next report — and what the invocation did is undone exactly once, the journal saying
+`cancelled` and the model not asked again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+import tests.integration.cancel_tools as ct
+from orchestrator import AiService, CeleryExecutor, Journal, ScriptedChatModel
+from tests._background import Background
+from tests._cli import toolfleet
+from tests._waiting import wait_for
+from tests.integration.scripts import ask, call
+from tests.integration.side_effects import process_client
+from tests.integration.worker_processes import REPO_ROOT, all_running, tool_worker
+from workers.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+MODULE = "tests.integration.cancel_tools"
+
+
+@pytest.fixture(scope="module")
+def cancel_pools(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    logs = tmp_path_factory.mktemp("cancel-workers")
+    tag = uuid.uuid4().hex[:6]
+    starts = {
+        "threads": lambda: tool_worker(redis_url, [ct.THREADS], [MODULE], logs / "t.log", f"ct-{tag}@cancel"),
+        "prefork": lambda: tool_worker(
+            redis_url,
+            [ct.PREFORK],
+            [MODULE],
+            logs / "p.log",
+            f"cp-{tag}@cancel",
+            kind="prefork",
+            concurrency=1,
+        ),
+    }
+    with all_running(starts):
+        yield
+
+
+@pytest.fixture
+def ns() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+def _service(settings: Settings, journal_path: Path, *steps: object) -> tuple[AiService, ScriptedChatModel]:
+    model = ScriptedChatModel([*steps, "done"])
+    service = AiService(
+        chat_model=model,
+        tools=[ct.hold, ct.crawl, ct.Desk()],
+        executor=CeleryExecutor(settings=settings),
+        journal=Journal(f"sqlite:///{journal_path}"),
+        compensate_on_tool_errors=True,
+    )
+    return service, model
+
+
+def _counter(ns: str, what: str) -> int:
+    return int(process_client().get(f"cancel:{ns}:{what}") or 0)
+
+
+def _cancelled_run(service: AiService, invocation_id: str) -> Background[object]:
+    return Background(lambda: service.chat("go", invocation_id=invocation_id))
+
+
+def test_cancel_terminates_a_prefork_call_at_once_and_undoes_what_was_done(
+    cancel_pools: None, settings: Settings, tmp_path: Path, ns: str
+) -> None:
+    # given: an invocation that reserved a seat, then holds a prefork process for 30 s
+    service, model = _service(
+        settings,
+        tmp_path / "journal.db",
+        ask(call("r1", "reserve", ns=ns)),
+        ask(call("h1", "hold", ns=ns, seconds=30)),
+    )
+    invocation_id = str(uuid.uuid4())
+    running = _cancelled_run(service, invocation_id)
+    wait_for(lambda: _counter(ns, "held"), timeout_s=20, what="the hold started")
+    pid = _counter(ns, "pid")
+
+    # when: it is cancelled
+    asked = time.monotonic()
+    assert service.cancel(invocation_id) is True
+
+    # then: the call's process is killed within 0.5 s, and the invocation ends cancelled
+    wait_for(lambda: not _alive(pid), timeout_s=0.5, what="the prefork child running the call killed")
+    with pytest.raises(asyncio.CancelledError):
+        running.join(timeout_s=30)
+    assert time.monotonic() - asked < 10
+    wait_for(lambda: _counter(ns, "undone"), timeout_s=10, what="the reservation undone")
+    time.sleep(0.5)  # a second compensation would have run by now
+    assert (_counter(ns, "booked"), _counter(ns, "undone"), _counter(ns, "finished")) == (1, 1, 0)
+    record = Journal(f"sqlite:///{tmp_path / 'journal.db'}").invocation(invocation_id)
+    assert record is not None and record.state == "cancelled"
+    assert len(model.requests) == 2  # the model was not asked again after the cancel
+
+
+def test_a_cooperative_tool_on_threads_stops_at_its_next_report(
+    cancel_pools: None, settings: Settings, tmp_path: Path, ns: str
+) -> None:
+    service, _ = _service(settings, tmp_path / "journal.db", ask(call("c1", "crawl", ns=ns, steps=300)))
+    invocation_id = str(uuid.uuid4())
+    running = _cancelled_run(service, invocation_id)
+    wait_for(lambda: _counter(ns, "steps") >= 3, timeout_s=20, what="the crawl under way")
+
+    service.cancel(invocation_id)
+
+    wait_for(lambda: _counter(ns, "saw"), timeout_s=2, what="the tool seeing its cancellation")
+    with pytest.raises(asyncio.CancelledError):
+        running.join(timeout_s=30)
+    steps = _counter(ns, "steps")
+    time.sleep(0.5)
+    assert _counter(ns, "steps") == steps < 300  # it stopped
+
+
+def test_toolfleet_cancel_from_another_process(
+    cancel_pools: None, settings: Settings, tmp_path: Path, ns: str, redis_url: str
+) -> None:
+    journal_path = tmp_path / "journal.db"
+    service, _ = _service(settings, journal_path, ask(call("h1", "hold", ns=ns, seconds=30)))
+    invocation_id = str(uuid.uuid4())
+    running = _cancelled_run(service, invocation_id)
+    wait_for(lambda: _counter(ns, "held"), timeout_s=20, what="the hold started")
+
+    done = toolfleet(
+        "cancel",
+        invocation_id,
+        cwd=Path(REPO_ROOT),
+        env={"TOOLFLEET_REDIS_URL": redis_url, "TOOLFLEET_DATABASE_URL": f"sqlite:///{journal_path}"},
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert f"cancel requested for invocation {invocation_id}" in done.stdout
+    with pytest.raises(asyncio.CancelledError):
+        running.join(timeout_s=30)
+    again = toolfleet(
+        "cancel",
+        invocation_id,
+        cwd=Path(REPO_ROOT),
+        env={"TOOLFLEET_REDIS_URL": redis_url, "TOOLFLEET_DATABASE_URL": f"sqlite:///{journal_path}"},
+    )
+    assert again.returncode == 1 and "has already ended (cancelled)" in again.stderr
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a killed child its parent has not reaped yet does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
