@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -16,7 +17,7 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.executors.base import ToolExecutor, fanout_limit
 from orchestrator.executors.local import LocalExecutor
 from orchestrator.handlers import ToolArgumentsErrorHandler, ToolExecutionErrorHandler
-from orchestrator.loop.cancellation import cancel_invocation
+from orchestrator.loop.cancellation import cancel_call, cancel_invocation
 from orchestrator.loop.catalog_tools import LiveCatalogToolProvider, live_catalog_of
 from orchestrator.loop.config import HallucinatedToolNameStrategy, LoopConfig, Memories, Mode, SystemMessage
 from orchestrator.loop.run import run_invocation
@@ -237,11 +238,8 @@ class AiService:
     ) -> Result:
         """Run one invocation and return its `Result` (from synchronous code); `memory` replaces the
         memory of `memory_id` for it, `invocation_id` (a UUID) names it instead of a new one."""
-        try:
+        with contextlib.suppress(RuntimeError):  # raised when no loop runs here, as it should be
             asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
             raise OrchestratorError("chat() cannot run inside an event loop: use `await service.achat(...)`")
         return asyncio.run(self._invoke("chat", user_message, memory_id, parameters, memory, invocation_id))
 
@@ -314,9 +312,12 @@ class AiService:
         return await run_invocation(config, state)
 
     def cancel(self, invocation_id: str) -> bool:
-        """Cancel a running invocation of this service: here, and on the worker pools in any process
-        (through Redis). Whether it ran here; an invocation that ended is left alone."""
+        """Cancel a running invocation here and, on the worker pools, in any process; whether it ran here."""
         return cancel_invocation(invocation_id, self._config.cancel_redis_url)
+
+    def cancel_call(self, invocation_id: str, call_id: str) -> bool:
+        """Cancel one running call of an invocation here (it fails, the invocation goes on); if it ran."""
+        return cancel_call(invocation_id, call_id)
 
     # -- memory -----------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -20,6 +20,7 @@ from orchestrator.handlers import (
     error_of,
     unwrap_cause,
 )
+from orchestrator.loop.cancellation import call_cancellable
 from orchestrator.loop.config import LoopConfig
 from orchestrator.loop.state import RunState
 from orchestrator.messages import ToolExecutionResultMessage
@@ -29,7 +30,7 @@ from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
 from workers.calls.progress import ProgressReport
 from workers.calls.results import ToolExecutionResult, convert_result
 from workers.calls.runner import error_outcome
-from workers.errors import ToolArgumentsError
+from workers.errors import ToolArgumentsError, ToolCancelled
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 from workers.tools import ToolDefinition
 from workers.tools.specification import ReturnBehavior
@@ -66,6 +67,7 @@ class Call:
     definition: ToolDefinition | None = None  # set for journaled calls (those of ToolDefinitions)
     row: int | None = None  # the call's journal row
     progress: ProgressReport | None = None  # the last progress its tool reported
+    cancelled: bool = False  # this call alone was cancelled (`AiService.cancel_call`)
 
 
 async def run_batch(
@@ -143,14 +145,15 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
         observer = _ProgressObserver(state, call)
         try:
             with observe_progress(observer):
-                outcome = await config.executor.execute(request, tool, invocation, compensate_if_late=late)
+                running = config.executor.execute(request, tool, invocation, compensate_if_late=late)
+                outcome = await _cancellable(state, call, running)
         finally:
             observer.ended = True  # a call abandoned at its deadline may report on: not heard
     if outcome.parameter_changes:
         state.parameters.merge(outcome.parameter_changes)
     if call.definition is not None:  # journaled before a handler may end the invocation
         # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
-        abandoned = late and outcome.kind in _ABANDONED
+        abandoned = late and (outcome.kind in _ABANDONED or call.cancelled)
         progress = call.progress.to_json() if call.progress is not None else None
         await state.saga.outcome(call.row, outcome, outcome.text, abandoned=abandoned, progress=progress)
     text, call.status = _settle(state, outcome, request, searched=searched)
@@ -187,6 +190,28 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
     )
     if state.emit is not None:
         state.emit(ToolExecuted(call.execution))
+
+
+async def _cancellable(state: RunState, call: Call, running: Awaitable[ToolOutcome]) -> ToolOutcome:
+    """Await the call as a task of its own that `cancel_call` may cancel alone: the executor abandons
+    it as at a deadline (revoked, terminated on prefork, its reporter told), and it ends as a failed
+    call the model hears of, the invocation going on. A cancelled invocation cancels it too, and
+    that cancellation propagates."""
+    task = asyncio.ensure_future(running)
+
+    def cancel() -> None:
+        call.cancelled = True
+        task.cancel()
+
+    with call_cancellable(str(state.context.invocation_id), call.request.id or "", cancel):
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not call.cancelled or (current is not None and current.cancelling()):
+                raise
+    name = call.request.name
+    return error_outcome(ToolCancelled(f"Tool '{name}' was cancelled"), OutcomeKind.EXECUTION_ERROR)
 
 
 class _ProgressObserver:

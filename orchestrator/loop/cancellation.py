@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import redis
 
@@ -24,6 +24,8 @@ from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY
 
 __all__ = [
     "CANCEL_TTL_S",
+    "call_cancellable",
+    "cancel_call",
     "cancel_here",
     "cancel_invocation",
     "cancellable",
@@ -37,6 +39,7 @@ CANCEL_TTL_S = 24 * 3600  # how long a cancel request is remembered for an invoc
 
 _running: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Task[object]]] = {}
 _running_lock = threading.Lock()
+_calls: dict[tuple[str, str], tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = {}
 _listeners: dict[str, _Listener] = {}
 _listeners_lock = threading.Lock()
 
@@ -59,6 +62,30 @@ def cancellable(invocation_id: str, redis_url: str | None = None) -> Iterator[No
         with _running_lock:
             if _running.get(invocation_id, (None, None))[1] is task:
                 del _running[invocation_id]
+
+
+@contextlib.contextmanager
+def call_cancellable(invocation_id: str, call_id: str, cancel: Callable[[], None]) -> Iterator[None]:
+    """Register how to cancel call `call_id` of an invocation for the block (on the running loop)."""
+    key = (invocation_id, call_id)
+    with _running_lock:
+        _calls[key] = (asyncio.get_running_loop(), cancel)
+    try:
+        yield
+    finally:
+        with _running_lock:
+            _calls.pop(key, None)
+
+
+def cancel_call(invocation_id: str, call_id: str) -> bool:
+    """Cancel one running call of an invocation of this process (from any thread); whether it ran."""
+    with _running_lock:
+        held = _calls.get((invocation_id, call_id))
+    if held is None:
+        return False
+    loop, cancel = held
+    loop.call_soon_threadsafe(cancel)
+    return True
 
 
 def cancel_here(invocation_id: str) -> bool:

@@ -159,3 +159,29 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+@pytest.mark.parametrize("tool", ["hold", "crawl"])
+def test_cancelling_one_call_fails_it_and_the_invocation_goes_on(
+    cancel_pools: None, settings: Settings, tmp_path: Path, ns: str, tool: str
+) -> None:
+    # given: a call that would run for long, on a prefork pool (hold) or a threads pool (crawl)
+    arguments = {"seconds": 30} if tool == "hold" else {"steps": 300}
+    service, model = _service(settings, tmp_path / "journal.db", ask(call("x1", tool, ns=ns, **arguments)))
+    invocation_id = str(uuid.uuid4())
+    running = Background(lambda: service.chat("go", invocation_id=invocation_id))
+    started = "held" if tool == "hold" else "steps"
+    wait_for(lambda: _counter(ns, started), timeout_s=20, what="the call under way")
+
+    # when: that call alone is cancelled
+    assert service.cancel_call(invocation_id, "x1") is True
+
+    # then: the model hears the call was cancelled and answers; the invocation ends normally
+    result = running.join(timeout_s=30)
+    assert result.content == "done"  # type: ignore[attr-defined]
+    told = model.requests[1].messages[-1]
+    assert "Tool '" + tool + "' was cancelled" in told.text  # type: ignore[union-attr]
+    if tool == "crawl":
+        wait_for(lambda: _counter(ns, "saw"), timeout_s=2, what="the tool seeing its cancellation")
+    else:
+        wait_for(lambda: not _alive(_counter(ns, "pid")), timeout_s=2, what="the call's process killed")

@@ -78,3 +78,18 @@ def test_cancelling_an_invocation_that_does_not_run_here_says_so() -> None:
     service = AiService(chat_model=ScriptedChatModel(["hi"]), executor=LocalExecutor())
 
     assert service.cancel(str(uuid.uuid4())) is False
+
+
+def test_cancelling_one_in_process_call_fails_it_and_the_invocation_goes_on() -> None:
+    crew = Crew()
+    model = ScriptedChatModel([_ask("w1", "work"), "done"])
+    service = AiService(chat_model=model, tools=[crew], executor=LocalExecutor())
+    invocation_id = str(uuid.uuid4())
+    running = Background(lambda: service.chat("go", invocation_id=invocation_id))
+    wait_for(lambda: crew.steps >= 3, timeout_s=10, what="the work under way")
+
+    assert service.cancel_call(invocation_id, "w1") is True
+
+    assert running.join(timeout_s=10).content == "done"
+    assert crew.saw_cancel.wait(2)
+    assert "Tool 'work' was cancelled" in (model.requests[1].messages[-1].text or "")  # type: ignore[union-attr]
