@@ -33,7 +33,7 @@ def test_demo_runs_the_four_stories_and_leaves_no_process_behind(tmp_path: Path)
     env.pop("TOOLFLEET_RESULT_BACKEND", None)
     # when
     result = run_command([*CLI, "demo"], env=env, timeout_s=120)
-    # then: it succeeds and tells the four stories
+    # then: it succeeds and tells the five stories
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "The square root of 475695037565 is 689706.486532." in out
@@ -46,6 +46,9 @@ def test_demo_runs_the_four_stories_and_leaves_no_process_behind(tmp_path: Path)
     assert out.index("compensation of book_hotel: succeeded") < out.index(
         "compensation of book_flight: succeeded"
     )
+    assert "[100% asked Wizz Air]" in out  # the fare search's progress, live
+    assert "tool.watch_fare          io     io@demo      cancelled" in out
+    assert "I stopped watching the fare: Tool 'watch_fare' was cancelled." in out
     assert "Demo complete: all worker processes stopped." in out
     # and no worker process is left behind
     leftovers = subprocess.run(["pgrep", "-f", "--hostname (io|heavy)@demo"], capture_output=True, text=True)

@@ -8,7 +8,7 @@
     ├── ToolArgumentsError                       the model's arguments do not bind
     ├── ToolResultError                          a result that cannot be turned into text
     ├── ToolProgressError (also ValueError)      a progress report that cannot travel
-    ├── ToolCancelled                            the call was cancelled (seen at a report or heartbeat)
+    ├── ToolCancelled (a ToolErrorVisibleToLlm)  the call was cancelled (seen at a report or heartbeat)
     ├── MixedPoolError                           a worker joining a pool that serves other tools
     ├── McpConnectionError (also ConnectionError)   an MCP server out of reach; httpx's error as cause
     ├── McpTimeoutError (also TimeoutError)      an MCP request past its timeout
@@ -102,12 +102,6 @@ class ToolProgressError(ToolfleetError, ValueError):
     """A tool reported progress that cannot travel: a fraction outside [0, 1], data that is not JSON."""
 
 
-class ToolCancelled(ToolfleetError):
-    """The running call was cancelled: raised by its `ToolProgressReporter` at the tool's next
-    `progress()` or `heartbeat()` (cooperative cancellation, on a threads pool or in-process). A tool
-    that catches it should clean up and let it propagate."""
-
-
 class ToolErrorVisibleToLlm:
     """Mixin for exceptions whose `message_for_llm()` is what the model sees when the tool fails.
 
@@ -127,3 +121,10 @@ class ToolErrorVisibleToLlm:
 
 class VisibleToolError(ToolErrorVisibleToLlm, ToolfleetError):
     """The ready-made `ToolErrorVisibleToLlm` built by `ToolErrorVisibleToLlm.from_message`."""
+
+
+class ToolCancelled(ToolErrorVisibleToLlm, ToolfleetError):
+    """The running call was cancelled: raised by its `ToolProgressReporter` at the tool's next
+    `progress()` or `heartbeat()` (cooperative cancellation, on a threads pool or in-process). A tool
+    that catches it should clean up and let it propagate. Its message reaches the model, as a
+    timeout's does: the cancellation is the system's doing, not the tool's."""

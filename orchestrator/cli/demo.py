@@ -17,6 +17,7 @@ import json
 import re
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
@@ -25,13 +26,13 @@ import redis
 from cryptography.fernet import Fernet
 
 from orchestrator.cli.commands._journal_source import DEFAULT_DATABASE_URL
-from orchestrator.cli.console import LiveTable, chat_model
+from orchestrator.cli.console import LiveTable, chat_model, progress_text
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.handlers import fail_invocation_unless_visible_to_llm, send_exception_message_to_llm
 from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
-from orchestrator.models.base import ChatModel, ChatRequest
+from orchestrator.models.base import ChatModel, ChatRequest, CompleteToolCall
 from orchestrator.models.scripted import ScriptedChatModel
-from orchestrator.result import Result
+from orchestrator.result import CompleteResponse, Result, ToolProgress
 from orchestrator.saga.journal import Journal
 from orchestrator.service import AiService
 from workers.protocol import ToolExecutionRequest
@@ -122,13 +123,31 @@ def _trip(request: ChatRequest) -> AiMessage | str:
     return "I could not book the whole trip: " + " | ".join(m.text for m in _last_results(request))
 
 
+def _fares(request: ChatRequest) -> AiMessage | str:
+    if _asks(request):
+        return AiMessage(tool_execution_requests=[_call("call_search", "search_fares", destination="Lisbon")])
+    results = _last_results(request)
+    if results[-1].tool_name == "search_fares":
+        watch = _call("call_watch", "watch_fare", destination="Lisbon", below=80)
+        return AiMessage(tool_execution_requests=[watch])
+    searched = next(m.text for m in request.messages if isinstance(m, ToolExecutionResultMessage))
+    return f"{searched}. I stopped watching the fare: {results[-1].text}."
+
+
 STORIES: list[tuple[str, str, Script]] = [
     ("Square root", "What is the square root of 475695037565?", _square_root),
     ("Weather, fanned out", f"What is the weather in {', '.join(CITIES)}?", _weather),
     # More than Mario's 1000 (workers/examples/bank.py): the withdrawal fails for want of funds.
     ("Bank transfer, compensated", "Transfer 2000 from Mario to Dmytro.", _transfer),
     ("Trip booking, a timeout undone", "Book me a flight, a hotel and a car in Lisbon for Christmas.", _trip),
+    (
+        "Fares, watched and cancelled",
+        "Find me a fare to Lisbon, and watch it until it drops below 80 EUR.",
+        _fares,
+    ),
 ]
+# The fifth story's user stops the fare watch once it has checked this many times.
+WATCH_CHECKS_BEFORE_CANCEL = 5
 
 
 def _model(spec: str | None, script: Script) -> ChatModel:
@@ -162,14 +181,16 @@ def _pools(settings: Settings, logs: str, out: TextIO) -> Iterator[list[str]]:
         )
         yield [w for names in live.values() for w in names]
         return
-    out.write("Starting worker pools: io (threads x16: weather, bank), heavy (prefork x3: math, travel)\n")
+    out.write(
+        "Starting worker pools: io (threads x16: weather, bank, fares), heavy (prefork x3: math, travel)\n"
+    )
     with _own_pools(settings, logs) as workers:
         yield [w.hostname for w in workers]
 
 
 # The demo's pools: name, kind, concurrency, example modules.
 DEMO_POOLS = (
-    ("io", "threads", 16, ["workers.examples.weather", "workers.examples.bank"]),
+    ("io", "threads", 16, ["workers.examples.weather", "workers.examples.bank", "workers.examples.fares"]),
     ("heavy", "prefork", 3, ["workers.examples.math", "workers.examples.travel"]),
 )
 
@@ -204,8 +225,33 @@ def _own_pools(settings: Settings, logs: str) -> Iterator[list[WorkerProcess]]:
             worker.stop()
 
 
+async def _streamed(service: AiService, question: str, table: LiveTable) -> Result:
+    """One story's invocation, its calls' progress shown in the table as it comes; the fare watch is
+    cancelled (by the user, as it were) once it has checked a few times."""
+    invocation_id = str(uuid.uuid4())
+    arguments: dict[str | None, str] = {}
+    result: Result | None = None
+    async for event in service.stream(question, invocation_id=invocation_id):
+        if isinstance(event, CompleteToolCall):
+            arguments[event.request.id] = event.request.arguments
+        elif isinstance(event, ToolProgress):
+            table.progress(
+                f"tool.{event.tool_name}",
+                arguments.get(event.request_id, ""),
+                progress_text(event.fraction, event.message),
+            )
+            if event.tool_name == "watch_fare" and (event.message or "").startswith(
+                f"checked {WATCH_CHECKS_BEFORE_CANCEL} "
+            ):
+                service.cancel_call(invocation_id, event.request_id or "")
+        elif isinstance(event, CompleteResponse):
+            result = event.result
+    assert result is not None  # a stream ends with its CompleteResponse
+    return result
+
+
 def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None = None) -> int:
-    """Run the four stories; returns the exit code."""
+    """Run the five stories; returns the exit code."""
     from workers._devredis import embedded_redis
 
     settings = settings or Settings.from_env()
@@ -238,7 +284,7 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
                         name="demo",
                     )
                     began = time.monotonic()
-                    result = asyncio.run(service.achat(question))
+                    result = asyncio.run(_streamed(service, question, table))
                     table.close()
                     out.write(f"  ({time.monotonic() - began:.2f} s)\n")
                     _summary(out, title, result, journal)

@@ -10,7 +10,7 @@ from orchestrator.cli.commands._command import add_command, refuse
 from orchestrator.cli.console import add_model_argument
 from workers.settings import Settings
 
-HELP = "run the whole system on this machine: two worker pools and four stories"
+HELP = "run the whole system on this machine: two worker pools and five stories"
 DESCRIPTION = (
     "Start two worker pools (io: threads, heavy: prefork) with the example tools and run "
     "four conversations through them: the documentation's square root, weather lookups fanned out, a "

@@ -148,6 +148,8 @@ class Dispatcher:
                 log.warning("%s finished as its invocation was cancelled: recovery finds its result", task_id)
             self.flag_cancelled(task_id)  # a cooperative tool stops at its next report or heartbeat
             self.abandon(task_id, pool)  # discarded if queued, terminated on a prefork pool
+            if notify:
+                notify("cancelled", None)
             raise
         outcome = outcome_of_meta(meta, definition, timeout_s)
         if (
