@@ -12,7 +12,6 @@ from collections.abc import Awaitable, Callable
 
 from bench._context import Bench
 from bench._measures.anchors import measure_anchors
-from bench._measures.async_sleeps import measure_async_sleeps
 from bench._measures.batch import measure_batch
 from bench._measures.deadline import measure_deadline
 from bench._measures.in_flight import measure_in_flight
@@ -20,7 +19,7 @@ from bench._measures.progress import measure_progress
 from bench._measures.serve_journal import measure_serve_journal
 from bench._measures.serve_overhead import measure_serve_overhead
 from bench._measures.single_call import measure_single
-from bench._measures.sleeps import measure_sleeps
+from bench._measures.sleeps import measure_async_sleeps, measure_sleeps
 from bench._timing import Measure
 
 __all__ = ["MEASURES", "RUN_ORDER", "Runner", "measure_anchors"]

@@ -14,7 +14,7 @@ import pytest
 
 import tests.integration.async_tools as at
 from orchestrator.executors.celery import CeleryExecutor
-from tests.integration.worker_processes import all_running, tool_worker
+from tests.integration.worker_processes import threads_and_prefork
 from workers import OutcomeKind, ToolExecutionRequest, ToolOutcome
 from workers.settings import Settings
 
@@ -28,22 +28,7 @@ def async_pools(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     """A threads worker with one thread (every call on the same thread) and a prefork worker with
     one child (every call in the same process)."""
     logs = tmp_path_factory.mktemp("async-workers")
-    tag = uuid.uuid4().hex[:6]
-    starts = {
-        "threads": lambda: tool_worker(
-            redis_url, [at.THREADS], [MODULE], logs / "threads.log", f"at-{tag}@async", concurrency=1
-        ),
-        "prefork": lambda: tool_worker(
-            redis_url,
-            [at.PREFORK],
-            [MODULE],
-            logs / "prefork.log",
-            f"ap-{tag}@async",
-            kind="prefork",
-            concurrency=1,
-        ),
-    }
-    with all_running(starts):
+    with threads_and_prefork(redis_url, MODULE, (at.THREADS, at.PREFORK), logs, threads=1):
         yield
 
 

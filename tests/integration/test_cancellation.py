@@ -21,7 +21,7 @@ from tests._cli import toolfleet
 from tests._waiting import wait_for
 from tests.integration.scripts import ask, call
 from tests.integration.side_effects import process_client
-from tests.integration.worker_processes import REPO_ROOT, all_running, tool_worker
+from tests.integration.worker_processes import REPO_ROOT, threads_and_prefork
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -32,20 +32,7 @@ MODULE = "tests.integration.cancel_tools"
 @pytest.fixture(scope="module")
 def cancel_pools(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     logs = tmp_path_factory.mktemp("cancel-workers")
-    tag = uuid.uuid4().hex[:6]
-    starts = {
-        "threads": lambda: tool_worker(redis_url, [ct.THREADS], [MODULE], logs / "t.log", f"ct-{tag}@cancel"),
-        "prefork": lambda: tool_worker(
-            redis_url,
-            [ct.PREFORK],
-            [MODULE],
-            logs / "p.log",
-            f"cp-{tag}@cancel",
-            kind="prefork",
-            concurrency=1,
-        ),
-    }
-    with all_running(starts):
+    with threads_and_prefork(redis_url, MODULE, (ct.THREADS, ct.PREFORK), logs, threads=4):
         yield
 
 

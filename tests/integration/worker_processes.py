@@ -7,6 +7,7 @@ told otherwise, and logs at INFO to a file of the test's; a test names only what
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -81,3 +82,29 @@ def celery_executor(settings: Settings) -> Iterator[CeleryExecutor]:
         yield executor
     finally:
         executor.close()
+
+
+@contextlib.contextmanager
+def threads_and_prefork(
+    redis_url: str, module: str, pools: tuple[str, str], logs: Path, *, threads: int = 4
+) -> Iterator[dict[str, WorkerProcess]]:
+    """Two workers serving the tools of `module`: pools[0] on `threads` threads, pools[1] on one prefork
+    child (every prefork call in the same process), running for the block."""
+    tag = uuid.uuid4().hex[:6]
+    threaded, forked = pools
+    starts = {
+        "threads": lambda: tool_worker(
+            redis_url, [threaded], [module], logs / "threads.log", f"t-{tag}@{threaded}", concurrency=threads
+        ),
+        "prefork": lambda: tool_worker(
+            redis_url,
+            [forked],
+            [module],
+            logs / "prefork.log",
+            f"p-{tag}@{forked}",
+            kind="prefork",
+            concurrency=1,
+        ),
+    }
+    with all_running(starts) as workers:
+        yield workers
