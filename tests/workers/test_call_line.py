@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from workers import ToolCallIdentity, ToolExecutionRequest, tool
+from workers import ToolCallIdentity, ToolExecutionRequest, ToolProgressReporter, tool
 from workers.calls import invocation as invocation_module
 from workers.calls.runner import log_call, run_tool
 from workers.protocol import OutcomeKind, ToolOutcome
@@ -97,3 +97,17 @@ def test_below_info_a_call_logs_nothing(caplog: pytest.LogCaptureFixture) -> Non
     with caplog.at_level(logging.WARNING, logger="workers.calls.runner"):
         log_call("pay", "c1", FAILED, 1.0, task_id="t1")
     assert caplog.records == []
+
+
+@tool("Reports its progress")
+def reports(progress: ToolProgressReporter) -> str:
+    progress.progress(fraction=1.0)
+    return "reported"
+
+
+def test_only_a_tool_with_a_reporter_parameter_is_marked_as_taking_one() -> None:
+    (plain,) = ToolRegistry().add(add)
+    (reporting,) = ToolRegistry().add(reports)
+
+    assert not plain.takes_reporter
+    assert reporting.takes_reporter and dataclasses.replace(reporting).takes_reporter

@@ -65,7 +65,10 @@ def _run_call(
             attempt=1 + int(task.request.retries or 0),  # the first run, then Celery's retries
             key=(task.request.headers or {}).get(IDEMPOTENCY_HEADER),
         )
-    with reporting(worker_reporter(task, definition)):  # the last report sent before the outcome
+    if definition.takes_reporter:  # the last report is sent before the outcome
+        with reporting(worker_reporter(task, definition)):
+            outcome = run_tool(definition, request, envelope.invocation, identity, log_outcome=False)
+    else:  # most tools report nothing: no reporter, no context to set
         outcome = run_tool(definition, request, envelope.invocation, identity, log_outcome=False)
     if outcome.error_type == "SoftTimeLimitExceeded":  # the pool's time limit: the deadline passed
         outcome = ToolOutcome(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workers.calls.invocation import ToolCallIdentity
+from workers.calls.progress import ToolProgressReporter
 from workers.tools._decorators import ToolOptions
 from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 
@@ -60,10 +61,13 @@ class ToolDefinition:
     another system, such as an MCP server, that validates them itself)."""
     takes_identity: bool = field(init=False, repr=False, compare=False)
     """Whether the function has a `ToolCallIdentity` parameter: a call builds one only then."""
+    takes_reporter: bool = field(init=False, repr=False, compare=False)
+    """Whether the function has a `ToolProgressReporter` parameter: a worker makes one only then."""
 
     def __post_init__(self) -> None:
-        takes = not self.raw_arguments and any(p.injected is ToolCallIdentity for p in self.parameters)
-        object.__setattr__(self, "takes_identity", takes)
+        injected = set() if self.raw_arguments else {p.injected for p in self.parameters}
+        object.__setattr__(self, "takes_identity", ToolCallIdentity in injected)
+        object.__setattr__(self, "takes_reporter", ToolProgressReporter in injected)
 
     @property
     def name(self) -> str:
