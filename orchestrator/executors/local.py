@@ -128,8 +128,9 @@ class LocalExecutor:
     ) -> ToolOutcome | None:
         """One attempt; `None` when the deadline passed first (the call runs on: a thread cannot stop)."""
         running: asyncio.Future[ToolOutcome] | concurrent.futures.Future[ToolOutcome]
-        # Reports go straight to the invocation; no heartbeat is watched in-process. A cancelled call
-        # is told through its reporter (a thread cannot be stopped: the tool stops at its next report).
+        # Reports go straight to the invocation; no heartbeat is watched in-process. A call given up
+        # (its deadline, a cancel) is told through its reporter: a thread cannot be stopped, the tool
+        # stops at its next report.
         cancelled = threading.Event()
         reporter = ToolProgressReporter(progress_listener(), cancelled=cancelled.is_set)
         if definition.is_async:
@@ -143,7 +144,8 @@ class LocalExecutor:
             )
             waiting = asyncio.wrap_future(running)
 
-        def abandon() -> None:  # at the deadline, or cancelled: a late success is undone
+        def abandon() -> None:  # at the deadline, or cancelled: the tool is told, a late success undone
+            cancelled.set()
             if compensate_if_late:
                 key = identity.idempotency_key
                 running.add_done_callback(
@@ -153,7 +155,6 @@ class LocalExecutor:
         try:
             done, _ = await asyncio.wait({waiting}, timeout=max(deadline - time.monotonic(), 0.0))
         except asyncio.CancelledError:
-            cancelled.set()
             if isinstance(running, asyncio.Future):
                 running.cancel()
             abandon()

@@ -6,6 +6,8 @@ stops at its next report — and what the invocation did is undone exactly once,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from tests._waiting import wait_for
 from tests.integration.scripts import ask, call
 from tests.integration.side_effects import process_client
 from tests.integration.worker_processes import REPO_ROOT, threads_and_prefork
+from workers import ToolExecutionRequest
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -172,3 +175,28 @@ def test_cancelling_one_call_fails_it_and_the_invocation_goes_on(
         wait_for(lambda: _counter(ns, "saw"), timeout_s=2, what="the tool seeing its cancellation")
     else:
         wait_for(lambda: not _alive(_counter(ns, "pid")), timeout_s=2, what="the call's process killed")
+
+
+def test_a_cooperative_tool_given_up_at_its_deadline_stops_at_its_next_report(
+    cancel_pools: None, settings: Settings, ns: str
+) -> None:
+    # given: the crawl, its deadline cut to 0.5 s
+    async def timed_out() -> str:
+        executor = CeleryExecutor(settings=settings)
+        try:
+            crawl = executor.definition("crawl")
+            assert crawl is not None
+            short = dataclasses.replace(crawl, options=dataclasses.replace(crawl.options, timeout=0.5))
+            request = ToolExecutionRequest("d1", "crawl", json.dumps({"ns": ns, "steps": 300}))
+            return (await executor.execute(request, short)).kind.value
+        finally:
+            executor.close()
+
+    # when: its deadline passes
+    assert asyncio.run(timed_out()) == "timed_out"
+
+    # then: the tool was told, and stopped at its next report instead of running on for 30 s
+    wait_for(lambda: _counter(ns, "saw"), timeout_s=2, what="the tool seeing it was given up")
+    steps = _counter(ns, "steps")
+    time.sleep(0.5)
+    assert _counter(ns, "steps") == steps < 300

@@ -146,8 +146,7 @@ class Dispatcher:
             collector.forget(task_id)
             if abandon_atomically and not self.mark_abandoned(task_id):
                 log.warning("%s finished as its invocation was cancelled: recovery finds its result", task_id)
-            self.flag_cancelled(task_id)  # a cooperative tool stops at its next report or heartbeat
-            self.abandon(task_id, pool)  # discarded if queued, terminated on a prefork pool
+            self.abandon(task_id, pool)
             if notify:
                 notify("cancelled", None)
             raise
@@ -202,7 +201,10 @@ class Dispatcher:
         self.publisher.send_task(task_name, kwargs=sent.to_json(), **options)
 
     def abandon(self, task_id: str, pool: str | None = None, *, terminate: bool | None = None) -> None:
-        """Revoke a call past its deadline; terminate it where the worker's pool can (prefork)."""
+        """Give up a call (past its deadline, or cancelled): revoke it, so it is discarded if still queued,
+        terminate it where the worker's pool can (prefork), and tell its tool (`flag_cancelled`), so
+        a cooperative tool on a threads pool stops at its next report or heartbeat."""
+        self.flag_cancelled(task_id)
         if terminate is None:
             terminate = pool is not None and self.pools.kind(pool) == "prefork"
         try:
