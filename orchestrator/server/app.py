@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.errors import ApiError
 from orchestrator.executors.celery import CeleryExecutor
+from orchestrator.loop.cancellation import listen_for_cancels
 from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.server import native, routes
@@ -62,10 +63,8 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
         )
         app.state.toolfleet = state
         watch = ReplicaWatch(client, state.journal, recovery_executor, events, settings.heartbeat_ttl_s)
-        background = [
-            asyncio.create_task(state.invocations.listen_for_cancels()),
-            asyncio.create_task(watch.run()),
-        ]
+        listen_for_cancels(settings.redis_url)  # whatever executor the agents use
+        background = [asyncio.create_task(watch.run())]
         try:
             yield
         finally:

@@ -2,10 +2,10 @@
 shared event log, and their cancellation from any replica.
 
 A cancel request may reach any replica: it is published on `CANCEL_CHANNEL` (and remembered under
-`CANCELLED_KEY`, for an invocation that starts on a replica just after), and the replica running the
-invocation cancels its task. The invocation then ends as it does when its caller cancels it: running
-calls are abandoned as at a deadline (their workers undo them if they finish), what succeeded is
-compensated, and the journal says `cancelled`.
+`CANCELLED_KEY`, for an invocation that starts on a replica just after), and the process running the
+invocation cancels it, as every process does (`orchestrator.loop.cancellation`). The invocation then
+ends as it does when its caller cancels it: running calls are abandoned as at a deadline (their
+workers undo them if they finish), what succeeded is compensated, and the journal says `cancelled`.
 """
 
 from __future__ import annotations
@@ -85,24 +85,6 @@ class Invocations:
         """Ask whichever replica runs the invocation to cancel it."""
         await self.client.set(CANCELLED_KEY.format(invocation_id), b"1", ex=EVENTS_TTL_S)
         await self.client.publish(CANCEL_CHANNEL, invocation_id)
-
-    async def listen_for_cancels(self) -> None:
-        """Cancel this replica's invocations whose cancellation is published (runs until cancelled)."""
-        while True:
-            try:
-                async with self.client.pubsub() as pubsub:
-                    await pubsub.subscribe(CANCEL_CHANNEL)
-                    async for message in pubsub.listen():
-                        if message.get("type") != "message":
-                            continue
-                        task = self.running.get(message["data"].decode())
-                        if task is not None:
-                            task.cancel()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("cancel subscription lost (%s); subscribing again", exc)
-                await asyncio.sleep(0.5)
 
     async def _run(self, run: Run, finish: Callable[[], Awaitable[None]]) -> None:
         invocation_id, add = run.invocation_id, self.events.add
