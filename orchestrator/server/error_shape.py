@@ -8,11 +8,14 @@ OpenAI `type` and `code` a client library maps to its own exception (`openai.Bad
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from orchestrator.errors import ApiError
+from orchestrator.errors import ApiError, ModelError
 
-__all__ = ["api_error_body", "error_body"]
+log = logging.getLogger(__name__)
+
+__all__ = ["api_error_body", "error_body", "invocation_failure"]
 
 # status -> (OpenAI error type, code)
 _KINDS: dict[int, tuple[str, str | None]] = {
@@ -42,3 +45,13 @@ def error_body(
         status, ("server_error" if status >= 500 else "invalid_request_error", None)
     )
     return {"error": {"message": message, "type": kind, "param": param, "code": code or default_code}}
+
+
+def invocation_failure(exc: Exception, invocation_id: str) -> ApiError:
+    """What an invocation's failure is to a client, logged once here: its model failing is a 502,
+    anything else a 500 naming the invocation, never the error's details (the log has them)."""
+    if isinstance(exc, ModelError):
+        log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
+        return ApiError(502, f"the agent's model failed (invocation {invocation_id})")
+    log.error("invocation %s failed", invocation_id, exc_info=exc)
+    return ApiError(500, f"the invocation {invocation_id} failed; the service's log has the details")

@@ -20,12 +20,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from orchestrator.errors import ModelError
 from orchestrator.executors import CallEvent, observe_calls
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.models.base import PartialResponse
 from orchestrator.result import CompleteResponse, ToolExecuted, ToolProgress
+from orchestrator.server.error_shape import invocation_failure
 from orchestrator.server.events import EVENTS_TTL_S, EventLog
 from orchestrator.service import AiService
 from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY, COMPENSATION_PREFIX
@@ -134,15 +134,10 @@ class Invocations:
         except asyncio.CancelledError:
             await wrap_up()
             await add(invocation_id, {"type": "invocation.cancelled", "invocation_id": invocation_id})
-        except ModelError as exc:
-            log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
-            await wrap_up()
-            await add(invocation_id, {"type": "invocation.failed", "error": "the agent's model failed"})
         except Exception as exc:
-            log.error("invocation %s failed", invocation_id, exc_info=exc)
+            failure = invocation_failure(exc, invocation_id)
             await wrap_up()
-            error = "the invocation failed; the service's log has the details"
-            await add(invocation_id, {"type": "invocation.failed", "error": error})
+            await add(invocation_id, {"type": "invocation.failed", "error": failure.message})
 
 
 async def _settle(pending: set[asyncio.Future[Any]]) -> None:

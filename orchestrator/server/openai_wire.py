@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -30,9 +30,11 @@ from workers.protocol import ToolExecutionRequest
 __all__ = [
     "ChatCompletionRequest",
     "completion",
-    "completion_chunk",
     "conversation_of",
+    "delta_chunk",
+    "finish_chunk",
     "parse_request",
+    "usage_chunk",
 ]
 
 _FINISH_REASONS = {
@@ -178,31 +180,33 @@ def completion(
     }
 
 
-def completion_chunk(
-    completion_id: str,
-    agent: str,
-    *,
-    delta: dict[str, Any] | None = None,
-    finish: FinishReason | Literal[False] | None = False,
-    usage: TokenUsage | Literal[False] | None = False,
-) -> dict[str, Any]:
-    """One `chat.completion.chunk`: a delta, the finishing chunk (`finish` given), or the usage-only
-    chunk (`usage` given: no choices)."""
-    chunk: dict[str, Any] = {
+def delta_chunk(completion_id: str, agent: str, delta: dict[str, Any]) -> dict[str, Any]:
+    """A `chat.completion.chunk` carrying a piece of the answer."""
+    return _chunk(completion_id, agent, [_choice(delta, None)])
+
+
+def finish_chunk(completion_id: str, agent: str, reason: FinishReason | None) -> dict[str, Any]:
+    """The chunk that ends the answer, with its finish reason."""
+    return _chunk(completion_id, agent, [_choice({}, _finish(reason))])
+
+
+def usage_chunk(completion_id: str, agent: str, usage: TokenUsage | None) -> dict[str, Any]:
+    """The last chunk when `stream_options.include_usage`: no choices, the invocation's usage."""
+    return {**_chunk(completion_id, agent, []), "usage": _usage(usage)}
+
+
+def _chunk(completion_id: str, agent: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
         "id": completion_id,
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": agent,
-        "choices": [],
+        "choices": choices,
     }
-    if usage is not False:
-        chunk["usage"] = _usage(usage)
-        return chunk
-    choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": None}
-    if finish is not False:
-        choice["finish_reason"] = _finish(finish)
-    chunk["choices"] = [choice]
-    return chunk
+
+
+def _choice(delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
 
 
 def _finish(reason: FinishReason | None) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -14,12 +13,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from orchestrator.errors import ApiError, ModelError
+from orchestrator.errors import ApiError
 from orchestrator.models.base import PartialResponse
-from orchestrator.result import CompleteResponse
+from orchestrator.result import CompleteResponse, Result
 from orchestrator.server import openai_wire, readiness
 from orchestrator.server.conversations import open_conversation, save_conversation
-from orchestrator.server.error_shape import error_body
+from orchestrator.server.error_shape import api_error_body, error_body, invocation_failure
 from orchestrator.server.state import (
     Place,
     find_agent,
@@ -135,19 +134,13 @@ async def _holding(
             place.release()
 
 
-async def _run(invocation: Any, invocation_id: str) -> Any:
+async def _run(invocation: Awaitable[Result], invocation_id: str) -> Result:
     try:
         return await invocation
-    except ModelError as exc:
-        log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
-        raise ApiError(502, f"the agent's model failed (invocation {invocation_id})") from exc
-    except (ApiError, asyncio.CancelledError):
+    except ApiError:
         raise
     except Exception as exc:
-        log.error("invocation %s failed", invocation_id, exc_info=exc)
-        raise ApiError(
-            500, f"the invocation {invocation_id} failed; the service's log has the details"
-        ) from exc
+        raise invocation_failure(exc, invocation_id) from exc
 
 
 async def _chunks(
@@ -161,26 +154,19 @@ async def _chunks(
     sent as an error event (the status line is gone by then). A client that leaves closes `events`,
     which cancels the invocation (what it did is compensated)."""
 
-    def chunk(**fields: Any) -> str:
-        return _sse(openai_wire.completion_chunk(completion_id, agent, **fields))
-
-    yield chunk(delta={"role": "assistant", "content": ""})
+    head = (completion_id, agent)
+    yield _sse(openai_wire.delta_chunk(*head, {"role": "assistant", "content": ""}))
     async with contextlib.aclosing(events):  # type: ignore[type-var]
         try:
             async for event in events:
                 if isinstance(event, PartialResponse) and event.text:
-                    yield chunk(delta={"content": event.text})
+                    yield _sse(openai_wire.delta_chunk(*head, {"content": event.text}))
                 elif isinstance(event, CompleteResponse):
-                    yield chunk(finish=event.result.finish_reason)
+                    yield _sse(openai_wire.finish_chunk(*head, event.result.finish_reason))
                     if include_usage:
-                        yield chunk(usage=event.result.token_usage)
-        except ModelError as exc:
-            log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
-            yield _sse(error_body(502, f"the agent's model failed (invocation {invocation_id})"))
+                        yield _sse(openai_wire.usage_chunk(*head, event.result.token_usage))
         except Exception as exc:
-            log.error("invocation %s failed", invocation_id, exc_info=exc)
-            message = f"the invocation {invocation_id} failed; the service's log has the details"
-            yield _sse(error_body(500, message))
+            yield _sse(api_error_body(invocation_failure(exc, invocation_id)))
     yield "data: [DONE]\n\n"
 
 

@@ -232,3 +232,20 @@ def test_a_client_that_leaves_a_stream_cancels_its_invocation_and_frees_its_plac
     )
     assert process_client().lrange(f"serve:{ns}:undone", 0, -1) == [b"seat"]
     assert wait_for(lambda: _post(edge, _ask("hi")).status_code == 200, timeout_s=5, what="the place freed")
+
+
+def test_a_failure_once_the_stream_has_started_is_an_error_event_then_done(edge: Replica) -> None:
+    body = {"model": "broken", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream(
+        "POST",
+        f"{edge.base_url}/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        timeout=30,
+    ) as response:
+        assert response.status_code == 200  # the status line went before the failure
+        data = [line.removeprefix("data: ") for line in response.iter_lines() if line.startswith("data: ")]
+
+    assert data[-1] == "[DONE]"
+    error = json.loads(data[-2])["error"]
+    assert error["type"] == "server_error" and "hunter2" not in data[-2]
