@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 import redis
 
 from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY
+from workers.settings import redact_url
 
 __all__ = [
     "CANCEL_TTL_S",
@@ -36,6 +37,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CANCEL_TTL_S = 24 * 3600  # how long a cancel request is remembered for an invocation yet to start
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0  # the listener's pause before subscribing again, doubling
 
 _running: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Task[object]]] = {}
 _running_lock = threading.Lock()
@@ -135,15 +137,21 @@ class _Listener(threading.Thread):
         self.redis_url = redis_url
 
     def run(self) -> None:
+        pause = RETRY_FIRST_S
         while True:
+            client = redis.Redis.from_url(self.redis_url, health_check_interval=30)
             try:
-                client = redis.Redis.from_url(self.redis_url, health_check_interval=30)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
                 pubsub.subscribe(CANCEL_CHANNEL)
+                pause = RETRY_FIRST_S  # subscribed: a later loss is news again
                 for message in pubsub.listen():
                     data = message.get("data")
                     if isinstance(data, bytes) and cancel_here(data.decode()):
                         log.info("invocation %s cancelled on request", data.decode())
-            except Exception as exc:  # Redis away: listen again once it is back
-                log.warning("cancel listener on %s lost its subscription: %s", self.redis_url, exc)
-                threading.Event().wait(1.0)
+            except Exception as exc:  # Redis away: listen again once it is back, said once per outage
+                say = log.warning if pause == RETRY_FIRST_S else log.debug
+                say("cancel listener on %s lost its subscription: %s", redact_url(self.redis_url), exc)
+            finally:
+                client.close()
+            threading.Event().wait(pause)
+            pause = min(pause * 2, RETRY_MAX_S)

@@ -1,0 +1,36 @@
+"""The cancel listener of a process whose Redis is away: it says so once per outage, with the URL's
+password masked, and tries again with a growing pause."""
+
+from __future__ import annotations
+
+import logging
+import pytest
+
+from orchestrator.loop import cancellation
+from tests._waiting import wait_for
+from tests.integration.private_redis import free_port
+
+
+def test_an_unreachable_redis_is_reported_once_without_its_password(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cancellation, "RETRY_FIRST_S", 0.05)
+    monkeypatch.setattr(cancellation, "RETRY_MAX_S", 0.1)
+    attempts: list[str] = []
+    real_from_url = cancellation.redis.Redis.from_url
+
+    def counting(url: str, **options: object) -> object:
+        attempts.append(url)
+        return real_from_url(url, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cancellation.redis.Redis, "from_url", counting)
+    url = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0"
+    caplog.set_level(logging.DEBUG, logger=cancellation.__name__)
+
+    cancellation.listen_for_cancels(url)
+    wait_for(lambda: len(attempts) >= 4, timeout_s=5, what="the listener trying again")
+
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "s3cret-pw" not in said and "lost its subscription" in said
