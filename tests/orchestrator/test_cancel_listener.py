@@ -4,6 +4,7 @@ password masked, and tries again with a growing pause."""
 from __future__ import annotations
 
 import logging
+
 import pytest
 
 from orchestrator.loop import cancellation
