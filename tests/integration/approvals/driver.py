@@ -1,0 +1,32 @@
+"""An orchestrator process of the approval tests; it exits once its invocation paused or ended.
+
+python -m tests.integration.approvals.driver start KEY     # prints {"invocation_id", "pending"}
+python -m tests.integration.approvals.driver resume INVOCATION   # prints {"outcome", "content"}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tests.integration.approvals.agent import agent
+
+
+def main(argv: list[str]) -> int:
+    command, value = argv
+    service = agent()
+    if command == "start":
+        result = service.chat(value)
+        pending = [a.call_id for a in result.pending_approvals]
+        print(
+            json.dumps({"invocation_id": result.invocation_id, "pending": pending, "content": result.content})
+        )
+        return 0
+    resumed = service.resume(value, by="driver")
+    outcome = "elsewhere" if resumed is None else "paused" if resumed.pending_approvals else "ran"
+    print(json.dumps({"outcome": outcome, "content": None if resumed is None else resumed.content}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

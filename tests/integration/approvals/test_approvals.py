@@ -1,0 +1,218 @@
+"""Human approvals across processes, on a real worker pool and PostgreSQL: an invocation pauses in the
+journal and its orchestrator exits; another process decides (`toolfleet approve` / `reject`) and goes
+on with it; the approved call runs exactly once on its pool, with the arguments approved; a rejection
+and an expiry reach the model; two processes resuming at once run the call once; a paused invocation
+cancelled compensates what it did."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from orchestrator import ApprovalState, InvocationState, Journal
+from tests._cli import CLI, environment, run_command
+from tests._postgres import postgres_unreachable
+from tests.integration.approvals import tools
+from tests.integration.approvals.agent import APPROVAL_TIMEOUT_VARIABLE
+from tests.integration.side_effects import process_client
+from tests.integration.worker_processes import REPO_ROOT, serving
+
+pytestmark = pytest.mark.integration
+
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+AGENT = "bank=tests.integration.approvals.agent:agent"
+DRIVER = (sys.executable, "-m", "tests.integration.approvals.driver")
+
+
+@pytest.fixture(scope="module")
+def postgres() -> str:
+    try:
+        engine = sa.create_engine(POSTGRES_URL, connect_args={"connect_timeout": 2})
+        with engine.connect() as connection:
+            connection.execute(sa.text("select 1"))
+        engine.dispose()
+    except Exception as exc:
+        postgres_unreachable(POSTGRES_URL, exc)
+    return POSTGRES_URL
+
+
+@pytest.fixture(scope="module")
+def pool(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    with serving(
+        redis_url, tools.POOL, "tests.integration.approvals.tools", tmp_path_factory.mktemp("w"), "approvals"
+    ):
+        yield
+
+
+@pytest.fixture
+def journal(postgres: str) -> Iterator[Journal]:
+    journal = Journal(postgres)
+    yield journal
+    journal.engine.dispose()
+
+
+@pytest.fixture
+def key() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def env(redis_url: str, postgres: str, **extra: str) -> dict[str, str]:
+    """Every variable the processes of a test read, set here whatever the caller's environment holds."""
+    return environment(
+        {
+            "TOOLFLEET_REDIS_URL": redis_url,
+            "TOOLFLEET_DATABASE_URL": postgres,
+            "TOOLFLEET_AGENTS": None,
+            "PYTHONPATH": REPO_ROOT,
+            APPROVAL_TIMEOUT_VARIABLE: "3600",
+            **extra,
+        }
+    )
+
+
+def start(variables: dict[str, str], key: str) -> tuple[str, list[str]]:
+    """Run an orchestrator process until its invocation pauses; it has exited when this returns."""
+    done = run_command([*DRIVER, "start", key], env=variables, cwd=Path(REPO_ROOT), timeout_s=90)
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    return printed["invocation_id"], printed["pending"]
+
+
+def cli(variables: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return run_command([*CLI, *args], env=variables, cwd=Path(REPO_ROOT), timeout_s=90)
+
+
+def transfers(key: str) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in process_client().lrange(tools.runs_key(key, "transfers"), 0, -1)]
+
+
+def count(key: str, what: str) -> int:
+    return int(process_client().get(tools.runs_key(key, what)) or 0)
+
+
+def test_a_call_approved_by_a_new_process_runs_once_on_its_pool_and_the_model_reads_its_result(
+    pool: None, redis_url: str, postgres: str, journal: Journal, key: str
+) -> None:
+    variables = env(redis_url, postgres)
+    # given: an invocation paused on its transfer, its orchestrator process gone
+    invocation, pending = start(variables, key)
+    assert pending == ["transfer-1"]
+    assert count(key, "reserved") == 1 and transfers(key) == []
+    record = journal.invocation(invocation)
+    assert record is not None and record.state is InvocationState.PAUSED
+    listed = cli(variables, "approvals", "--invocation", invocation, "--json")
+    [waiting] = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert waiting["tool"] == "approval_transfer" and waiting["pool"] == tools.POOL
+    assert waiting["arguments"] == {"to": "Dmytro", "amount": 2500, "key": key}
+    assert waiting["state"] == "pending" and waiting["requested_by"] == "bank/default"
+    # when: a new process approves, with the agent to go on with it
+    approved = cli(variables, "approve", invocation, "transfer-1", "--agent", AGENT, "--by", "alice")
+    # then: the call ran once, on its pool, and the model read its result
+    assert approved.returncode == 0, approved.stderr
+    assert "answer: answer after approval_transfer: transferred 2500 to Dmytro" in approved.stdout
+    assert transfers(key) == [{"to": "Dmytro", "amount": 2500}]
+    record = journal.invocation(invocation)
+    assert record is not None and record.state is InvocationState.SUCCEEDED
+    [call] = [c for c in journal.calls(invocation) if c.tool == "approval_transfer"]
+    assert call.pool == tools.POOL and call.worker is not None and "approvals@integration" in call.worker
+    [approval] = journal.approvals(invocation)
+    assert approval.state is ApprovalState.APPROVED and approval.decided_by == "alice"
+    # and: deciding again changes nothing and runs nothing
+    again = cli(variables, "approve", invocation, "transfer-1", "--agent", AGENT)
+    assert again.returncode == 0, again.stderr
+    assert len(transfers(key)) == 1
+
+
+def test_edited_arguments_run_as_edited_and_a_stale_hash_is_refused(
+    pool: None, redis_url: str, postgres: str, key: str
+) -> None:
+    variables = env(redis_url, postgres)
+    invocation, _ = start(variables, key)
+    stale = cli(variables, "approve", invocation, "transfer-1", "--hash", "0" * 64, "--agent", AGENT)
+    assert stale.returncode == 1 and "other arguments" in stale.stderr
+    edited = json.dumps({"to": "Dmytro", "amount": 100, "key": key})
+    approved = cli(variables, "approve", invocation, "transfer-1", "--arguments", edited, "--agent", AGENT)
+    assert approved.returncode == 0, approved.stderr
+    assert transfers(key) == [{"to": "Dmytro", "amount": 100}]
+    assert "transferred 100 to Dmytro" in approved.stdout
+
+
+def test_a_rejection_reaches_the_model_with_its_reason_and_nothing_runs(
+    pool: None, redis_url: str, postgres: str, journal: Journal, key: str
+) -> None:
+    variables = env(redis_url, postgres)
+    invocation, _ = start(variables, key)
+    rejected = cli(variables, "reject", invocation, "transfer-1", "--reason", "too risky", "--agent", AGENT)
+    assert rejected.returncode == 0, rejected.stderr
+    assert "The user rejected the call to 'approval_transfer': too risky" in rejected.stdout
+    assert transfers(key) == []
+    # a rejection undoes nothing unless the service says so: the reservation stands
+    assert count(key, "released") == 0
+    record = journal.invocation(invocation)
+    assert record is not None and record.state is InvocationState.SUCCEEDED
+
+
+def test_two_processes_resuming_at_once_run_the_approved_call_once(
+    pool: None, redis_url: str, postgres: str, key: str
+) -> None:
+    variables = env(redis_url, postgres)
+    invocation, _ = start(variables, key)
+    decided = cli(variables, "approve", invocation, "transfer-1")  # no agent here: nobody goes on yet
+    assert decided.returncode == 0 and "no call waits" in decided.stdout
+    assert transfers(key) == []
+    racers = [
+        subprocess.Popen(
+            [*DRIVER, "resume", invocation], env=variables, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outcomes = sorted(
+        json.loads(p.communicate(timeout=90)[0].strip().splitlines()[-1])["outcome"] for p in racers
+    )
+    assert outcomes == ["elsewhere", "ran"]
+    assert transfers(key) == [{"to": "Dmytro", "amount": 2500}]
+
+
+def test_an_expired_approval_is_rejected_and_its_call_never_runs(
+    pool: None, redis_url: str, postgres: str, journal: Journal, key: str
+) -> None:
+    variables = env(redis_url, postgres, **{APPROVAL_TIMEOUT_VARIABLE: "1"})
+    invocation, _ = start(variables, key)
+    time.sleep(1.5)
+    late = cli(variables, "approve", invocation, "transfer-1")
+    assert late.returncode == 1 and "expired" in late.stderr
+    [approval] = journal.approvals(invocation)
+    assert approval.state is ApprovalState.EXPIRED
+    resumed = run_command([*DRIVER, "resume", invocation], env=variables, cwd=Path(REPO_ROOT), timeout_s=90)
+    printed = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert printed["outcome"] == "ran"
+    assert (
+        "The call to 'approval_transfer' was not approved within 1 s, so it did not run" in printed["content"]
+    )
+    assert transfers(key) == []
+
+
+def test_a_paused_invocation_cancelled_compensates_what_it_did(
+    pool: None, redis_url: str, postgres: str, journal: Journal, key: str
+) -> None:
+    variables = env(redis_url, postgres)
+    invocation, _ = start(variables, key)
+    cancelled = cli(variables, "cancel", invocation)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert "compensated: approval_reserve (reserve-1)" in cancelled.stdout
+    assert count(key, "released") == 1 and transfers(key) == []
+    record = journal.invocation(invocation)
+    assert record is not None and record.state is InvocationState.CANCELLED
+    [approval] = journal.approvals(invocation)
+    assert approval.state is ApprovalState.CANCELLED
+    late = cli(variables, "approve", invocation, "transfer-1")
+    assert late.returncode == 1 and "cancelled" in late.stderr
