@@ -7,15 +7,29 @@ scripted model passes (one per test):
 
 - `serve:<ns>:booked` (list): every `book` call's `what`;
 - `serve:<ns>:undone` (list): every compensation of `book`, in the order they ran;
-- `serve:<ns>:napping` (counter): `nap` calls that started.
+- `serve:<ns>:napping` (counter): `nap` calls that started;
+- `serve:<ns>:wired` (list): every `wire` call's amount (`banker`'s tool, which needs approval).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
-from orchestrator import AiService, CeleryExecutor, Journal, LocalExecutor, OpenAiChatModel, ScriptedChatModel
+from orchestrator import (
+    AiMessage,
+    AiService,
+    CeleryExecutor,
+    Journal,
+    LocalExecutor,
+    OpenAiChatModel,
+    ScriptedChatModel,
+    ToolExecutionRequest,
+    ToolExecutionResultMessage,
+    UserMessage,
+)
+from orchestrator.models.base import ChatRequest
 from tests.integration.side_effects import process_client
 from workers import ToolErrorVisibleToLlm, compensate_for, tool
 
@@ -80,3 +94,29 @@ def broken() -> AiService:
 def lonely() -> AiService:
     """An agent whose tool's pool has no worker: the replica is not ready."""
     return AiService(chat_model=ScriptedChatModel(["unused"]), tools=[unstaffed], executor=CeleryExecutor())
+
+
+@tool("Wires `amount` (needs a person's approval)", pool=POOL, timeout=10, requires_approval=True)
+def wire(ns: str, amount: int) -> str:
+    process_client().rpush(f"serve:{ns}:wired", str(amount))
+    return f"wired {amount}"
+
+
+def _banker_script(request: ChatRequest) -> AiMessage | str:
+    results = [m for m in request.messages if isinstance(m, ToolExecutionResultMessage)]
+    if results:
+        return f"banker: {results[-1].text}"
+    ns = next(m.single_text for m in request.messages if isinstance(m, UserMessage))
+    arguments = json.dumps({"ns": ns, "amount": 2500})
+    return AiMessage(tool_execution_requests=[ToolExecutionRequest("wire-1", "wire", arguments)])
+
+
+def banker() -> AiService:
+    """An agent whose one call waits for approval (the user's message is the test's namespace)."""
+    return AiService(
+        chat_model=ScriptedChatModel(_banker_script),
+        tools=[wire],
+        executor=CeleryExecutor(),
+        journal=Journal(os.environ["TOOLFLEET_DATABASE_URL"]),
+        name="banker",
+    )

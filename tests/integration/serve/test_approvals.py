@@ -1,0 +1,110 @@
+"""Approvals through `toolfleet serve`: the invocation's event stream says a call waits; the decision
+is posted to the other replica, which goes on with the invocation; the stream, resumed there after
+the last event read, shows the approved call run once and the answer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.integration.fake_openai import FakeOpenAi
+from tests.integration.serve.replicas import AGENT, Replica, replica_env, start_replica
+from tests.integration.serve.test_invocations import AUTH, _events
+from tests.integration.side_effects import process_client
+from workers.runtime.process import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+BANKER = "banker"
+
+
+@pytest.fixture(scope="module")
+def bank_replicas(
+    redis_url: str,
+    database_url: str,
+    upstream: FakeOpenAi,
+    serve_worker: WorkerProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Replica, Replica]]:
+    logs = tmp_path_factory.mktemp("bank-replicas")
+    env = replica_env(redis_url, database_url, upstream.base_url)
+    first = start_replica(env, logs / "a.log", agents=(AGENT, BANKER))
+    try:
+        second = start_replica(env, logs / "b.log", agents=(AGENT, BANKER))
+        try:
+            yield first, second
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+
+
+def _read_until(replica: Replica, invocation_id: str, last: str | None, stop: str) -> list[tuple[str, dict]]:
+    """The events after `last`, read on `replica` until one of type `stop` (then the connection drops)."""
+    headers = {**AUTH, **({"Last-Event-ID": last} if last else {})}
+    url = f"{replica.base_url}/invocations/{invocation_id}/events"
+    read: list[tuple[str, dict]] = []
+    with httpx.stream("GET", url, headers=headers, timeout=30) as response:
+        assert response.status_code == 200, response.read()
+        for entry_id, event in _events(response.iter_lines()):
+            read.append((entry_id, event))
+            if event["type"] == stop:
+                break
+    return read
+
+
+def test_an_approval_posted_to_the_other_replica_resumes_the_invocation_there(
+    bank_replicas: tuple[Replica, Replica], ns: str
+) -> None:
+    first, second = bank_replicas
+    started = httpx.post(
+        f"{first.base_url}/agents/{BANKER}/invocations", json={"input": ns}, headers=AUTH, timeout=30
+    )
+    assert started.status_code == 202, started.text
+    invocation_id = started.json()["id"]
+    # the stream on the first replica says the call waits, and the invocation paused
+    before = _read_until(first, invocation_id, None, "invocation.paused")
+    types = [event["type"] for _, event in before]
+    assert types == ["invocation.started", "approval.requested", "invocation.paused"]
+    [waiting] = before[1][1]["approvals"]
+    assert waiting["tool"] == "wire" and waiting["call_id"] == "wire-1" and waiting["state"] == "pending"
+    assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == []
+    # when: the approval is posted to the other replica
+    decided = httpx.post(
+        f"{second.base_url}/invocations/{invocation_id}/approvals",
+        json={
+            "decisions": [
+                {"call_id": "wire-1", "decision": "approve", "arguments_hash": waiting["arguments_hash"]}
+            ]
+        },
+        headers=AUTH,
+        timeout=30,
+    )
+    assert decided.status_code == 202, decided.text
+    assert decided.json()["status"] == "resuming"
+    # then: the stream, resumed there after the last event read, shows the call and the answer
+    after = _read_until(second, invocation_id, before[-1][0], "invocation.completed")
+    kinds = [event["type"] for _, event in after]
+    assert kinds[0] == "invocation.resumed" and kinds[-1] == "invocation.completed"
+    [finished] = [event for _, event in after if event["type"] == "tool_call.finished"]
+    assert finished["tool"] == "wire" and finished["outcome"] == "success"
+    assert after[-1][1]["content"] == "banker: wired 2500"
+    assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == [b"2500"]
+    # and: deciding again is idempotent; contradicting it is a conflict
+    again = httpx.post(
+        f"{first.base_url}/invocations/{invocation_id}/approvals",
+        json={"decisions": [{"call_id": "wire-1", "decision": "approve"}]},
+        headers=AUTH,
+        timeout=30,
+    )
+    assert again.status_code == 202 and again.json()["status"] == "resumed_elsewhere"
+    contrary = httpx.post(
+        f"{first.base_url}/invocations/{invocation_id}/approvals",
+        json={"decisions": [{"call_id": "wire-1", "decision": "reject", "reason": "no"}]},
+        headers=AUTH,
+        timeout=30,
+    )
+    assert contrary.status_code == 409, contrary.text
+    assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == [b"2500"]
