@@ -92,7 +92,8 @@ class McpServer:
     also the tools' deadline) and the listing at start. `retries` retries a call that failed on a
     lost connection or a timeout (only for tools safe to run twice: a call whose connection ended
     may have run). `requires_approval` names tools (as the server lists them) whose every call waits
-    for a person's approval; `True` marks them all. `meta_as_attributes` keeps a result's `_meta` as the result's attributes.
+    for a person's approval; `True` marks them all. `meta_as_attributes` keeps a result's `_meta` as
+    the result's attributes.
     `in_process` serves an `MCPServer` object of this process instead (tests, or an app that
     already builds one).
     """
