@@ -25,6 +25,7 @@ from orchestrator.messages import (
     UserMessage,
 )
 from orchestrator.models.base import FinishReason, TokenUsage
+from orchestrator.result import Result
 from workers.protocol import ToolExecutionRequest
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "delta_chunk",
     "finish_chunk",
     "parse_request",
+    "paused_text",
     "usage_chunk",
 ]
 
@@ -207,6 +209,18 @@ def _chunk(completion_id: str, agent: str, choices: list[dict[str, Any]]) -> dic
 
 def _choice(delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
     return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+
+def paused_text(result: Result) -> str | None:
+    """What a chat completion says of an invocation paused for approvals (None when it is not):
+    OpenAI's shape has no place for it, so the text names the calls and where to decide them."""
+    if result.finish_reason is not FinishReason.APPROVAL_REQUIRED:
+        return None
+    calls = ", ".join(f"{a.tool} (call {a.call_id})" for a in result.pending_approvals)
+    return (
+        f"Waiting for approval: {calls}. Decide with POST /v1/invocations/{result.invocation_id}/approvals "
+        "or `toolfleet approve`."
+    )
 
 
 def _finish(reason: FinishReason | None) -> str:

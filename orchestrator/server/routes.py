@@ -95,8 +95,9 @@ async def chat_completions(request: Request) -> Response:
                 )
             finally:
                 await save_conversation(state, conversation)
+        content = openai_wire.paused_text(result) or result.content
         payload = openai_wire.completion(
-            completion_id, body.model, result.content, result.finish_reason, result.token_usage
+            completion_id, body.model, content, result.finish_reason, result.token_usage
         )
         return JSONResponse(payload, headers=headers)
     place = state.admit()  # refused here, before the stream starts, with the error's own status
@@ -162,6 +163,9 @@ async def _chunks(
                 if isinstance(event, PartialResponse) and event.text:
                     yield _sse(openai_wire.delta_chunk(*head, {"content": event.text}))
                 elif isinstance(event, CompleteResponse):
+                    paused = openai_wire.paused_text(event.result)
+                    if paused:
+                        yield _sse(openai_wire.delta_chunk(*head, {"content": paused}))
                     yield _sse(openai_wire.finish_chunk(*head, event.result.finish_reason))
                     if include_usage:
                         yield _sse(openai_wire.usage_chunk(*head, event.result.token_usage))

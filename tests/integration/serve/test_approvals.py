@@ -108,3 +108,18 @@ def test_an_approval_posted_to_the_other_replica_resumes_the_invocation_there(
     )
     assert contrary.status_code == 409, contrary.text
     assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == [b"2500"]
+
+
+def test_a_chat_completion_that_pauses_says_which_calls_wait_and_where_to_decide(
+    bank_replicas: tuple[Replica, Replica], ns: str
+) -> None:
+    response = httpx.post(
+        f"{bank_replicas[0].base_url}/chat/completions",
+        json={"model": BANKER, "messages": [{"role": "user", "content": ns}]},
+        headers=AUTH,
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    content = response.json()["choices"][0]["message"]["content"]
+    assert content.startswith("Waiting for approval: wire (call wire-1). Decide with POST /v1/invocations/")
+    assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == []
