@@ -32,6 +32,7 @@ from orchestrator.result import Result
 from orchestrator.saga import rollback_reason, rolled_back_text
 from orchestrator.saga.async_journal import to_the_end
 from orchestrator.saga.states import InvocationState
+from orchestrator.telemetry import model_called, traced_invocation
 
 __all__ = ["RoundTripLimitError", "run_invocation"]
 
@@ -41,6 +42,7 @@ HEARTBEAT_INTERVAL_S = 10.0
 ROLLED_BACK_STATUS = "rolled_back"
 
 
+@traced_invocation
 async def run_invocation(config: LoopConfig, state: RunState) -> Result:
     """Run one invocation to its end: the answer, an immediate return, or an exception (after undoing,
     when compensating, what succeeded before it)."""
@@ -131,6 +133,7 @@ async def _ask_model(
         response.finish_reason,
         (time.perf_counter() - began) * 1000,
     )
+    model_called(config, request, response, began)
     return response
 
 
