@@ -13,7 +13,7 @@ from orchestrator.telemetry.hooks import (
     traced_invocation,
 )
 from orchestrator.telemetry.metrics import ApprovalsWaiting, pending_approvals
-from workers.telemetry.tracing import setup_tracing
+from workers.telemetry.tracing import setup_tracing, stop_tracing
 
 __all__ = [
     "ApprovalsWaiting",
@@ -21,6 +21,7 @@ __all__ = [
     "outcome_known",
     "pending_approvals",
     "setup_tracing",
+    "stop_tracing",
     "traced_call",
     "traced_compensation",
     "traced_invocation",

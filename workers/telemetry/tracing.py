@@ -32,6 +32,7 @@ __all__ = [
     "record_span",
     "setup_tracing",
     "span",
+    "stop_tracing",
     "trace_id",
     "tracer_provider",
     "tracing_enabled",
@@ -51,6 +52,12 @@ _state: dict[str, Any] = {"tracer": None, "content": False, "pid": None}
 def tracing_enabled() -> bool:
     """Whether spans are being recorded in this process."""
     return _state["tracer"] is not None
+
+
+def stop_tracing() -> None:
+    """Stop recording spans in this process (what `setup_tracing` started)."""
+    flush_traces()
+    _state.update({"tracer": None, "provider": None, "content": False, "pid": None})
 
 
 def content_recorded() -> bool:
