@@ -92,9 +92,12 @@ def test_an_invocation_is_one_trace_with_the_workers_spans_under_the_orchestrato
     # Then: the orchestrator's spans are one trace, under the invocation's span
     assert result.content == "Sorry, the card was declined"
     local = {s.name: s for s in exporter.get_finished_spans()}
-    assert {"invoke_agent default", "execute_tool reserve", "execute_tool charge", "compensate reserve"} <= set(
-        local
-    ), sorted(local)
+    assert {
+        "invoke_agent default",
+        "execute_tool reserve",
+        "execute_tool charge",
+        "compensate reserve",
+    } <= set(local), sorted(local)
     root = local["invoke_agent default"]
     trace_id = format(root.context.trace_id, "032x")
     assert {format(s.context.trace_id, "032x") for s in local.values()} == {trace_id}
