@@ -16,7 +16,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY workers/ workers/
 COPY orchestrator/ orchestrator/
-RUN pip install ".[postgres]" \
+RUN pip install ".[postgres,otel]" \
     && cd / && rm -rf /src
 
 RUN useradd --create-home --home-dir /home/toolfleet --uid 10001 --user-group --shell /usr/sbin/nologin toolfleet

@@ -36,6 +36,7 @@ ALLOWED_ENVIRONMENT = {
     "OPENAI_API_KEY": "workers.examples.agents reads it: OpenAI's model instead of the scripted one",
     "OPENAI_MODEL": "workers.examples.agents reads it: the model's name",
     "OPENAI_BASE_URL": "workers.examples.agents reads it: an OpenAI-compatible server",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "OpenTelemetry reads it natively: where spans go (tracing on when set)",
 }
 # Variables whose values are secrets: required (`${VAR:?message}`) wherever they are used.
 SECRETS = ("REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH", "TOOLFLEET_API_KEYS")
@@ -285,6 +286,8 @@ def test_the_stack_has_its_services(compose: dict[str, Any]) -> None:
         "worker-heavy",
         "orchestrator",
         "balancer",
+        "otel-collector",
+        "prometheus",
     }
     assert set(_toolfleet_services(compose)) == {"flower", "worker-io", "worker-heavy", "orchestrator"}
     assert set(compose["volumes"]) == {"redis-data", "postgres-data"}
@@ -534,7 +537,7 @@ def test_the_image_runs_toolfleet_as_a_non_root_user() -> None:
     assert ("ENTRYPOINT", '["toolfleet"]') in instructions
     assert ("CMD", '["--help"]') in instructions
     runs = [rest for keyword, rest in instructions if keyword == "RUN"]
-    assert any(re.search(r"pip install .*\"?\.\[postgres\]\"?", run) for run in runs), runs
+    assert any(re.search(r"pip install .*\"?\.\[postgres(,otel)?\]\"?", run) for run in runs), runs
     assert not any(re.search(r"\[[^\]]*\bdev\b", run) for run in runs), "no development extras"
     users = [rest for keyword, rest in instructions if keyword == "USER"]
     assert users and users[-1] not in ("root", "0"), "the services run as a non-root user"

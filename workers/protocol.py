@@ -47,6 +47,7 @@ __all__ = [
     "POOLS_KEY",
     "POOL_KEY",
     "PROGRESS_STATE",
+    "SENT_AT_HEADER",
     "TASK_PREFIX",
     "WORKER_KEY",
     "CallTask",
@@ -71,6 +72,7 @@ __all__ = [
 ]
 
 IDEMPOTENCY_HEADER = "idempotency_key"  # the message header naming the call a task belongs to
+SENT_AT_HEADER = "toolfleet_sent_at"  # the message header: when it was published (epoch seconds)
 META_PREFIX = "celery-task-meta-"  # Celery's Redis result backend: key and channel of a task's state
 PROGRESS_STATE = "PROGRESS"  # the custom state a running call's progress reports travel as
 CANCEL_CHANNEL = "toolfleet:cancel"  # pub/sub: invocation ids to cancel, whichever process runs them

@@ -40,6 +40,8 @@ class Settings:
     send_sent_events: bool = True
     tools: str = ""
     journal_keys: str = ""  # Fernet keys, comma-separated: the first encrypts, all decrypt
+    log_format: str = "text"  # `text`, or `json`: one JSON object per line
+    trace_content: bool = False  # spans carry tool arguments and results (never secrets' parameters)
 
     def __post_init__(self) -> None:
         """Refuse values out of range here, so every process edge (and code) refuses them alike."""
@@ -53,6 +55,11 @@ class Settings:
                 "than they expire"
             )
         _check_redis_url(self.redis_url)
+        if self.log_format not in LOG_FORMATS:
+            raise SettingsError(
+                f"{ENVIRONMENT['log_format']} must be one of {', '.join(LOG_FORMATS)}, "
+                f"got {self.log_format!r}"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -82,6 +89,7 @@ class Settings:
 
 ENVIRONMENT: dict[str, str] = {item.name: f"TOOLFLEET_{item.name.upper()}" for item in fields(Settings)}
 
+LOG_FORMATS = ("text", "json")
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 # The smallest value of each numeric setting, and whether it is allowed itself; none has a maximum,

@@ -20,6 +20,7 @@ from bench._measures.serve_journal import measure_serve_journal
 from bench._measures.serve_overhead import measure_serve_overhead
 from bench._measures.single_call import measure_single
 from bench._measures.sleeps import measure_async_sleeps, measure_sleeps
+from bench._measures.tracing import measure_tracing
 from bench._timing import Measure
 
 __all__ = ["MEASURES", "RUN_ORDER", "Runner", "measure_anchors"]
@@ -37,6 +38,7 @@ MEASURES: dict[str, Runner] = {
     "7": measure_serve_journal,
     "8": measure_async_sleeps,
     "9": measure_progress,
+    "10": measure_tracing,
 }
 # `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
-RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "3"]
+RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "3"]

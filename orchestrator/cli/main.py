@@ -16,6 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.errors import JournalKeyError, SchemaError
 from workers.settings import Settings, redact_url
+from workers.telemetry.logs import configure_logging
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -71,14 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
     try:
         settings = Settings.from_env()
     except ValueError as exc:
         print(f"toolfleet: {exc}", file=sys.stderr)
         return 2
+    configure_logging(settings.log_format, logging.DEBUG if args.verbose else logging.WARNING)
     try:
         code: int = args.run(args, settings)
     except (SchemaError, JournalKeyError) as exc:

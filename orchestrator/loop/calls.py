@@ -27,6 +27,7 @@ from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.providers import AiServiceTool, ToolRunContext
 from orchestrator.result import ToolExecuted, ToolProgress
 from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
+from orchestrator.telemetry import traced_call
 from workers.calls.progress import ProgressReport
 from workers.calls.results import ToolExecutionResult, convert_result
 from workers.calls.runner import error_outcome
@@ -128,6 +129,7 @@ async def _run_call(config: LoopConfig, state: RunState, call: Call) -> None:
         call.status, call.error = CallStatus.RAISED, exc
 
 
+@traced_call
 async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
     request = call.request
     started_at = datetime.now(UTC)

@@ -35,6 +35,7 @@ from orchestrator.result import Result, ToolExecuted
 from orchestrator.saga import rollback_reason, rolled_back_text
 from orchestrator.saga.async_journal import to_the_end
 from orchestrator.saga.states import InvocationState
+from orchestrator.telemetry import model_called, traced_invocation
 
 __all__ = ["RoundTripLimitError", "resume_invocation", "run_invocation"]
 
@@ -44,6 +45,7 @@ HEARTBEAT_INTERVAL_S = 10.0
 ROLLED_BACK_STATUS = "rolled_back"
 
 
+@traced_invocation
 async def run_invocation(config: LoopConfig, state: RunState) -> Result:
     """Run one invocation to its end: the answer, an immediate return, a pause for approvals, or an
     exception (after undoing, when compensating, what succeeded before it)."""
@@ -54,6 +56,7 @@ async def run_invocation(config: LoopConfig, state: RunState) -> Result:
     return await _run(config, state, _loop(config, state))
 
 
+@traced_invocation
 async def resume_invocation(
     config: LoopConfig, state: RunState, batch: list[Call], approvals: Mapping[str, ApprovalRecord]
 ) -> Result:
@@ -183,6 +186,7 @@ async def _ask_model(
         response.finish_reason,
         (time.perf_counter() - began) * 1000,
     )
+    model_called(config, request, response, began)
     return response
 
 

@@ -6,6 +6,7 @@ import asyncio
 
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.saga.async_journal import JournalRunner, to_the_end
+from orchestrator.telemetry import traced_compensation
 from workers.calls.invocation import Invocation
 from workers.protocol import ToolExecution, ToolOutcome
 from workers.tools import ToolDefinition
@@ -13,6 +14,7 @@ from workers.tools import ToolDefinition
 __all__ = ["run_compensation"]
 
 
+@traced_compensation
 async def run_compensation(
     executor: ToolExecutor,
     journal: JournalRunner | None,

@@ -35,6 +35,7 @@ from orchestrator.server.replicas import ReplicaWatch
 from orchestrator.server.settings import ServeSettings
 from orchestrator.server.state import ServiceState
 from orchestrator.service import AiService
+from orchestrator.telemetry.metrics import watch_approvals
 from workers.settings import Settings
 
 __all__ = ["create_app"]
@@ -66,6 +67,7 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
         watch.housekeeping = lambda: approvals.resume_decided(state)
         listen_for_cancels(settings.redis_url)  # whatever executor the agents use
         background = [asyncio.create_task(watch.run())]
+        stop_counting_approvals = watch_approvals(settings.database_url)
         try:
             yield
         finally:
@@ -77,6 +79,7 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
                 await watch.stop()
             if recovery_executor.cache_info().currsize:
                 recovery_executor().close()
+            stop_counting_approvals()
             await state.journal.dispose()
             await memory_store.adispose()
             await client.aclose()
@@ -94,11 +97,14 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
     return app
 
 
-_OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+# /metrics is scraped per replica from inside the network (the balancer does not pass it on).
+_OPEN_PATHS = frozenset(
+    {"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect"}
+)
 
 
 class _BearerKeys:
-    """Ask for `Authorization: Bearer <key>` on every route but health and the schema, when keys are
+    """Ask for `Authorization: Bearer <key>` on every route but health, metrics and the schema, when keys are
     configured; each configured key is compared in constant time. A plain ASGI middleware: it never
     buffers a response, so streams flow as they are written."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -25,6 +26,7 @@ from orchestrator.server.state import (
     read_body,
     service_state,
 )
+from orchestrator.telemetry.metrics import exposition
 
 __all__ = ["router"]
 
@@ -50,6 +52,14 @@ async def readyz(request: Request) -> Response:
             status_code=503,
         )
     return JSONResponse({"status": "ready"})
+
+
+@router.get("/metrics")
+async def metrics() -> Response:
+    """This replica's Prometheus metrics: tool calls per tool and pool, compensations, approvals
+    waiting, invocations and model calls per service."""
+    body, content_type = await asyncio.to_thread(exposition)  # the approvals are counted in SQL
+    return Response(body, media_type=content_type)
 
 
 @router.get("/v1/models")

@@ -19,6 +19,7 @@ from celery import Task
 
 from workers.calls.progress import ProgressReport, ToolProgressReporter
 from workers.protocol import CALL_CANCELLED_KEY, PROGRESS_STATE
+from workers.telemetry.tracing import current_span
 from workers.tools import ToolDefinition
 
 __all__ = ["PROGRESS_EVENT", "worker_reporter"]
@@ -33,10 +34,14 @@ def worker_reporter(task: Task, definition: ToolDefinition) -> ToolProgressRepor
     task_id, hostname = str(task.request.id), task.request.hostname
     backend, app = task.backend, task.app
     events = bool(app.conf.worker_send_task_events)
+    call_span = current_span()  # the call's span: reports may come from another thread
 
     def send(report: ProgressReport) -> None:
         meta = report.to_json()
         backend.store_result(task_id, meta, PROGRESS_STATE)
+        call_span.add_event(
+            "progress", {} if report.fraction is None else {"toolfleet.progress.fraction": report.fraction}
+        )
         if events:
             try:
                 with app.events.default_dispatcher(hostname=hostname) as dispatcher:

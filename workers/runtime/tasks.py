@@ -35,6 +35,7 @@ from workers.protocol import (
 from workers.runtime._compensation import finish_or_compensate_late, run_compensation_task
 from workers.runtime._consumer import broker_reconnected
 from workers.runtime._progress import worker_reporter
+from workers.runtime._telemetry import install_worker_telemetry, observed_call, observed_compensation
 from workers.runtime.catalog import CatalogHeartbeat, CatalogTool, WorkerEntry
 from workers.settings import Settings
 from workers.tools import ToolDefinition
@@ -127,6 +128,7 @@ def register_tasks(app: Celery, registry: ToolRegistry, settings: Settings) -> N
             _register_compensation(app, definition, settings)
     _only_toolfleet_tasks(app)
     _publish_catalog_while_running(app, registry, settings)
+    install_worker_telemetry(app, record_content=settings.trace_content)
 
 
 def _only_toolfleet_tasks(app: Celery) -> None:
@@ -149,7 +151,9 @@ def _only_toolfleet_tasks(app: Celery) -> None:
 
 def _register(app: Celery, definition: ToolDefinition, settings: Settings) -> None:
     def run(self: Task, **kwargs: Any) -> dict[str, Any]:
-        return _run_call(self, definition, settings, CallTask.from_json(kwargs))
+        envelope = CallTask.from_json(kwargs)
+        with observed_call(self, definition, envelope):
+            return _run_call(self, definition, settings, envelope)
 
     run.__name__ = f"tool_{definition.name}"
     run.__doc__ = definition.specification.description
@@ -167,7 +171,9 @@ def _register(app: Celery, definition: ToolDefinition, settings: Settings) -> No
 
 def _register_compensation(app: Celery, definition: ToolDefinition, settings: Settings) -> None:
     def run(self: Task, **kwargs: Any) -> dict[str, Any]:
-        return run_compensation_task(self, definition, settings, CompensationTask.from_json(kwargs))
+        envelope = CompensationTask.from_json(kwargs)
+        with observed_compensation(self, definition, envelope):
+            return run_compensation_task(self, definition, settings, envelope)
 
     run.__name__ = f"compensate_{definition.name}"
     run.__doc__ = f"Undoes a call of {definition.name}"

@@ -21,6 +21,7 @@ from workers.runtime.catalog import (
     served_text,
 )
 from workers.settings import Settings
+from workers.telemetry.metrics import serve_worker_metrics
 from workers.tools.registry import ToolRegistry
 
 __all__ = ["POOL_KINDS", "ToolModuleError", "load_tools", "run_worker"]
@@ -59,12 +60,15 @@ def run_worker(
     hostname: str | None = None,
     loglevel: str = "INFO",
     allow_mixed_pool: bool = False,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> None:
     """Run a Celery worker consuming the queues of `pools` until it is stopped.
 
     Every compensation of the modules is checked first. A pool whose live workers serve other tools
     is refused with `MixedPoolError` (a call lands on any worker of its pool), unless
-    `allow_mixed_pool`, which starts the worker with a warning.
+    `allow_mixed_pool`, which starts the worker with a warning. With `metrics_port`, the metrics of
+    the worker and all its pool's processes are served at `http://metrics_host:metrics_port/metrics`.
     """
     if kind not in POOL_KINDS:
         raise ValueError(f"--kind must be one of {', '.join(POOL_KINDS)}, got {kind!r}")
@@ -100,7 +104,12 @@ def run_worker(
         loglevel,
     ]
     log.info("serving %s on pools %s", ", ".join(served), ", ".join(pools))
-    app.worker_main(argv)
+    if metrics_port is None:
+        app.worker_main(argv)
+        return
+    with serve_worker_metrics(metrics_port, metrics_host):
+        log.info("metrics at http://%s:%d/metrics", metrics_host, metrics_port)
+        app.worker_main(argv)
 
 
 def _check_pools(

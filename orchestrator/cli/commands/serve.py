@@ -34,6 +34,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from orchestrator.server.app import create_app
     from orchestrator.server.process import serve_until_signalled
     from orchestrator.server.settings import SERVE_ENVIRONMENT, ServeSettings
+    from orchestrator.telemetry import setup_tracing
 
     if os.getcwd() not in sys.path:
         sys.path.insert(
@@ -53,5 +54,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     print(
         f"toolfleet serve: agents {', '.join(agents)} on http://{serve.host}:{serve.port}/v1", file=sys.stderr
     )
+    setup_tracing("toolfleet-orchestrator", record_content=settings.trace_content)
     serve_until_signalled(create_app(agents, serve, settings), serve)
     return 0

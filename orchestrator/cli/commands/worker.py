@@ -34,6 +34,17 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser.add_argument("--hostname", default=None, help="worker name shown in Flower and the catalog")
     parser.add_argument("--loglevel", default="INFO", help="worker log level (default INFO)")
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve this worker's Prometheus metrics at http://HOST:PORT/metrics (all its pool processes)",
+    )
+    parser.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address the metrics listen on (default 127.0.0.1; 0.0.0.0 for a scraper on another host)",
+    )
+    parser.add_argument(
         "--allow-mixed-pool",
         action="store_true",
         help="start even when live workers of the pool serve other tools (warns instead of refusing)",
@@ -54,6 +65,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             hostname=args.hostname,
             loglevel=args.loglevel,
             allow_mixed_pool=args.allow_mixed_pool,
+            metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
         )
     except (ValueError, ImportError, ToolfleetError) as exc:
         return refuse("worker", exc)

@@ -34,11 +34,13 @@ from workers.protocol import (
     CALL_CANCELLED_KEY,
     IDEMPOTENCY_HEADER,
     META_PREFIX,
+    SENT_AT_HEADER,
     CallTask,
     CompensationTask,
     call_state_key,
 )
 from workers.settings import Settings
+from workers.telemetry.tracing import inject_trace_context
 
 __all__ = ["Dispatcher"]
 
@@ -182,7 +184,7 @@ class Dispatcher:
             "queue": pool,
             # An absolute time: spares Celery's own timezone arithmetic on the hot path.
             "expires": datetime.fromtimestamp(time.time() + max(remaining_s, 0.001), UTC),
-            "headers": {IDEMPOTENCY_HEADER: key},
+            "headers": {IDEMPOTENCY_HEADER: key, SENT_AT_HEADER: time.time()},
             # What Flower shows as the call's arguments: the model's arguments and ids, never the
             # invocation parameters (they may hold credentials). Also spares Celery's saferepr.
             **envelope.reprs(),
@@ -197,6 +199,7 @@ class Dispatcher:
         if self.pools.kind(pool) == "prefork":
             options["soft_time_limit"] = max(remaining_s, 0.05)
             options["time_limit"] = max(remaining_s, 0.05) + 1.0
+        inject_trace_context(options["headers"])  # the worker's spans are children of the call's
         sent = dataclasses.replace(envelope, deadline=time.time() + remaining_s)
         self.publisher.send_task(task_name, kwargs=sent.to_json(), **options)
 

@@ -22,6 +22,7 @@ from orchestrator.executors.celery._compensation import compensate
 from orchestrator.executors.celery._dispatch import Dispatcher
 from orchestrator.executors.celery._pools import CATALOG_CACHE_S, CATALOG_RECHECK_S, Pools
 from orchestrator.executors.celery._settle import settle
+from orchestrator.telemetry import outcome_known
 from workers import (
     OutcomeKind,
     ToolDefinition,
@@ -143,7 +144,7 @@ class CeleryExecutor:
         timeout_s = definition.timeout or self.settings.default_tool_timeout_s
         key = idempotency_key(invocation, request)
         late = compensate_if_late and definition.compensation is not None
-        return await self._dispatcher.dispatch(
+        outcome = await self._dispatcher.dispatch(
             tool_task_name(definition.name),
             call_task_id(key),
             CallTask(request, invocation, compensate_if_late=late),
@@ -154,6 +155,8 @@ class CeleryExecutor:
             on_call=self.on_call,
             abandon_atomically=late,
         )
+        outcome_known(outcome)
+        return outcome
 
     async def compensate(
         self, definition: ToolDefinition, execution: ToolExecution, invocation: Invocation

@@ -1,0 +1,28 @@
+"""The orchestrator's telemetry: spans of invocations, model calls, tool calls and compensations,
+Prometheus metrics (`GET /metrics` of `toolfleet serve`), and the call fields of JSON log lines.
+
+`setup_tracing` starts tracing in a process (the `otel` extra installed): with a tracer provider of
+the caller's, or over OTLP as the `OTEL_*` variables say.
+"""
+
+from orchestrator.telemetry.hooks import (
+    model_called,
+    outcome_known,
+    traced_call,
+    traced_compensation,
+    traced_invocation,
+)
+from orchestrator.telemetry.metrics import ApprovalsWaiting, pending_approvals
+from workers.telemetry.tracing import setup_tracing, stop_tracing
+
+__all__ = [
+    "ApprovalsWaiting",
+    "model_called",
+    "outcome_known",
+    "pending_approvals",
+    "setup_tracing",
+    "stop_tracing",
+    "traced_call",
+    "traced_compensation",
+    "traced_invocation",
+]

@@ -1,0 +1,219 @@
+"""Where the loop tells the telemetry what happens: the invocation, each model call, each tool call,
+each compensation — their spans, metrics and log fields, kept out of the loop's own code.
+
+`traced_invocation`, `traced_call` and `traced_compensation` decorate the loop's functions (one
+line each); `model_called` is called once per model response. Without tracing they only count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
+
+from orchestrator.telemetry.metrics import (
+    COMPENSATIONS,
+    DEADLINE_MISSES,
+    INVOCATIONS,
+    MODEL_DURATION,
+    MODEL_TOKENS,
+    TOOL_CALLS,
+    TOOL_DURATION,
+    TOOL_IN_FLIGHT,
+)
+from workers.protocol import OutcomeKind, ToolOutcome
+from workers.telemetry.logs import CallFields, bound_call, current_call
+from workers.telemetry.tracing import (
+    GEN_AI_OPERATION,
+    GEN_AI_TOOL_CALL_ID,
+    GEN_AI_TOOL_NAME,
+    content_recorded,
+    mark_failed,
+    record_span,
+    span,
+)
+from workers.tools import ToolDefinition
+
+__all__ = ["model_called", "outcome_known", "traced_call", "traced_compensation", "traced_invocation"]
+
+_F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
+DEFAULT_SERVICE = "default"
+
+
+def _service(config: Any) -> str:
+    return str(getattr(config, "name", None) or DEFAULT_SERVICE)
+
+
+def traced_invocation(run: _F) -> _F:
+    """Around `run_invocation(config, state)` (and `resume_invocation`): the invocation's span (every
+    other span of it is a descendant), and the invocations counted by finish reason."""
+
+    @functools.wraps(run)
+    async def wrapper(config: Any, state: Any, *rest: Any) -> Any:
+        service = _service(config)
+        invocation_id = str(state.context.invocation_id)
+        attributes = {
+            GEN_AI_OPERATION: "invoke_agent",
+            "gen_ai.agent.name": service,
+            "gen_ai.conversation.id": state.memory_id,
+            "toolfleet.invocation.id": invocation_id,
+        }
+        with bound_call(CallFields(invocation_id)), span(f"invoke_agent {service}", attributes) as current:
+            try:
+                result = await run(config, state, *rest)
+            except asyncio.CancelledError:
+                INVOCATIONS.labels(service, "cancelled").inc()
+                raise
+            except BaseException:
+                INVOCATIONS.labels(service, "error").inc()
+                raise
+            reason = result.finish_reason.value if result.finish_reason is not None else "none"
+            INVOCATIONS.labels(service, reason).inc()
+            current.set_attribute("gen_ai.response.finish_reasons", [reason])
+            usage = result.token_usage
+            if usage is not None:
+                current.set_attributes(_usage_attributes(usage))
+            return result
+
+    return cast(_F, wrapper)
+
+
+def _usage_attributes(usage: Any) -> dict[str, Any]:
+    return {
+        k: v
+        for k, v in (
+            ("gen_ai.usage.input_tokens", usage.input_tokens),
+            ("gen_ai.usage.output_tokens", usage.output_tokens),
+        )
+        if v is not None
+    }
+
+
+def model_called(config: Any, request: Any, response: Any, began: float) -> None:
+    """After a model call that began at `began` (`time.perf_counter()`): its latency and tokens, and
+    its span (a child of the invocation's)."""
+    elapsed = time.perf_counter() - began
+    service, provider = _service(config), str(getattr(config.chat_model, "provider", "model"))
+    MODEL_DURATION.labels(service, provider).observe(elapsed)
+    usage = response.token_usage
+    if usage is not None:
+        if usage.input_tokens:
+            MODEL_TOKENS.labels(service, provider, "input").inc(usage.input_tokens)
+        if usage.output_tokens:
+            MODEL_TOKENS.labels(service, provider, "output").inc(usage.output_tokens)
+    model = getattr(response, "model_name", None) or getattr(config.chat_model, "model_name", None)
+    reason = response.finish_reason.value if response.finish_reason is not None else None
+    attributes: dict[str, Any] = {
+        GEN_AI_OPERATION: "chat",
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": model,
+        "gen_ai.response.finish_reasons": [reason] if reason else None,
+        "toolfleet.tool_calls": len(response.ai_message.tool_execution_requests),
+        "toolfleet.tools_shown": len(request.tool_specifications),
+        **(_usage_attributes(usage) if usage is not None else {}),
+    }
+    record_span(f"chat {model or provider}", attributes, elapsed)
+
+
+def outcome_known(outcome: ToolOutcome) -> None:
+    """The executor has a call's outcome: the lines logged after it name the worker that ran it."""
+    fields = current_call()
+    if fields is not None and outcome.worker:
+        fields.worker = outcome.worker
+
+
+def traced_call(execute: _F) -> _F:
+    """Around one tool call of the loop (`config, state, call`): its log fields, its span (the parent
+    of the worker's, through the message headers) and its metrics."""
+
+    @functools.wraps(execute)
+    async def wrapper(config: Any, state: Any, call: Any) -> Any:
+        request = call.request
+        tool = state.tools.get(request.name)
+        pool = tool.pool if isinstance(tool, ToolDefinition) else None
+        fields = CallFields(str(state.context.invocation_id), request.id, request.name, pool)
+        attributes: dict[str, Any] = {
+            GEN_AI_OPERATION: "execute_tool",
+            GEN_AI_TOOL_NAME: request.name,
+            GEN_AI_TOOL_CALL_ID: request.id,
+            "gen_ai.tool.type": "function",
+            "toolfleet.pool": pool,
+            "toolfleet.invocation.id": fields.invocation_id,
+            "toolfleet.turn": state.round_trips,
+            "toolfleet.side": "orchestrator",
+        }
+        if isinstance(tool, ToolDefinition) and tool.timeout is not None:
+            attributes["toolfleet.timeout_s"] = tool.timeout
+        if content_recorded():
+            attributes["gen_ai.tool.call.arguments"] = request.arguments
+        started = time.perf_counter()
+        in_flight = TOOL_IN_FLIGHT.labels(request.name, pool) if pool is not None else None
+        if in_flight is not None:
+            in_flight.inc()
+        kind = "error"  # a handler that raised ends the invocation: no execution is built
+        try:
+            with bound_call(fields), span(f"execute_tool {request.name}", attributes) as current:
+                await execute(config, state, call)
+                execution = call.execution
+                kind = execution.status if execution is not None else kind
+                current.set_attributes({"toolfleet.outcome.kind": kind, "toolfleet.worker": fields.worker})
+                if execution is not None and execution.task_id:
+                    current.set_attribute("toolfleet.task.id", execution.task_id)
+                if execution is not None and execution.has_failed:
+                    mark_failed(current, kind)
+                if content_recorded() and execution is not None:
+                    current.set_attribute("gen_ai.tool.call.result", execution.result)
+        finally:
+            if in_flight is not None:
+                in_flight.dec()
+                TOOL_CALLS.labels(request.name, pool, kind).inc()
+                TOOL_DURATION.labels(request.name, pool).observe(time.perf_counter() - started)
+                if kind == OutcomeKind.TIMED_OUT.value:
+                    DEADLINE_MISSES.labels(request.name, pool).inc()
+
+    return cast(_F, wrapper)
+
+
+def traced_compensation(compensate: _F) -> _F:
+    """Around `run_compensation(executor, journal, call_row, definition, execution, invocation)`:
+    the compensation's span and log fields, and the compensations counted by result."""
+
+    @functools.wraps(compensate)
+    async def wrapper(
+        executor: Any,
+        journal: Any,
+        call_row: Any,
+        definition: ToolDefinition,
+        execution: Any,
+        invocation: Any,
+    ) -> ToolOutcome:
+        request = execution.request
+        invocation_id = str(invocation.context.invocation_id)
+        fields = CallFields(invocation_id, request.id, definition.name, definition.pool)
+        attributes = {
+            GEN_AI_OPERATION: "compensate",
+            GEN_AI_TOOL_NAME: definition.name,
+            GEN_AI_TOOL_CALL_ID: request.id,
+            "toolfleet.pool": definition.pool,
+            "toolfleet.invocation.id": invocation_id,
+            "toolfleet.side": "orchestrator",
+        }
+        result = "failed"
+        try:
+            with bound_call(fields), span(f"compensate {definition.name}", attributes) as current:
+                outcome: ToolOutcome = await compensate(
+                    executor, journal, call_row, definition, execution, invocation
+                )
+                result = "failed" if outcome.is_error else "succeeded"
+                current.set_attributes(
+                    {"toolfleet.compensation.result": result, "toolfleet.outcome.kind": outcome.kind.value}
+                )
+                if outcome.is_error:
+                    mark_failed(current, outcome.kind.value)
+                return outcome
+        finally:
+            COMPENSATIONS.labels(definition.name, definition.pool, result).inc()
+
+    return cast(_F, wrapper)
