@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def test_help_lists_the_commands(capsys: object) -> None:
 
 
 @pytest.mark.integration
-def test_demo_runs_the_four_stories_and_leaves_no_process_behind(tmp_path: Path) -> None:
+def test_demo_runs_the_six_stories_and_leaves_no_process_behind(tmp_path: Path) -> None:
     # given: the test Redis (a dedicated database) and a journal file of our own
     base = os.environ.get("TOOLFLEET_REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0]
     env = {
@@ -33,7 +34,7 @@ def test_demo_runs_the_four_stories_and_leaves_no_process_behind(tmp_path: Path)
     env.pop("TOOLFLEET_RESULT_BACKEND", None)
     # when
     result = run_command([*CLI, "demo"], env=env, timeout_s=120)
-    # then: it succeeds and tells the five stories
+    # then: it succeeds and tells the six stories
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "The square root of 475695037565 is 689706.486532." in out
@@ -49,6 +50,23 @@ def test_demo_runs_the_four_stories_and_leaves_no_process_behind(tmp_path: Path)
     assert "[100% asked Wizz Air]" in out  # the fare search's progress, live
     assert "tool.watch_fare          io     io@demo      cancelled" in out
     assert "I stopped watching the fare: Tool 'watch_fare' was cancelled." in out
+    # the large transfer pauses, showing the call that waits, and a second process approves it
+    paused = re.search(r"Paused \(invocation ([0-9a-f-]{36})\): the teller holds transfers above 1000", out)
+    assert paused is not None, out[-3000:]
+    invocation = paused[1]
+    assert "transfer call call_transfer on pool io: payer=Olena, payee=Dmytro, amount=1500" in out
+    assert (
+        f"A second process approves it: toolfleet approve {invocation} call_transfer "
+        "--agent bank=workers.examples.teller:teller\n  Its output (exit code 0, " in out
+    )
+    assert f"    | approved: transfer call call_transfer of invocation {invocation}\n" in out
+    # that process goes on with the invocation: the transfer runs once, on its pool, and it answers
+    answer = "Done: Transferred 1500 from Olena to Dmytro; balances Olena 248500, Dmytro 1550."
+    assert f"    | answer: {answer}\n" in out
+    assert "tool.transfer" not in out  # the demo's own process dispatched no transfer
+    assert "  The shared journal: invocation succeeded\n" in out
+    assert "    transfer ran 1 time on pool io (worker io@demo): succeeded\n" in out
+    assert f"  Answer (given in the second process): {answer}\n" in out
     assert "Demo complete: all worker processes stopped." in out
     # and no worker process is left behind
     leftovers = subprocess.run(["pgrep", "-f", "--hostname (io|heavy)@demo"], capture_output=True, text=True)

@@ -10,16 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.approvals import ApprovalState, approve
 from orchestrator.cli.console import LiveTable, short_arguments
 from orchestrator.cli.demo import CITIES, STORIES, Script
 from orchestrator.executors.celery import CallEvent
 from orchestrator.executors.local import LocalExecutor
 from orchestrator.messages import UserMessage
-from orchestrator.models.base import ChatRequest
+from orchestrator.models.base import ChatRequest, FinishReason
 from orchestrator.models.scripted import ScriptedChatModel
 from orchestrator.saga.journal import Journal
 from orchestrator.service import AiService
 from workers.examples.bank import BankTools
+from workers.examples.teller import APPROVAL_THRESHOLD, large_transfer, teller
+from workers.protocol import ToolExecutionRequest
 
 
 def _story(title: str) -> tuple[str, Script]:
@@ -74,6 +77,54 @@ def test_the_transfer_script_follows_the_request_it_is_given() -> None:
     assert not isinstance(response, str)
     (call,) = response.tool_execution_requests
     assert json.loads(call.arguments) == {"name": "Mario", "amount": 1250}
+
+
+def test_the_large_transfer_waits_for_approval_and_runs_once_where_it_is_approved(tmp_path: Path) -> None:
+    # given: the approval story's teller, on the demo's accounts, journaled in a file
+    question, _ = _story("Large transfer, approved by another process")
+    bank = BankTools()
+    url = f"sqlite:///{tmp_path}/journal.db"
+    asking = teller(executor=LocalExecutor(), tools=[bank], journal=Journal(url))
+    # when
+    paused = asking.chat(question)
+    # then: the transfer the user asked for waits, above the threshold, and nothing has moved
+    assert paused.finish_reason is FinishReason.APPROVAL_REQUIRED and paused.content is None
+    (waiting,) = paused.pending_approvals
+    assert (waiting.tool, json.loads(waiting.arguments)) == (
+        "transfer",
+        {"payer": "Olena", "payee": "Dmytro", "amount": 1500},
+    )
+    assert APPROVAL_THRESHOLD < 1500 and waiting.state is ApprovalState.PENDING
+    assert bank.balances == BankTools().balances
+    # when: another teller (as in a second process) approves it, on the same journal
+    approving = teller(executor=LocalExecutor(), tools=[bank], journal=Journal(url))
+    result = approving.resume(paused.invocation_id or "", {waiting.call_id or "": approve()}, by="ops")
+    # then: the transfer ran once, and the answer says so
+    assert result is not None
+    assert [(e.request.name, e.status) for e in result.tool_executions] == [("transfer", "success")]
+    assert result.content == (
+        "Done: Transferred 1500 from Olena to Dmytro; balances Olena 248500, Dmytro 1550."
+    )
+    assert (bank.balances["Olena"], bank.balances["Dmytro"]) == (248500, 1550)
+    (call,) = Journal(url).calls(paused.invocation_id or "")
+    assert (call.tool, call.state.value) == ("transfer", "succeeded")
+
+
+def test_only_transfers_above_the_threshold_wait_for_approval(tmp_path: Path) -> None:
+    def asks(tool: str, **arguments: object) -> bool:
+        request = ToolExecutionRequest("call", tool, json.dumps(arguments))
+        return large_transfer(request, None)  # type: ignore[arg-type]  # the policy reads no context
+
+    assert asks("transfer", payer="Olena", payee="Dmytro", amount=APPROVAL_THRESHOLD + 0.01)
+    assert not asks("transfer", payer="Olena", payee="Dmytro", amount=APPROVAL_THRESHOLD)
+    assert not asks("credit", name="Dmytro", amount=5000)
+    assert asks("transfer", payer="Olena", payee="Dmytro")  # no amount to read: a person decides
+    # and a small transfer runs at once
+    bank = BankTools()
+    service = teller(executor=LocalExecutor(), tools=[bank], journal=Journal(f"sqlite:///{tmp_path}/j.db"))
+    result = service.chat("Transfer 200 from Olena to Mario.")
+    assert result.finish_reason is not FinishReason.APPROVAL_REQUIRED and not result.pending_approvals
+    assert result.content == "Done: Transferred 200 from Olena to Mario; balances Olena 249800, Mario 1200."
 
 
 def _weather_events() -> list[CallEvent]:

@@ -1,12 +1,13 @@
-"""`toolfleet demo`: the whole system on one machine — two worker pools, four scripted stories.
+"""`toolfleet demo`: the whole system on one machine — two worker pools, six scripted stories.
 
 An embedded Redis is started when none answers at `TOOLFLEET_REDIS_URL`; an `io` pool (threads) and a
 `heavy` pool (prefork) run as worker processes with the example tools; the orchestrator discovers
 the tools from the live catalog (it imports none of their code) and runs, in order: the square-root
 example of the documentation, weather lookups fanned out in parallel, a bank transfer whose second
 call fails and whose first is compensated, and a trip booking where the car rental times out and
-the two other bookings are undone in reverse order. `--model openai:<name>` (or `anthropic:<name>`)
-runs the same tools with a real model.
+the two other bookings are undone in reverse order, a fare watch cancelled after a few checks, and a
+large transfer that waits for a person's approval and is approved, and goes on, in a second process.
+`--model openai:<name>` (or `anthropic:<name>`) runs the same tools with a real model.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import tempfile
 import time
 import uuid
@@ -27,6 +27,7 @@ from cryptography.fernet import Fernet
 
 from orchestrator.cli.commands._journal_source import DEFAULT_DATABASE_URL
 from orchestrator.cli.console import LiveTable, chat_model, progress_text
+from orchestrator.cli.demo_approval import approve_in_another_process, shared_environment
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.handlers import fail_invocation_unless_visible_to_llm, send_exception_message_to_llm
 from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
@@ -35,10 +36,12 @@ from orchestrator.models.scripted import ScriptedChatModel
 from orchestrator.result import CompleteResponse, Result, ToolProgress
 from orchestrator.saga.journal import Journal
 from orchestrator.service import AiService
+from workers.examples.teller import teller, teller_script, transfer_asked
 from workers.protocol import ToolExecutionRequest
 from workers.runtime.catalog import Catalog
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
+from workers.tools import ToolDefinition
 
 __all__ = ["STORIES", "run_demo"]
 
@@ -87,11 +90,10 @@ def _transfer_asked(request: ChatRequest) -> tuple[float, str, str]:
     """Amount, payer and payee, read from the user's "Transfer <amount> from <payer> to <payee>", as a
     model would: the calls the script makes are the ones the user asked for."""
     question = next((m.text or "" for m in request.messages if isinstance(m, UserMessage)), "")
-    found = re.search(r"Transfer (\d[\d,]*(?:\.\d+)?) from (\w+) to (\w+)", question)
-    if found is None:
+    asked = transfer_asked(question)
+    if asked is None:
         raise ValueError(f"the transfer story cannot read a transfer from {question!r}")
-    amount = float(found[1].replace(",", ""))
-    return (int(amount) if amount.is_integer() else amount), found[2], found[3]
+    return asked
 
 
 def _transfer(request: ChatRequest) -> AiMessage | str:
@@ -145,6 +147,8 @@ STORIES: list[tuple[str, str, Script]] = [
         "Find me a fare to Lisbon, and watch it until it drops below 80 EUR.",
         _fares,
     ),
+    # More than the teller's threshold: the transfer waits until a second process approves it.
+    ("Large transfer, approved by another process", "Transfer 1500 from Olena to Dmytro.", teller_script),
 ]
 # The fifth story's user stops the fare watch once it has checked this many times.
 WATCH_CHECKS_BEFORE_CANCEL = 5
@@ -152,6 +156,30 @@ WATCH_CHECKS_BEFORE_CANCEL = 5
 
 def _model(spec: str | None, script: Script) -> ChatModel:
     return ScriptedChatModel(script) if spec is None else chat_model(spec)
+
+
+def _service(
+    model: ChatModel,
+    script: Script,
+    tools: list[ToolDefinition],
+    executor: CeleryExecutor,
+    journal: Journal,
+) -> AiService:
+    """The story's agent: the bank teller (whose large transfers wait for approval) for its story, one
+    with the live catalog's tools for the others."""
+    if script is teller_script:
+        return teller(chat_model=model, executor=executor, tools=tools, journal=journal)
+    return AiService(
+        chat_model=model,
+        tools=tools,
+        executor=executor,
+        # achat()'s defaults, set so that no notice about them interrupts the stories
+        tool_arguments_error_handler=send_exception_message_to_llm(),
+        tool_execution_error_handler=fail_invocation_unless_visible_to_llm(),
+        compensate_on_tool_errors=True,
+        journal=journal,
+        name="demo",
+    )
 
 
 def _summary(out: TextIO, title: str, result: Result, journal: Journal) -> None:
@@ -251,16 +279,19 @@ async def _streamed(service: AiService, question: str, table: LiveTable) -> Resu
 
 
 def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None = None) -> int:
-    """Run the five stories; returns the exit code."""
+    """Run the six stories; returns the exit code."""
     from workers._devredis import embedded_redis
 
     settings = settings or Settings.from_env()
     with tempfile.TemporaryDirectory(prefix="toolfleet-demo-") as scratch, embedded_redis(settings.redis_url):
         if settings.database_url != DEFAULT_DATABASE_URL:  # a journal of the user's (TOOLFLEET_DATABASE_URL)
-            journal = Journal(settings.database_url, keys=settings.journal_keys)
+            database_url, keys = settings.database_url, settings.journal_keys
         else:
             # A scratch journal that dies with the demo: sealed with a key of its own, used once.
-            journal = Journal(f"sqlite:///{scratch}/demo.db", keys=Fernet.generate_key().decode())
+            database_url, keys = f"sqlite:///{scratch}/demo.db", Fernet.generate_key().decode()
+        journal = Journal(database_url, keys=keys)
+        # A second process (the approval story's) reaches the same Redis, broker and journal.
+        environment = shared_environment(settings, database_url, keys)
         started = time.monotonic()
         with _pools(settings, scratch, out) as workers:
             names = ", ".join(workers)
@@ -272,22 +303,16 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
                 out.write(f"Tools found in the live catalog: {', '.join(sorted(t.name for t in tools))}\n\n")
                 for number, (title, question, script) in enumerate(STORIES, 1):
                     out.write(f"== {number}. {title}\n  User: {question}\n")
-                    service = AiService(
-                        chat_model=_model(model, script),
-                        tools=tools,
-                        executor=executor,
-                        # achat()'s defaults, set so that no notice about them interrupts the stories
-                        tool_arguments_error_handler=send_exception_message_to_llm(),
-                        tool_execution_error_handler=fail_invocation_unless_visible_to_llm(),
-                        compensate_on_tool_errors=True,
-                        journal=journal,
-                        name="demo",
-                    )
+                    service = _service(_model(model, script), script, tools, executor, journal)
                     began = time.monotonic()
                     result = asyncio.run(_streamed(service, question, table))
                     table.close()
                     out.write(f"  ({time.monotonic() - began:.2f} s)\n")
-                    _summary(out, title, result, journal)
+                    if result.pending_approvals:
+                        approve_in_another_process(out, result, journal, environment)
+                        out.write("\n")
+                    else:
+                        _summary(out, title, result, journal)
             finally:
                 executor.close()
     out.write("Demo complete: all worker processes stopped.\n")

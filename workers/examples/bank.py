@@ -1,4 +1,5 @@
-"""A bank with compensable operations: the saga example."""
+"""A bank with compensable operations: the saga example, and the approval one (a `transfer` that
+`workers.examples.teller` has a person approve when it is large)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ class BankTools:
 
     def __init__(self, balances: dict[str, float] | None = None) -> None:
         self.balances: dict[str, float] = dict(
-            balances if balances is not None else {"Mario": 1000.0, "Dmytro": 50.0}
+            balances if balances is not None else {"Mario": 1000.0, "Dmytro": 50.0, "Olena": 250000.0}
         )
         self._lock = threading.Lock()
 
@@ -46,6 +47,30 @@ class BankTools:
     def unwithdraw(self, name: str, amount: float) -> None:
         with self._lock:
             self.balances[name] += amount
+
+    @tool("Transfers money from one bank account to another", pool="io", timeout=10)
+    def transfer(
+        self,
+        payer: Annotated[str, Param("the account the money leaves")],
+        payee: Annotated[str, Param("the account the money goes to")],
+        amount: float,
+    ) -> str:
+        with self._lock:
+            self._account(payee)
+            if self._account(payer) < amount:
+                raise InsufficientFunds(f"{payer} has insufficient funds to transfer {amount:g}")
+            self.balances[payer] -= amount
+            self.balances[payee] += amount
+            return (
+                f"Transferred {amount:g} from {payer} to {payee}; balances {payer} "
+                f"{self.balances[payer]:g}, {payee} {self.balances[payee]:g}"
+            )
+
+    @compensate_for("transfer")
+    def untransfer(self, payer: str, payee: str, amount: float) -> None:
+        with self._lock:
+            self.balances[payee] -= amount
+            self.balances[payer] += amount
 
     @tool("Returns the balance of a bank account", pool="io")
     def balance(self, name: str) -> float:
