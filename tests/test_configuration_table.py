@@ -48,7 +48,8 @@ def _written(value: object) -> str:
 
 def test_every_setting_is_in_the_readme_table_with_its_default() -> None:
     table = _table()
-    assert set(table) == set(ENVIRONMENT.values()) | set(SERVE_ENVIRONMENT.values()) | set(UI_ENVIRONMENT.values())
+    variables = {*ENVIRONMENT.values(), *SERVE_ENVIRONMENT.values(), *UI_ENVIRONMENT.values()}
+    assert set(table) == variables
     for item in fields(Settings):
         expected = DESCRIBED.get(item.name) or _written(item.default)
         assert table[ENVIRONMENT[item.name]] == expected, item.name
