@@ -5,6 +5,14 @@ the journal, recovery), `cli/` (the `toolfleet` command). Every error is in `err
 """
 
 from orchestrator import errors, memory, models, providers
+from orchestrator.approvals import (
+    ApprovalDecision,
+    ApprovalPolicy,
+    ApprovalRecord,
+    ApprovalState,
+    approve,
+    reject,
+)
 from orchestrator.errors import *  # noqa: F403 - every error, listed once in `errors.__all__`
 from orchestrator.executors import CeleryExecutor, LocalExecutor, ToolExecutor
 from orchestrator.executors.celery import CallEvent
@@ -32,7 +40,7 @@ from orchestrator.models.anthropic import AnthropicChatModel
 from orchestrator.models.openai import OpenAiChatModel
 from orchestrator.models.scripted import ScriptedChatModel
 from orchestrator.providers import *  # noqa: F403
-from orchestrator.result import Result, ToolExecuted, ToolProgress
+from orchestrator.result import ApprovalRequested, Result, ToolExecuted, ToolProgress
 from orchestrator.saga import AsyncJournal, CallState, CompensationState, InvocationState, Journal
 from orchestrator.search import (
     EmbeddingModel,
@@ -49,6 +57,11 @@ __all__ = [
     "AiMessage",
     "AiService",
     "AnthropicChatModel",
+    "ApprovalDecision",
+    "ApprovalPolicy",
+    "ApprovalRecord",
+    "ApprovalRequested",
+    "ApprovalState",
     "AsyncJournal",
     "CallEvent",
     "CallState",
@@ -81,8 +94,10 @@ __all__ = [
     "ToolSearchStrategy",
     "UserMessage",
     "VectorToolSearchStrategy",
+    "approve",
     "fail_invocation",
     "fail_invocation_unless_visible_to_llm",
+    "reject",
     "send_exception_message_to_llm",
     "send_generic_message_to_llm_unless_visible_to_llm",
 ]

@@ -15,6 +15,8 @@ with the original kept as `__cause__`.
         ├── RemoteToolError             a tool's exception re-created from a worker's outcome
         │   └── VisibleRemoteToolError  ... one that carries its message for the model
         ├── SystemToolError             a failure the system describes to the model (timeout, lost worker)
+        ├── ApprovalError               a decision on a waiting call cannot be taken
+        │   └── ApprovalConflictError   ... it contradicts the one taken, or other arguments
         ├── JournalKeyError             the journal's keys are malformed or open no row
         ├── SchemaError                 the database's schema cannot be brought up to date
         ├── ModelSpecError              a `--model` naming no known provider (also a `ValueError`)
@@ -33,6 +35,8 @@ from workers.errors import ToolErrorVisibleToLlm, ToolfleetError
 
 __all__ = [
     "ApiError",
+    "ApprovalConflictError",
+    "ApprovalError",
     "HallucinatedToolNameError",
     "JournalKeyError",
     "ModelAuthenticationError",
@@ -149,6 +153,14 @@ class VisibleRemoteToolError(ToolErrorVisibleToLlm, RemoteToolError):
 
 class SystemToolError(ToolErrorVisibleToLlm, OrchestratorError):
     """A failure the system itself describes to the model: a timeout, a lost worker, no worker."""
+
+
+class ApprovalError(OrchestratorError):
+    """A decision on a waiting call cannot be taken: no such call, or its invocation is not paused."""
+
+
+class ApprovalConflictError(ApprovalError):
+    """A decision contradicts the one already taken for the call, or names arguments it does not have."""
 
 
 class JournalKeyError(OrchestratorError):

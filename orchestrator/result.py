@@ -8,9 +8,10 @@ from typing import Any, TypeAlias
 
 from orchestrator.models import base
 from orchestrator.models.base import FinishReason, TokenUsage
+from orchestrator.saga.journal import ApprovalRecord
 from workers.protocol import ToolExecution
 
-__all__ = ["CompleteResponse", "Result", "StreamEvent", "ToolExecuted", "ToolProgress"]
+__all__ = ["ApprovalRequested", "CompleteResponse", "Result", "StreamEvent", "ToolExecuted", "ToolProgress"]
 
 
 @dataclass
@@ -23,6 +24,8 @@ class Result:
     finish_reason: FinishReason | None = None
     token_usage: TokenUsage | None = None
     invocation_id: str | None = None
+    # With `FinishReason.APPROVAL_REQUIRED`: the calls waiting for a person (`AiService.resume`).
+    pending_approvals: list[ApprovalRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,15 @@ class ToolProgress:
 
 
 @dataclass(frozen=True)
+class ApprovalRequested:
+    """The invocation paused: these calls wait for a person's approval (streamed before the last
+    event, whose `Result` lists them too)."""
+
+    invocation_id: str
+    approvals: tuple[ApprovalRecord, ...]
+
+
+@dataclass(frozen=True)
 class CompleteResponse(base.CompleteResponse):
     """The last event of `AiService.stream()`: the final response, and the invocation's `Result`.
 
@@ -60,6 +72,6 @@ class CompleteResponse(base.CompleteResponse):
     result: Result
 
 
-# What `AiService.stream()` yields: the model's events, `ToolProgress` and `ToolExecuted`, then one
-# `CompleteResponse`.
-StreamEvent: TypeAlias = base.ChatEvent | ToolProgress | ToolExecuted
+# What `AiService.stream()` yields: the model's events, `ToolProgress`, `ToolExecuted` and
+# `ApprovalRequested`, then one `CompleteResponse`.
+StreamEvent: TypeAlias = base.ChatEvent | ToolProgress | ToolExecuted | ApprovalRequested

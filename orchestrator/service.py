@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
-import json
 import logging
 import threading
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
+from orchestrator.approvals import DEFAULT_APPROVAL_TIMEOUT_S, ApprovalDecision, ApprovalPolicy
 from orchestrator.errors import OrchestratorError
 from orchestrator.executors.base import ToolExecutor, fanout_limit
 from orchestrator.executors.local import LocalExecutor
@@ -20,23 +22,27 @@ from orchestrator.handlers import ToolArgumentsErrorHandler, ToolExecutionErrorH
 from orchestrator.loop.cancellation import cancel_call, cancel_invocation
 from orchestrator.loop.catalog_tools import LiveCatalogToolProvider, live_catalog_of
 from orchestrator.loop.config import HallucinatedToolNameStrategy, LoopConfig, Memories, Mode, SystemMessage
+from orchestrator.loop.configuration import ServiceConfiguration
+from orchestrator.loop.resuming import resume
 from orchestrator.loop.run import run_invocation
+from orchestrator.loop.service_tool import service_tool
 from orchestrator.loop.state import Emit, new_state
+from orchestrator.loop.streaming import events_of
 from orchestrator.loop.toolset import Tool, resolve_tools
 from orchestrator.memory import ChatMemory
-from orchestrator.messages import AiMessage, UserMessage
-from orchestrator.models.base import ChatModel, ChatResponse, ToolChoice
-from orchestrator.providers import AiServiceTool, ToolProvider, ToolRunContext
-from orchestrator.result import CompleteResponse, Result, StreamEvent
-from orchestrator.saga.async_journal import AsyncJournal
+from orchestrator.messages import UserMessage
+from orchestrator.models.base import ChatModel, ToolChoice
+from orchestrator.providers import AiServiceTool, ToolProvider
+from orchestrator.result import Result, StreamEvent
+from orchestrator.saga.async_journal import AsyncJournal, JournalRunner
 from orchestrator.saga.journal import Journal
+from orchestrator.saga.recovery import cancel_paused
 from orchestrator.search import ToolSearchStrategy
 from workers.calls.invocation import InvocationParameters
 from workers.errors import ToolDefinitionError
-from workers.protocol import ToolExecutionRequest
 from workers.settings import Settings
 from workers.tools import ToolDefinition, check_compensations
-from workers.tools.specification import ReturnBehavior, ToolSpecification
+from workers.tools.specification import ToolSpecification
 
 __all__ = ["AiService"]
 
@@ -46,7 +52,7 @@ _defaults_notice_given = False
 _notice_lock = threading.Lock()
 
 
-class AiService:
+class AiService(ServiceConfiguration):
     """The LLM loop with tools: ask the model, run the tools it calls, feed the results back.
 
     Tools are objects, classes, modules or functions with `@tool` methods, `ToolDefinition`s (for
@@ -89,9 +95,14 @@ class AiService:
         compensate_on_tool_errors: bool = False,
         journal: Journal | AsyncJournal | None = None,
         name: str | None = None,
+        approval_policy: ApprovalPolicy | None = None,
+        approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
+        compensate_on_rejection: bool = False,
     ) -> None:
         if chat_memory is not None and chat_memory_provider is not None:
             raise OrchestratorError("Give chat_memory or chat_memory_provider, not both")
+        if not approval_timeout_s > 0:
+            raise OrchestratorError(f"approval_timeout_s must be positive seconds, got {approval_timeout_s}")
         if max_tool_calling_round_trips < 1:
             raise OrchestratorError("max_tool_calling_round_trips must be at least 1")
         if max_concurrent_tool_calls is not None:
@@ -113,9 +124,6 @@ class AiService:
             raise OrchestratorError(
                 f"max_fanout must be at least 1, got {max_fanout} (set max_fanout= or TOOLFLEET_MAX_FANOUT)"
             )
-        if journal is None and compensate_on_tool_errors:
-            settings = Settings.from_env()
-            journal = Journal(settings.database_url, keys=settings.journal_keys)
         providers = list(tool_providers)
         # No tools given: those live workers serve, when the executor knows them (CeleryExecutor).
         # Tool providers choose the tools themselves (they may be there to narrow them down).
@@ -132,6 +140,12 @@ class AiService:
             if tool.specification.name in own:
                 raise ToolDefinitionError(f"Duplicated definition for tool: {tool.specification.name}")
             own[tool.specification.name] = tool
+        asks_approval = approval_policy is not None or any(
+            isinstance(t, ToolDefinition) and t.requires_approval for t in own.values()
+        )
+        if journal is None and (compensate_on_tool_errors or asks_approval):
+            settings = Settings.from_env()
+            journal = Journal(settings.database_url, keys=settings.journal_keys)
         self._config = LoopConfig(
             chat_model=chat_model,
             executor=executor,
@@ -151,79 +165,10 @@ class AiService:
             journal=journal,
             name=name,
             catalog=catalog,
+            approval_policy=approval_policy,
+            approval_timeout_s=approval_timeout_s,
+            compensate_on_rejection=compensate_on_rejection,
         )
-
-    # -- the configuration, as given (read-only) --------------------------------------------------
-
-    @property
-    def chat_model(self) -> ChatModel:
-        return self._config.chat_model
-
-    @property
-    def executor(self) -> ToolExecutor:
-        return self._config.executor
-
-    @property
-    def max_fanout(self) -> int:
-        return self._config.max_fanout
-
-    @property
-    def system_message(self) -> SystemMessage:
-        return self._config.system_message
-
-    @property
-    def chat_memory(self) -> ChatMemory | None:
-        return self._config.memories.memory
-
-    @property
-    def chat_memory_provider(self) -> Callable[[str], ChatMemory] | None:
-        return self._config.memories.provider
-
-    @property
-    def tool_providers(self) -> list[ToolProvider]:
-        """The tool providers, the live catalog's included when no tools were given."""
-        return list(self._config.providers)
-
-    @property
-    def tool_search_strategy(self) -> ToolSearchStrategy | None:
-        return self._config.tool_search
-
-    @property
-    def max_tool_calling_round_trips(self) -> int:
-        return self._config.max_round_trips
-
-    @property
-    def execute_tools_concurrently(self) -> bool:
-        return self._config.concurrently
-
-    @property
-    def tool_arguments_error_handler(self) -> ToolArgumentsErrorHandler | None:
-        return self._config.arguments_handler
-
-    @property
-    def tool_execution_error_handler(self) -> ToolExecutionErrorHandler | None:
-        return self._config.execution_handler
-
-    @property
-    def hallucinated_tool_name_strategy(self) -> HallucinatedToolNameStrategy | None:
-        return self._config.hallucinated_tool_name_strategy
-
-    @property
-    def tool_choice(self) -> ToolChoice | None:
-        return self._config.tool_choice
-
-    @property
-    def compensate_on_tool_errors(self) -> bool:
-        return self._config.compensating
-
-    @property
-    def journal(self) -> Journal | AsyncJournal | None:
-        """The journal as given (or made for `compensate_on_tool_errors`); see `LoopConfig.journal`."""
-        return self._config.journal
-
-    @property
-    def name(self) -> str | None:
-        return self._config.name
 
     # -- the edges --------------------------------------------------------------------------------
 
@@ -238,9 +183,7 @@ class AiService:
     ) -> Result:
         """Run one invocation and return its `Result` (from synchronous code); `memory` replaces the
         memory of `memory_id` for it, `invocation_id` (a UUID) names it instead of a new one."""
-        with contextlib.suppress(RuntimeError):  # raised when no loop runs here, as it should be
-            asyncio.get_running_loop()
-            raise OrchestratorError("chat() cannot run inside an event loop: use `await service.achat(...)`")
+        _outside_a_loop("chat", "achat")
         return asyncio.run(self._invoke("chat", user_message, memory_id, parameters, memory, invocation_id))
 
     async def achat(
@@ -267,25 +210,9 @@ class AiService:
         """Run one invocation, yielding the model's events and `ToolExecuted` as they happen, then one
         `CompleteResponse` carrying the `Result`; an error ends the stream by raising. Closing the stream
         early cancels the invocation (what succeeded is compensated before the close returns)."""
-        queue: asyncio.Queue[StreamEvent | None] = asyncio.Queue()
-        task = asyncio.ensure_future(
-            self._invoke(
-                "stream", user_message, memory_id, parameters, memory, invocation_id, queue.put_nowait
-            )
-        )
-        task.add_done_callback(lambda _: queue.put_nowait(None))
-        try:
-            while True:
-                event = await queue.get()
-                if event is None:
-                    break
-                yield event
-            result = task.result()
-            yield CompleteResponse(_final_response(result), result)
-        finally:
-            if not task.done():  # the consumer stopped: cancel it, and wait while it undoes what it did
-                task.cancel()
-                await asyncio.wait({task})
+        args = (user_message, memory_id, parameters, memory, invocation_id)
+        async for event in events_of(lambda emit: self._invoke("stream", *args, emit)):
+            yield event
 
     async def _invoke(
         self,
@@ -311,9 +238,67 @@ class AiService:
         )
         return await run_invocation(config, state)
 
+    # -- approvals --------------------------------------------------------------------------------
+
+    def resume(
+        self,
+        invocation_id: str,
+        decisions: Mapping[str, ApprovalDecision] | None = None,
+        *,
+        by: str | None = None,
+        memory: ChatMemory | None = None,
+    ) -> Result | None:
+        """Decide calls of a paused invocation (call id → `approve()` / `reject(reason)`) and, once none
+        waits, go on with it here, in any process: its `Result`; one listing the calls still waiting;
+        or None when another process goes on with it (exactly one does). `by` names who decided."""
+        _outside_a_loop("resume", "aresume")
+        return asyncio.run(resume(self._config, invocation_id, decisions, by=by, mode="chat", memory=memory))
+
+    async def aresume(
+        self,
+        invocation_id: str,
+        decisions: Mapping[str, ApprovalDecision] | None = None,
+        *,
+        by: str | None = None,
+        memory: ChatMemory | None = None,
+    ) -> Result | None:
+        """`resume` from async code."""
+        return await resume(self._config, invocation_id, decisions, by=by, mode="achat", memory=memory)
+
+    async def stream_resume(
+        self,
+        invocation_id: str,
+        decisions: Mapping[str, ApprovalDecision] | None = None,
+        *,
+        by: str | None = None,
+        memory: ChatMemory | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """`resume`, yielding the events of the invocation going on as `stream()` does (none, and no
+        `CompleteResponse`, when another process goes on with it)."""
+        start = partial(resume, self._config, invocation_id, decisions, by=by, mode="stream", memory=memory)
+        async for event in events_of(lambda emit: start(emit=emit)):
+            yield event
+
     def cancel(self, invocation_id: str) -> bool:
-        """Cancel a running invocation here and, on the worker pools, in any process; whether it ran here."""
-        return cancel_invocation(invocation_id, self._config.cancel_redis_url)
+        """Cancel an invocation: a running one here and, on the worker pools, in any process; a paused
+        one in the journal, what it did compensated. Whether it ran here or was paused."""
+        ran = cancel_invocation(invocation_id, self._config.cancel_redis_url)
+        journal = self._config.journal
+        if journal is None:
+            return ran
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # blocking, from any thread or loop
+            paused = pool.submit(asyncio.run, self._cancel_paused(journal, invocation_id)).result()
+        return paused or ran
+
+    async def acancel(self, invocation_id: str) -> bool:
+        """`cancel` from async code."""
+        ran = cancel_invocation(invocation_id, self._config.cancel_redis_url)
+        runner = self._config.journal_runner
+        return (runner is not None and await self._cancel_paused(runner, invocation_id)) or ran
+
+    async def _cancel_paused(self, journal: JournalRunner, invocation_id: str) -> bool:
+        own = {n: t for n, t in self._config.tools.items() if isinstance(t, ToolDefinition)}
+        return await cancel_paused(journal, self._config.executor, invocation_id, own) is not None
 
     def cancel_call(self, invocation_id: str, call_id: str) -> bool:
         """Cancel one running call of an invocation here (it fails, the invocation goes on); if it ran."""
@@ -354,33 +339,15 @@ class AiService:
         The model passes one string argument, `parameter`; the user message is that string, or
         `template` with it filled in (`template="Review this code:\n{request}"`).
         """
-        specification = ToolSpecification(
-            name=name,
-            description=description,
-            parameters={
-                "type": "object",
-                "properties": {parameter: {"type": "string"}},
-                "required": [parameter],
-            },
+        return service_tool(self.achat, name, description, parameter, template)
+
+
+def _outside_a_loop(method: str, instead: str) -> None:
+    with contextlib.suppress(RuntimeError):  # raised when no loop runs here, as it should be
+        asyncio.get_running_loop()
+        raise OrchestratorError(
+            f"{method}() cannot run inside an event loop: use `await service.{instead}(...)`"
         )
-
-        async def run(request: ToolExecutionRequest, context: ToolRunContext) -> str:
-            try:
-                arguments = json.loads(request.arguments or "{}")
-            except ValueError as exc:
-                raise OrchestratorError(f"Arguments of tool '{name}' are not valid JSON: {exc}") from None
-            text = arguments.get(parameter) if isinstance(arguments, dict) else None
-            if not isinstance(text, str):
-                raise OrchestratorError(f'Required parameter "{parameter}" of tool "{name}" is missing')
-            message = template.format(**{parameter: text}) if template is not None else text
-            result = await self.achat(message, memory_id=f"{name}:{context.invocation_context.invocation_id}")
-            return result.content or ""
-
-        return AiServiceTool(specification, run, ReturnBehavior.TO_LLM)
-
-
-def _final_response(result: Result) -> ChatResponse:
-    return ChatResponse(AiMessage(result.content), result.finish_reason, result.token_usage)
 
 
 def _notice_defaults() -> None:

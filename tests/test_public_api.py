@@ -254,9 +254,18 @@ def test_what_users_handle_is_importable_from_orchestrator(name: str) -> None:
 
 
 def test_journal_states_are_their_stored_texts() -> None:
-    # given: the states as the journal's rows hold them (`cancelled` came with cancellation)
+    # given: the states as the journal's rows hold them (`cancelled` came with cancellation, `paused`
+    # and the approvals' states with human approvals)
     stored = {
-        orchestrator.InvocationState: {"running", "compensating", "succeeded", "failed", "cancelled"},
+        orchestrator.InvocationState: {
+            "running",
+            "paused",
+            "compensating",
+            "succeeded",
+            "failed",
+            "cancelled",
+        },
+        orchestrator.ApprovalState: {"pending", "approved", "rejected", "expired", "cancelled"},
         orchestrator.CallState: {
             "dispatched",
             "succeeded",

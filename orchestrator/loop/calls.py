@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -35,7 +35,7 @@ from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, T
 from workers.tools import ToolDefinition
 from workers.tools.specification import ReturnBehavior
 
-__all__ = ["Call", "CallStatus", "returns_immediately", "run_batch", "start_call"]
+__all__ = ["Call", "CallStatus", "returns_immediately", "run_batch", "run_calls", "start_call"]
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +75,21 @@ async def run_batch(
     state: RunState,
     requests: Sequence[ToolExecutionRequest],
     started: dict[int, Call],
+    waiting: Collection[int] = (),
 ) -> list[Call]:
     """Run the calls of one response, concurrently (at most `max_fanout` at once) or one by one; calls
-    `started` while the response streamed are awaited, not run again. Returns them in request order."""
+    `started` while the response streamed are awaited, not run again, and those at the indexes
+    `waiting` (for approval) are not run. Returns them all in request order."""
     calls: list[Call] = []
     for index, request in enumerate(requests):
         early = started.get(index)
         calls.append(early if early is not None and early.request.id == request.id else Call(index, request))
+    await run_calls(config, state, [call for call in calls if call.index not in waiting])
+    return calls
+
+
+async def run_calls(config: LoopConfig, state: RunState, calls: Sequence[Call]) -> None:
+    """Run `calls` (those already started are awaited), concurrently or one by one."""
     if config.concurrently:
         for call in calls:
             if call.task is None:
@@ -90,7 +98,6 @@ async def run_batch(
     else:
         for call in calls:
             await _run_call(config, state, call)
-    return calls
 
 
 def start_call(config: LoopConfig, state: RunState, call: Call) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, TypeAlias
 
+from orchestrator.approvals import DEFAULT_APPROVAL_TIMEOUT_S, ApprovalPolicy
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.handlers import (
     ToolArgumentsErrorHandler,
@@ -123,6 +124,9 @@ class LoopConfig:
     journal: Journal | AsyncJournal | None
     name: str | None
     catalog: LiveCatalogTools | None  # the live catalog, when no tools were given
+    approval_policy: ApprovalPolicy | None = None  # picks calls that wait for a person, besides tools'
+    approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S  # a call not decided by then is rejected
+    compensate_on_rejection: bool = False  # a rejected call counts as a failed one for the saga
     handlers: Mapping[Mode, EdgeHandlers] = field(init=False)  # those of each edge, defaults filled in
     cancel_redis_url: str | None = field(init=False)  # where cancel requests come from (worker pools)
     static_providers: tuple[ToolProvider, ...] = field(init=False)  # asked once, at the start

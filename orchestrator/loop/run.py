@@ -11,12 +11,15 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Coroutine, Mapping, Sequence
+from typing import Any
 
+from orchestrator.approvals import ApprovalRecord
 from orchestrator.errors import OrchestratorError, RoundTripLimitError
-from orchestrator.loop.calls import Call, CallStatus, returns_immediately, run_batch, start_call
+from orchestrator.loop.calls import Call, CallStatus, returns_immediately, run_batch, run_calls, start_call
 from orchestrator.loop.cancellation import cancellable
 from orchestrator.loop.config import LoopConfig
+from orchestrator.loop.pausing import needs_approval, pause, settle_waiting
 from orchestrator.loop.state import RunState, ask_providers, visible
 from orchestrator.loop.toolset import unique_id, with_unique_ids
 from orchestrator.messages import ChatMessage, SystemMessage, ToolExecutionResultMessage
@@ -28,12 +31,12 @@ from orchestrator.models.base import (
     FinishReason,
     TokenUsage,
 )
-from orchestrator.result import Result
+from orchestrator.result import Result, ToolExecuted
 from orchestrator.saga import rollback_reason, rolled_back_text
 from orchestrator.saga.async_journal import to_the_end
 from orchestrator.saga.states import InvocationState
 
-__all__ = ["RoundTripLimitError", "run_invocation"]
+__all__ = ["RoundTripLimitError", "resume_invocation", "run_invocation"]
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +45,39 @@ ROLLED_BACK_STATUS = "rolled_back"
 
 
 async def run_invocation(config: LoopConfig, state: RunState) -> Result:
-    """Run one invocation to its end: the answer, an immediate return, or an exception (after undoing,
-    when compensating, what succeeded before it)."""
+    """Run one invocation to its end: the answer, an immediate return, a pause for approvals, or an
+    exception (after undoing, when compensating, what succeeded before it)."""
     journal = state.saga.journal
     if journal is not None:
         context, invocation_json = state.context, state.invocation().to_json()
         await journal.run(lambda j: j.start_invocation(context, invocation_json))
+    return await _run(config, state, _loop(config, state))
+
+
+async def resume_invocation(
+    config: LoopConfig, state: RunState, batch: list[Call], approvals: Mapping[str, ApprovalRecord]
+) -> Result:
+    """Go on with a paused invocation this process claimed (`state` and `batch` as it was paused,
+    its saga restored): its waiting calls run as approved or become what the model reads of a
+    rejection, then the loop goes on to its end, as `run_invocation`'s does."""
+    return await _run(config, state, _resumed(config, state, batch, approvals))
+
+
+async def _run(config: LoopConfig, state: RunState, body: Coroutine[Any, Any, Result]) -> Result:
+    journal = state.saga.journal
     beating = asyncio.ensure_future(_heartbeat(state)) if journal is not None else None
     try:
         with cancellable(str(state.context.invocation_id), config.cancel_redis_url):
-            result = await _loop(config, state)
+            result = await body
     except BaseException as exc:
         await _end_abnormally(config, state, exc)
         raise
     finally:
+        body.close()  # never started when the cancel came first
         if beating is not None:
             beating.cancel()
+    if result.finish_reason is FinishReason.APPROVAL_REQUIRED:
+        return result  # paused: the journal says so, and whoever resumes it ends it
     _, cancelled = await to_the_end(state.saga.end(InvocationState.SUCCEEDED, answer=result.content))
     if cancelled:  # the caller cancelled while the end was journaled
         raise asyncio.CancelledError
@@ -70,6 +90,24 @@ async def _loop(config: LoopConfig, state: RunState) -> Result:
     if system is not None:
         state.add(SystemMessage(system))
     state.add(state.user_message)
+    return await _turns(config, state)
+
+
+async def _resumed(
+    config: LoopConfig, state: RunState, batch: list[Call], approvals: Mapping[str, ApprovalRecord]
+) -> Result:
+    ask_providers(state, config.static_providers, state.messages(), dynamic=False)
+    waiting = [c for c in batch if c.message is None and (c.request.id or "") in approvals]
+    approved = [c for c in waiting if settle_waiting(config, state, c, approvals[c.request.id or ""])]
+    for call in waiting:
+        if call not in approved and state.emit is not None and call.execution is not None:
+            state.emit(ToolExecuted(call.execution))
+    await run_calls(config, state, approved)
+    result = await _after_batch(config, state, batch, waiting, ())
+    return result if result is not None else await _turns(config, state)
+
+
+async def _turns(config: LoopConfig, state: RunState) -> Result:
     while True:
         state.saga.turn = state.round_trips + 1  # the turn of the calls this response asks for
         messages = state.messages()  # read once per round trip
@@ -91,26 +129,40 @@ async def _loop(config: LoopConfig, state: RunState) -> Result:
         state.round_trips += 1
         _check_round_trips(config, state.round_trips)
         state.add(message)  # the AI message is stored before its tools run
-        batch = await run_batch(config, state, message.tool_execution_requests, started)
-        for call in batch:  # kept in request order, whatever order they finished in
-            if (
-                call.status is CallStatus.SUCCEEDED
-                and call.definition is not None
-                and call.execution is not None
-            ):
-                state.saga.keep(call.definition, call.execution, call.row)
-        for call in batch:
-            if call.status is CallStatus.RAISED and call.error is not None:
-                raise call.error
-        if config.compensating and any(call.status is CallStatus.FAILED for call in batch):
-            await _compensate_batch(state, batch)
-        for call in batch:
-            assert call.message is not None and call.execution is not None
-            state.add(call.message)
-            state.executions.append(call.execution)
-            state.found += [n for n in call.found if n not in state.found]
-        if returns_immediately(batch):
-            return _result(state, None, FinishReason.TOOL_EXECUTION)
+        requests = message.tool_execution_requests
+        waiting = {i for i, r in enumerate(requests) if needs_approval(config, state, r)}
+        batch = await run_batch(config, state, requests, started, waiting)
+        fresh = [call for call in batch if call.index not in waiting]
+        result = await _after_batch(config, state, batch, fresh, waiting)
+        if result is not None:
+            return result
+
+
+async def _after_batch(
+    config: LoopConfig, state: RunState, batch: list[Call], fresh: list[Call], waiting: Collection[int]
+) -> Result | None:
+    """What follows a batch whose `fresh` calls just ran: their successes kept for the saga, a
+    failure compensated, then a pause when calls wait for approval, else the results added to the
+    conversation (and the invocation's `Result` when the batch returns at once)."""
+    for call in fresh:  # kept in request order, whatever order they finished in
+        if call.status is CallStatus.SUCCEEDED and call.definition is not None and call.execution is not None:
+            state.saga.keep(call.definition, call.execution, call.row)
+    for call in fresh:
+        if call.status is CallStatus.RAISED and call.error is not None:
+            raise call.error
+    failed = next((call for call in fresh if call.status is CallStatus.FAILED), None)
+    if config.compensating and failed is not None:
+        await _compensate_batch(state, batch, failed)
+    if waiting:
+        return await pause(config, state, batch, waiting)
+    for call in batch:
+        assert call.message is not None and call.execution is not None
+        state.add(call.message)
+        state.executions.append(call.execution)
+        state.found += [n for n in call.found if n not in state.found]
+    if returns_immediately(batch):
+        return _result(state, None, FinishReason.TOOL_EXECUTION)
+    return None
 
 
 async def _ask_model(
@@ -155,7 +207,7 @@ async def _stream_model(
             continue
         call_request = unique_id(event.request, event.index, round_trip, seen)
         state.emit(dataclasses.replace(event, request=call_request))
-        if config.concurrently:
+        if config.concurrently and not needs_approval(config, state, call_request):
             if not started:
                 _check_round_trips(config, round_trip)
             call = Call(event.index, call_request)
@@ -184,9 +236,9 @@ def _result(state: RunState, content: str | None, reason: FinishReason | None) -
     )
 
 
-async def _compensate_batch(state: RunState, batch: Sequence[Call]) -> None:
-    """After a failed batch: undo every recorded success and rewrite their result messages."""
-    failed = next(call for call in batch if call.status is CallStatus.FAILED)
+async def _compensate_batch(state: RunState, batch: Sequence[Call], failed: Call) -> None:
+    """After a failed batch (`failed` its first failed call): undo every recorded success and
+    rewrite their result messages."""
     undone = await state.saga.compensate_all(
         state.invocation(), rollback_reason(failed.request.name, failed.request.id)
     )

@@ -46,6 +46,7 @@ class RunState:
     round_trips: int = 0
     used_ids: set[str] = field(default_factory=set)  # tool call ids given so far
     shown: set[str] = field(default_factory=set)  # the tools the model was shown with the last request
+    mode: Mode = "chat"  # the edge it came through (kept when it pauses)
 
     def invocation(self) -> Invocation:
         """The invocation as a tool call sees it: its context and parameters as they are now."""
@@ -100,6 +101,7 @@ def new_state(
         saga=saga,
         gate=asyncio.Semaphore(config.max_fanout),
         emit=emit,
+        mode=mode,
     )
 
 

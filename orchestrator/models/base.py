@@ -34,6 +34,7 @@ class FinishReason(StrEnum):
     TOOL_EXECUTION = "TOOL_EXECUTION"
     CONTENT_FILTER = "CONTENT_FILTER"
     OTHER = "OTHER"
+    APPROVAL_REQUIRED = "APPROVAL_REQUIRED"  # the invocation paused: calls wait for a person's approval
 
 
 class ToolChoice(StrEnum):

@@ -17,7 +17,7 @@ from orchestrator.saga.async_journal import AsyncJournal, JournalRunner
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.coordinator import ROLLED_BACK, Saga, SagaStep, rollback_reason, rolled_back_text
 from orchestrator.saga.journal import *  # noqa: F403 - the journal's names and its states, listed in `journal.__all__`
-from orchestrator.saga.recovery import Recovered, recover
+from orchestrator.saga.recovery import Recovered, cancel_paused, recover
 
 __all__ = [
     "ROLLED_BACK",
@@ -28,6 +28,7 @@ __all__ = [
     "Recovered",
     "Saga",
     "SagaStep",
+    "cancel_paused",
     "late_compensation",
     "recover",
     "rollback_reason",

@@ -18,6 +18,7 @@ __all__ = [
     "CompensationRecord",
     "InvocationRecord",
     "call_record",
+    "columns_of",
     "compensation_record",
     "invocation_record",
     "utc_now",
@@ -113,7 +114,7 @@ class CompensationRecord:
     updated_at: datetime
 
 
-def _columns(row: RowMapping) -> dict[str, Any]:
+def columns_of(row: RowMapping) -> dict[str, Any]:
     """The row's columns by name, its datetimes in UTC (SQLite hands them back naive)."""
     return {
         name: value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
@@ -123,13 +124,14 @@ def _columns(row: RowMapping) -> dict[str, Any]:
 
 def invocation_record(row: RowMapping, cipher: JournalCipher) -> InvocationRecord:
     """The record of an invocations row; its parameters stay sealed until `invocation_json` is read."""
-    values = _columns(row)
+    values = columns_of(row)
     values["sealed_invocation_json"] = values.pop("invocation_json")
+    values.pop("paused_state", None)  # opened only by whoever resumes the invocation
     return InvocationRecord(**(values | {"state": InvocationState(values["state"]), "cipher": cipher}))
 
 
 def call_record(row: RowMapping) -> CallRecord:
-    values = _columns(row)
+    values = columns_of(row)
     raw_object = values["result_object"]
     raw_progress = values.get("last_progress")
     return CallRecord(
@@ -146,5 +148,5 @@ def call_record(row: RowMapping) -> CallRecord:
 
 
 def compensation_record(row: RowMapping) -> CompensationRecord:
-    values = _columns(row)
+    values = columns_of(row)
     return CompensationRecord(**(values | {"state": CompensationState(values["state"])}))

@@ -1,10 +1,10 @@
-"""The journal's SQL schema: the invocations, tool calls and compensations tables."""
+"""The journal's SQL schema: the invocations, tool calls, compensations and approvals tables."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["compensations", "invocations", "metadata", "tool_calls"]
+__all__ = ["approvals", "compensations", "invocations", "metadata", "tool_calls"]
 
 metadata = sa.MetaData()
 
@@ -23,6 +23,7 @@ invocations = sa.Table(
     sa.Column("error", sa.Text),
     sa.Column("invocation_json", sa.Text),  # context and parameters, to compensate on recovery
     sa.Column("final_answer", sa.Text),  # the model's last answer, when the invocation ended with one
+    sa.Column("paused_state", sa.Text),  # sealed JSON: what a paused invocation resumes from
 )
 
 tool_calls = sa.Table(
@@ -70,4 +71,27 @@ compensations = sa.Table(
     sa.Column("reason", sa.Text),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+approvals = sa.Table(
+    "toolfleet_approvals",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column(
+        "invocation_id", sa.String(36), sa.ForeignKey("toolfleet_invocations.id"), nullable=False, index=True
+    ),
+    sa.Column("call_id", sa.String(255), nullable=False),
+    sa.Column("tool", sa.String(255), nullable=False),
+    sa.Column("pool", sa.String(255)),
+    sa.Column("arguments", sa.Text, nullable=False),  # as the model asked
+    sa.Column("arguments_hash", sa.String(64), nullable=False),  # what an approval is bound to
+    sa.Column("state", sa.String(32), nullable=False, index=True),  # pending, approved, rejected, expired
+    sa.Column("approved_arguments", sa.Text),  # when approved with edited arguments
+    sa.Column("reason", sa.Text),  # of a rejection
+    sa.Column("requested_by", sa.String(255)),
+    sa.Column("decided_by", sa.String(255)),
+    sa.Column("requested_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("decided_at", sa.DateTime(timezone=True)),
+    sa.UniqueConstraint("invocation_id", "call_id", name="uq_toolfleet_approvals_call"),
 )

@@ -111,6 +111,11 @@ class Saga:
         if cancelled:  # the outcome is journaled all the same: the saga reads it to undo the call
             raise asyncio.CancelledError
 
+    def restore(self, steps: list[SagaStep], sequence: int) -> None:
+        """Go on with a resumed invocation's saga: the steps it owes and the calls journaled so far."""
+        self.steps = list(steps)
+        self._sequence = sequence
+
     def keep(self, definition: ToolDefinition, execution: ToolExecution, call_row: int | None) -> None:
         """Remember a successful call for compensation (called in request order after each batch)."""
         if self.compensating and definition.compensation is not None:

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, RowMapping
 
 from orchestrator._database_url import database_engine
+from orchestrator.saga._journal_approvals import ApprovalRecord, JournalApprovals, WaitingCall, arguments_hash
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga._journal_records import (
     CallRecord,
@@ -31,12 +32,14 @@ from orchestrator.saga._journal_records import (
 from orchestrator.saga._journal_tables import compensations as compensations
 from orchestrator.saga._journal_tables import invocations as invocations
 from orchestrator.saga._journal_tables import tool_calls as tool_calls
-from orchestrator.saga.states import CallState, CompensationState, InvocationState
+from orchestrator.saga.states import ApprovalState, CallState, CompensationState, InvocationState
 from workers.calls.invocation import InvocationContext
 from workers.protocol import ToolExecutionRequest, ToolOutcome, call_task_id
 from workers.settings import Settings
 
 __all__ = [
+    "ApprovalRecord",
+    "ApprovalState",
     "CallRecord",
     "CallState",
     "CompensationRecord",
@@ -44,6 +47,8 @@ __all__ = [
     "InvocationRecord",
     "InvocationState",
     "Journal",
+    "WaitingCall",
+    "arguments_hash",
     "owner_id",
 ]
 
@@ -58,8 +63,9 @@ def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class Journal:
-    """Reads and writes the saga log. `Journal(url)` brings its schema up to date (`ensure_schema`)."""
+class Journal(JournalApprovals):
+    """Reads and writes the saga log (and, through `JournalApprovals`, the approvals).
+    `Journal(url)` brings its schema up to date (`ensure_schema`)."""
 
     def __init__(
         self,

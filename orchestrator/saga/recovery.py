@@ -25,13 +25,13 @@ from orchestrator.executors._outcomes import outcome_of_meta, outcome_of_success
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.saga.async_journal import JournalRunner
 from orchestrator.saga.compensation import run_compensation
-from orchestrator.saga.journal import CallRecord, Journal
+from orchestrator.saga.journal import CallRecord, Journal, owner_id
 from orchestrator.saga.states import CallState, InvocationState
 from workers.calls.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolOutcome
 from workers.tools import ToolDefinition
 
-__all__ = ["Recovered", "recover"]
+__all__ = ["Recovered", "cancel_paused", "recover"]
 
 log = logging.getLogger(__name__)
 
@@ -101,19 +101,9 @@ async def _recover_one(
             definition = definitions.get(call.tool) or executor.definition(call.tool)
             if not await _settle(journal, executor, call, definition, report):
                 unsettled.append(f"{call.tool} ({call.call_id})")
-    todo = await journal.run(lambda j: _plan(j, invocation_id))
-    for call in todo:
-        definition = definitions.get(call.tool) or executor.definition(call.tool)
-        label = f"{call.tool} ({call.call_id})"
-        if definition is None or definition.compensation is None:
-            unknown = f"no compensable tool named '{call.tool}' is known"
-            await journal.run(
-                partial(Journal.compensation_finished, call_row=call.id, ok=False, error=unknown)
-            )
-            report.failed.append(label)
-            continue
-        outcome = await run_compensation(executor, journal, call.id, definition, call.execution(), invocation)
-        (report.failed if outcome.is_error else report.compensated).append(label)
+    reason = "recovered: the orchestrator stopped mid-saga"
+    todo = await journal.run(lambda j: _plan(j, invocation_id, reason))
+    await _compensate(journal, executor, definitions, todo, invocation, report)
     state_error = "recovered after its orchestrator stopped"
     if report.nothing_to_undo:
         state_error += f"; failed, nothing to undo: {', '.join(report.nothing_to_undo)}"
@@ -133,14 +123,60 @@ async def _recover_one(
     return report
 
 
-def _plan(journal: Journal, invocation_id: str) -> list[CallRecord]:
+async def cancel_paused(
+    journal: JournalRunner,
+    executor: ToolExecutor,
+    invocation_id: str,
+    definitions: dict[str, ToolDefinition] | None = None,
+) -> Recovered | None:
+    """Cancel an invocation paused for approvals: its waiting calls never run, its successful
+    compensable calls are undone latest first, and the journal says `cancelled` (`compensating` while
+    a compensation is owed). None when it is not paused, or another process took it first."""
+    if not await journal.run(lambda j: j.cancel_paused(invocation_id, owner_id())):
+        return None
+    record = await journal.run(lambda j: j.invocation(invocation_id))
+    assert record is not None
+    report = Recovered(invocation_id)
+    invocation = Invocation.from_json(record.invocation_json)
+    reason = "cancelled while paused for approval"
+    todo = await journal.run(lambda j: _plan(j, invocation_id, reason))
+    await _compensate(journal, executor, definitions or {}, todo, invocation, report)
+    owed = f"; compensations still owed: {', '.join(report.failed)}" if report.failed else ""
+    state = InvocationState.COMPENSATING if report.failed else InvocationState.CANCELLED
+    await journal.run(lambda j: j.set_invocation_state(invocation_id, state, reason + owed))
+    return report
+
+
+async def _compensate(
+    journal: JournalRunner,
+    executor: ToolExecutor,
+    definitions: dict[str, ToolDefinition],
+    todo: list[CallRecord],
+    invocation: Invocation,
+    report: Recovered,
+) -> None:
+    for call in todo:
+        definition = definitions.get(call.tool) or executor.definition(call.tool)
+        label = f"{call.tool} ({call.call_id})"
+        if definition is None or definition.compensation is None:
+            unknown = f"no compensable tool named '{call.tool}' is known"
+            await journal.run(
+                partial(Journal.compensation_finished, call_row=call.id, ok=False, error=unknown)
+            )
+            report.failed.append(label)
+            continue
+        outcome = await run_compensation(executor, journal, call.id, definition, call.execution(), invocation)
+        (report.failed if outcome.is_error else report.compensated).append(label)
+
+
+def _plan(journal: Journal, invocation_id: str, reason: str) -> list[CallRecord]:
     """Plan a compensation for every successful compensable call not yet compensated; latest first."""
     calls = journal.calls(invocation_id)
     todo = [
         c for c in calls if c.compensable and c.state in (CallState.SUCCEEDED, CallState.COMPENSATION_FAILED)
     ]
     todo.sort(key=lambda c: c.sequence, reverse=True)
-    journal.plan_compensations(invocation_id, todo, "recovered: the orchestrator stopped mid-saga")
+    journal.plan_compensations(invocation_id, todo, reason)
     return todo
 
 

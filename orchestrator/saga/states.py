@@ -1,25 +1,28 @@
 """The states the journal records, as `str` enums: a member is its stored text (`CallState.KEPT == "kept"`).
 
-An invocation is `running` until it ends `succeeded`, `failed` or `cancelled` (stopped by its caller,
-what it did compensated); it is `compensating` while its
-compensations run, and stays so when it ended owing some (`toolfleet recover` retries them). A call
-is `dispatched` (its intent, written before it is sent), then `succeeded` or `failed`; a success of a
-compensable tool later becomes `compensated` or `compensation_failed`, or `kept` when it stands in an
-invocation left owing compensations; a call given up at its deadline is `abandoned` (its worker undoes
-it if it finishes). A compensation is `pending`, `running`, then `succeeded` or `failed`.
+An invocation is `running` (or `paused`, waiting for approvals, nothing running for it) until it
+ends `succeeded`, `failed` or `cancelled` (stopped by its caller, what it did compensated); it is
+`compensating` while its compensations run, and stays so when it ended owing some (`toolfleet
+recover` retries them). A call is `dispatched` (its intent, written before it is sent), then
+`succeeded` or `failed`; a success of a compensable tool later becomes `compensated` or
+`compensation_failed`, or `kept` when it stands in an invocation left owing compensations; a call
+given up at its deadline is `abandoned` (its worker undoes it if it finishes). A compensation is
+`pending`, `running`, then `succeeded` or `failed`. A call waiting for approval is `pending`, then
+`approved`, `rejected`, `expired` or `cancelled`.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["CallState", "CompensationState", "InvocationState"]
+__all__ = ["ApprovalState", "CallState", "CompensationState", "InvocationState"]
 
 
 class InvocationState(StrEnum):
     """Where an invocation stands."""
 
     RUNNING = "running"
+    PAUSED = "paused"  # waiting for a person's approval of some of its calls; nothing runs for it
     COMPENSATING = "compensating"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -50,3 +53,13 @@ class CompensationState(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+
+
+class ApprovalState(StrEnum):
+    """Where one call waiting for a person's approval stands."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"  # not decided within its time: rejected, and never run
+    CANCELLED = "cancelled"  # its invocation was cancelled while it waited

@@ -27,7 +27,7 @@ from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.loop.cancellation import listen_for_cancels
 from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.saga.async_journal import AsyncJournal
-from orchestrator.server import native, routes
+from orchestrator.server import approvals, native, routes
 from orchestrator.server.error_shape import api_error_body, error_body
 from orchestrator.server.events import EventLog
 from orchestrator.server.invocations import Invocations
@@ -67,6 +67,7 @@ def create_app(
         )
         app.state.toolfleet = state
         watch = ReplicaWatch(client, state.journal, recovery_executor, events, settings.heartbeat_ttl_s)
+        watch.housekeeping = lambda: approvals.resume_decided(state)
         listen_for_cancels(settings.redis_url)  # whatever executor the agents use
         background = [asyncio.create_task(watch.run())]
         try:
@@ -93,6 +94,7 @@ def create_app(
     app.add_middleware(_BearerKeys)
     app.include_router(routes.router)
     app.include_router(native.router)
+    app.include_router(approvals.router)
     mount_ui(app, ui or UiSettings())
     return app
 

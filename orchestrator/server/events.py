@@ -8,7 +8,9 @@ replica) reads on from the next entry: nothing lost, nothing repeated. The strea
 The types: `invocation.started`, `text.delta`, `tool_call.queued`, `tool_call.started`,
 `tool_call.finished` (tool, pool, worker, outcome, elapsed), `compensation.queued`,
 `compensation.started`, `compensation.finished`, then `invocation.completed` (content,
-finish_reason, usage), `invocation.failed` (error) or `invocation.cancelled`.
+finish_reason, usage), `invocation.failed` (error) or `invocation.cancelled`. An invocation that
+pauses for approvals adds `approval.requested` (the waiting calls) and `invocation.paused`; when it
+is resumed, on any replica, its stream goes on from `invocation.resumed`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ class EventLog:
 
     async def exists(self, invocation_id: str) -> bool:
         return bool(await self.client.exists(EVENTS_KEY.format(invocation_id)))
+
+    async def first(self, invocation_id: str) -> dict[str, Any] | None:
+        """The invocation's first event (`invocation.started`: its agent and conversation), or None."""
+        entries: Any = await self.client.xrange(EVENTS_KEY.format(invocation_id), count=1)
+        return json.loads(entries[0][1][b"event"]) if entries else None
 
     async def last(self, invocation_id: str) -> dict[str, Any] | None:
         """The invocation's latest event, or None."""

@@ -23,8 +23,9 @@ import redis.asyncio as aioredis
 from orchestrator.executors import CallEvent, observe_calls
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
-from orchestrator.models.base import PartialResponse
-from orchestrator.result import CompleteResponse, ToolExecuted, ToolProgress
+from orchestrator.models.base import FinishReason, PartialResponse
+from orchestrator.result import ApprovalRequested, CompleteResponse, ToolExecuted, ToolProgress
+from orchestrator.saga.journal import ApprovalRecord
 from orchestrator.server.error_shape import invocation_failure
 from orchestrator.server.events import EVENTS_TTL_S, EventLog
 from orchestrator.service import AiService
@@ -46,6 +47,8 @@ class Run:
     question: UserMessage
     memory: ChatMemory
     parameters: Mapping[str, Any] | None
+    conversation_id: str | None = None
+    resuming: bool = False  # go on with a paused invocation whose calls are all decided
 
 
 class Invocations:
@@ -111,15 +114,25 @@ class Invocations:
 
             loop.call_soon_threadsafe(write)
 
+        first = {"type": "invocation.resumed" if run.resuming else "invocation.started"}
         await add(
-            invocation_id, {"type": "invocation.started", "invocation_id": invocation_id, "agent": run.agent}
+            invocation_id,
+            first
+            | {"invocation_id": invocation_id, "agent": run.agent, "conversation_id": run.conversation_id},
         )
         try:
             if await self.client.exists(CANCELLED_KEY.format(invocation_id)):
                 raise asyncio.CancelledError
             with observe_calls(observed):
-                stream = run.service.stream(
-                    run.question, memory=run.memory, parameters=run.parameters, invocation_id=invocation_id
+                stream = (
+                    run.service.stream_resume(invocation_id, memory=run.memory)
+                    if run.resuming
+                    else run.service.stream(
+                        run.question,
+                        memory=run.memory,
+                        parameters=run.parameters,
+                        invocation_id=invocation_id,
+                    )
                 )
                 async for event in stream:
                     if isinstance(event, PartialResponse) and event.text:
@@ -128,6 +141,8 @@ class Invocations:
                         await add(invocation_id, progress_event(event))
                     elif isinstance(event, ToolExecuted):
                         await add(invocation_id, finished_event(event))
+                    elif isinstance(event, ApprovalRequested):
+                        await add(invocation_id, approval_event(event))
                     elif isinstance(event, CompleteResponse):
                         await wrap_up()
                         await add(invocation_id, completed_event(event, time.monotonic() - started))
@@ -196,11 +211,41 @@ def finished_event(event: ToolExecuted) -> dict[str, Any]:
     }
 
 
+def approval_event(event: ApprovalRequested) -> dict[str, Any]:
+    """The invocation paused: the calls waiting for a person, as `approval.requested`."""
+    return {
+        "type": "approval.requested",
+        "invocation_id": event.invocation_id,
+        "approvals": [approval_json(a) for a in event.approvals],
+    }
+
+
+def approval_json(approval: ApprovalRecord) -> dict[str, Any]:
+    """One waiting (or decided) call, as the service shows it."""
+    return {
+        "call_id": approval.call_id,
+        "tool": approval.tool,
+        "pool": approval.pool,
+        "arguments": approval.arguments,
+        "arguments_hash": approval.arguments_hash,
+        "state": approval.state.value,
+        "approved_arguments": approval.approved_arguments,
+        "reason": approval.reason,
+        "requested_by": approval.requested_by,
+        "requested_at": approval.requested_at.isoformat(),
+        "expires_at": approval.expires_at.isoformat(),
+        "decided_by": approval.decided_by,
+    }
+
+
 def completed_event(event: CompleteResponse, elapsed_s: float) -> dict[str, Any]:
+    """The invocation's end (`invocation.completed`), or its pause (`invocation.paused`, not the last
+    event: the stream goes on when the invocation is resumed, on any replica)."""
     result = event.result
     usage = result.token_usage
+    paused = result.finish_reason is FinishReason.APPROVAL_REQUIRED
     return {
-        "type": "invocation.completed",
+        "type": "invocation.paused" if paused else "invocation.completed",
         "content": result.content,
         "finish_reason": None if result.finish_reason is None else str(result.finish_reason),
         "usage": None

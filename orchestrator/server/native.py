@@ -18,11 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator.errors import ApiError
 from orchestrator.messages import UserMessage
 from orchestrator.saga.journal import Journal
+from orchestrator.server.approvals import cancel_paused_invocation
 from orchestrator.server.conversations import open_conversation, save_conversation
 from orchestrator.server.events import TERMINAL_TYPES, sse
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import (
+    NOT_FOUND,
     ServiceState,
+    checked_id,
     find_agent,
     read_body,
     service_state,
@@ -32,7 +35,6 @@ __all__ = ["router"]
 
 router = APIRouter()
 
-NOT_FOUND = "invocation_not_found"
 _STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 
@@ -57,7 +59,15 @@ async def start_invocation(name: str, request: Request) -> Response:
     place = state.admit()
     try:
         conversation = await open_conversation(state, name, body.conversation_id, [])
-        run = Run(invocation_id, name, service, UserMessage(body.input), conversation.memory, body.parameters)
+        run = Run(
+            invocation_id,
+            name,
+            service,
+            UserMessage(body.input),
+            conversation.memory,
+            body.parameters,
+            conversation_id=body.conversation_id,
+        )
         state.invocations.start(
             run, finish=lambda: save_conversation(state, conversation), on_end=place.release
         )
@@ -89,7 +99,7 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
         raise ApiError(
             400, f"Last-Event-ID {after!r} is not an event id of this service", param="Last-Event-ID"
         )
-    if not await state.events.exists(_checked_id(invocation_id)):
+    if not await state.events.exists(checked_id(invocation_id)):
         raise ApiError(404, f"no events of invocation {invocation_id}", code=NOT_FOUND)
     return StreamingResponse(_follow(state, invocation_id, after), media_type="text/event-stream")
 
@@ -97,7 +107,7 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
 @router.get("/v1/invocations/{invocation_id}")
 async def invocation_story(invocation_id: str, request: Request) -> dict[str, Any]:
     """The invocation as the journal tells it: its state, answer, calls and compensations."""
-    checked = _checked_id(invocation_id)
+    checked = checked_id(invocation_id)
     story = await service_state(request).journal.run(lambda journal: _story(journal, checked))
     if story is None:
         raise ApiError(404, f"the journal has no invocation {invocation_id}", code=NOT_FOUND)
@@ -109,7 +119,9 @@ async def cancel_invocation(invocation_id: str, request: Request) -> dict[str, A
     """Cancel a running invocation, whichever replica runs it: running calls are abandoned as at a
     deadline, what succeeded is compensated, the journal says `cancelled`."""
     state = service_state(request)
-    last = await state.events.last(_checked_id(invocation_id))
+    last = await state.events.last(checked_id(invocation_id))
+    if await cancel_paused_invocation(state, checked_id(invocation_id)):
+        return {"id": invocation_id, "object": "invocation", "status": "cancelled"}
     if last is None:
         raise ApiError(404, f"no invocation {invocation_id} is known to this service", code=NOT_FOUND)
     if last.get("type") in TERMINAL_TYPES:
@@ -125,13 +137,6 @@ def _invocation_request(body: bytes) -> InvocationRequest:
         first: Any = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
         param = ".".join(str(p) for p in first["loc"]) or None
         raise ApiError(400, f"invalid request: {param}: {first['msg']}", param=param) from None
-
-
-def _checked_id(invocation_id: str) -> str:
-    try:
-        return str(uuid.UUID(invocation_id))
-    except ValueError:
-        raise ApiError(404, f"{invocation_id!r} is not an invocation id", code=NOT_FOUND) from None
 
 
 async def _follow(state: ServiceState, invocation_id: str, after: str) -> AsyncIterator[str]:

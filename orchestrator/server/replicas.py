@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,8 @@ class ReplicaWatch:
     events: EventLog
     ttl_s: float
     owner: str = field(default_factory=owner_id)
+    # Run with each look for dead replicas (the approvals this replica goes on with, for one).
+    housekeeping: Callable[[], Awaitable[object]] | None = None
 
     async def run(self) -> None:
         """Beat every third of the TTL and look for dead replicas every half (until cancelled)."""
@@ -64,6 +66,8 @@ class ReplicaWatch:
                 if loop.time() - looked_at >= self.ttl_s / 2:
                     looked_at = loop.time()
                     await self.recover_dead()
+                    if self.housekeeping is not None:
+                        await self.housekeeping()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a Redis or database hiccup: beat again next time

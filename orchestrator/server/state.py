@@ -4,6 +4,7 @@ body within its limit."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -20,8 +21,10 @@ from orchestrator.service import AiService
 from workers.settings import Settings
 
 __all__ = [
+    "NOT_FOUND",
     "Place",
     "ServiceState",
+    "checked_id",
     "find_agent",
     "read_body",
     "service_state",
@@ -106,3 +109,14 @@ def find_agent(state: ServiceState, name: str, *, param: str | None = "model") -
     if service is None:
         raise ApiError(404, f"no agent named {name!r}: GET /v1/models lists them", param=param)
     return service
+
+
+NOT_FOUND = "invocation_not_found"
+
+
+def checked_id(invocation_id: str) -> str:
+    """The invocation id in its canonical form, or 404 when it is not one."""
+    try:
+        return str(uuid.UUID(invocation_id))
+    except ValueError:
+        raise ApiError(404, f"{invocation_id!r} is not an invocation id", code=NOT_FOUND) from None

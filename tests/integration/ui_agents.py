@@ -2,7 +2,8 @@
 
 `clerk` is an `AiService` whose scripted model reads the user's message as a plan: steps separated
 by `;`, each step one batch of calls separated by `&`; a call is `book WHAT`, `refuse`, or
-`crawl STEPS SECONDS` (a tool reporting its progress step by step). When the plan is done it
+`crawl STEPS SECONDS` (a tool reporting its progress step by step), or `pay TO AMOUNT` (a tool
+that waits for a person's approval). When the plan is done it
 answers `done: <the last step's results, joined by " | ">`. A message starting `echo ` asks the
 tool `echo` to repeat the rest, and the answer repeats what it said. A failed call fails the
 invocation (after its compensations).
@@ -55,6 +56,11 @@ def crawl(steps: int, seconds: float, progress: ToolProgressReporter) -> str:
     return f"crawled {steps} steps"
 
 
+@tool("Pays `amount` to `to`, once a person approves", pool=POOL, timeout=20, requires_approval=True)
+def pay(to: str, amount: int) -> str:
+    return f"paid {amount} to {to}"
+
+
 @tool("Repeats `text`", pool=POOL, timeout=20)
 def echo(text: str) -> str:
     return text
@@ -81,6 +87,8 @@ def _plan(request: ChatRequest) -> AiMessage | str:
 def _call(words: list[str]) -> tuple[str, dict[str, object]]:
     if words[0] == "book":
         return "book", {"what": words[1]}
+    if words[0] == "pay":
+        return "pay", {"to": words[1], "amount": int(words[2])}
     if words[0] == "crawl":
         return "crawl", {"steps": int(words[1]), "seconds": float(words[2])}
     return "refuse", {}
@@ -99,7 +107,7 @@ def clerk() -> AiService:
     return AiService(
         name="clerk",
         chat_model=ScriptedChatModel(_plan),
-        tools=[Desk(), crawl, echo],
+        tools=[Desk(), crawl, pay, echo],
         executor=CeleryExecutor(),
         journal=Journal(os.environ["TOOLFLEET_DATABASE_URL"]),
         compensate_on_tool_errors=True,

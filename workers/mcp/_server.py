@@ -91,7 +91,9 @@ class McpServer:
     names tools the model sees even when tool search is on. `timeout_s` bounds each call (it is
     also the tools' deadline) and the listing at start. `retries` retries a call that failed on a
     lost connection or a timeout (only for tools safe to run twice: a call whose connection ended
-    may have run). `meta_as_attributes` keeps a result's `_meta` as the result's attributes.
+    may have run). `requires_approval` names tools (as the server lists them) whose every call waits
+    for a person's approval; `True` marks them all. `meta_as_attributes` keeps a result's `_meta` as
+    the result's attributes.
     `in_process` serves an `MCPServer` object of this process instead (tests, or an app that
     already builds one).
     """
@@ -112,6 +114,7 @@ class McpServer:
     timeout_s: float = field(default=30.0, kw_only=True)
     retries: int = field(default=0, kw_only=True)
     meta_as_attributes: bool = field(default=False, kw_only=True)
+    requires_approval: bool | Collection[str] = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         where = f"McpServer('{self.name}')"
@@ -130,10 +133,19 @@ class McpServer:
             raise ToolDefinitionError(f"{where}: args, include and exclude take lists of strings")
         if isinstance(self.always_visible, str):
             raise ToolDefinitionError(f"{where}: always_visible takes a list of tool names")
+        if isinstance(self.requires_approval, str):
+            raise ToolDefinitionError(f"{where}: requires_approval takes True or a list of tool names")
         object.__setattr__(self, "args", tuple(self.args))
         object.__setattr__(self, "include", None if self.include is None else frozenset(self.include))
         object.__setattr__(self, "exclude", frozenset(self.exclude))
         object.__setattr__(self, "always_visible", frozenset(self.always_visible))
+        if not isinstance(self.requires_approval, bool):
+            object.__setattr__(self, "requires_approval", frozenset(self.requires_approval))
+
+    def approval_required(self, tool_name: str) -> bool:
+        """Whether calls of the server's tool `tool_name` wait for a person's approval."""
+        marked = self.requires_approval
+        return marked if isinstance(marked, bool) else tool_name in marked
 
     def endpoint(self) -> McpEndpoint:
         """How the worker reaches the server."""
@@ -170,7 +182,13 @@ def mcp_tools(servers: Sequence[McpServer], *, using: McpSessions | None = None)
             raise ToolDefinitionError(str(exc)) from None
         listed = _list_tools(held, server)
         names = {tool.name for tool in listed}
-        for option, wanted in (("include", server.include or ()), ("always_visible", server.always_visible)):
+        approval = () if isinstance(server.requires_approval, bool) else server.requires_approval
+        checked = (
+            ("include", server.include or ()),
+            ("always_visible", server.always_visible),
+            ("requires_approval", approval),
+        )
+        for option, wanted in checked:
             unknown = sorted(set(wanted) - names)
             if unknown:
                 raise ToolDefinitionError(
@@ -222,6 +240,7 @@ def mcp_tool_definition(
         pool=server.pool,
         timeout=server.timeout_s,
         retries=server.retries,
+        requires_approval=server.approval_required(tool.name),
     )
     return ToolDefinition(
         specification=ToolSpecification(name=name, description=description, parameters=_parameters(tool)),

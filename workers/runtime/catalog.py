@@ -66,6 +66,7 @@ class CatalogTool:
             "retries": self.options.retries,
             "idempotent": self.options.idempotent,
             "heartbeat_timeout_s": self.options.heartbeat_timeout_s,
+            "requires_approval": self.options.requires_approval,
             "return_behavior": self.options.return_behavior.value,
             "search_behavior": self.options.search_behavior.value,
             "compensable": self.compensable,
@@ -85,6 +86,7 @@ class CatalogTool:
             retries=int(data.get("retries", 0)),
             idempotent=bool(data.get("idempotent", False)),
             heartbeat_timeout_s=data.get("heartbeat_timeout_s"),
+            requires_approval=bool(data.get("requires_approval", False)),
         )
         return cls(spec, options, bool(data.get("compensable", False)))
 

@@ -33,6 +33,7 @@ class ToolOptions:
     idempotent: bool = False
     retry_on: tuple[type[BaseException], ...] = ()
     heartbeat_timeout_s: float | None = None
+    requires_approval: bool = False
 
 
 @overload
@@ -54,6 +55,7 @@ def tool(
     idempotent: bool = False,
     retry_on: Iterable[type[BaseException]] = (),
     heartbeat_timeout_s: float | None = None,
+    requires_approval: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -72,6 +74,7 @@ def tool(
     idempotent: bool = False,
     retry_on: Iterable[type[BaseException]] = (),
     heartbeat_timeout_s: float | None = None,
+    requires_approval: bool = False,
 ) -> Any:
     """Mark a function or method as a tool the model may call.
 
@@ -95,6 +98,7 @@ def tool(
             idempotent=idempotent,
             retry_on=tuple(retry_on),
             heartbeat_timeout_s=heartbeat_timeout_s,
+            requires_approval=bool(requires_approval),
         )
         _check_options(options)
 

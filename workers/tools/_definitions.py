@@ -87,6 +87,11 @@ class ToolDefinition:
         return self.options.heartbeat_timeout_s
 
     @property
+    def requires_approval(self) -> bool:
+        """Whether every call waits for a person's approval before it runs."""
+        return self.options.requires_approval
+
+    @property
     def return_behavior(self) -> ReturnBehavior:
         return self.options.return_behavior
 

@@ -169,6 +169,11 @@ class Story:
     turns: list[TurnView]
     compensations: list[CompensationRecord]
     late: dict[int, LateCompensation] = field(default_factory=dict)
+    waiting: list[Any] = field(default_factory=list)  # the calls it waits on (`ApprovalRecord`s)
+
+    def call_of(self, row: int) -> CallRecord | None:
+        """The call of journal row `row` (what a compensation undoes)."""
+        return next((call for call in self.calls if call.id == row), None)
 
     @property
     def calls(self) -> list[CallRecord]:
@@ -188,7 +193,8 @@ def story(journal: Journal, invocation_id: str) -> Story | None:
     ran = sorted(
         journal.compensations(invocation_id), key=lambda c: (c.state == "pending", c.updated_at, c.id)
     )
-    return Story(record, turns, ran)
+    pending = journal.approvals(invocation_id, state="pending") if record.state == "paused" else []
+    return Story(record, turns, ran, waiting=pending)
 
 
 def late_compensations(client: redis.Redis, calls: list[CallRecord]) -> dict[int, LateCompensation]:

@@ -8,6 +8,7 @@ session's form token (`acted`).
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -16,7 +17,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
-from orchestrator.server.events import sse
+from orchestrator.server.events import EVENTS_KEY, sse
 from orchestrator.server.ui import data
 from orchestrator.server.ui.auth import (
     LOGIN_COOKIE,
@@ -35,9 +36,12 @@ from orchestrator.server.ui.auth import (
 from orchestrator.server.ui.context import UiContext, ui_context
 from orchestrator.server.ui.render import html, static_file
 
-__all__ = ["Page", "acted", "guarded", "router"]
+__all__ = ["Page", "acted", "common", "guarded", "router", "uuid_or_none"]
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
+
+STREAM_WAIT_ROUNDS = 30  # of 0.1 s
+_STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 Page = Callable[[Request, UiContext, Session], Awaitable[Response]]
 Action = Callable[[Request, UiContext, Session, dict[str, str]], Awaitable[Response]]
@@ -82,11 +86,11 @@ def _forbidden(context: UiContext, session: Session) -> Response:
         status_code=403,
         title="Refused",
         message="This form was not sent from this page (its token is missing or stale): reload, try again.",
-        **_common(context, session),
+        **common(context, session),
     )
 
 
-def _common(context: UiContext, session: Session | None) -> dict[str, Any]:
+def common(context: UiContext, session: Session | None) -> dict[str, Any]:
     return {
         "csrf": session.csrf_token if session else "",
         "signed_in": bool(session and context.ui.api_keys and not context.ui.basic_auth),
@@ -128,7 +132,7 @@ async def _invocations(request: Request, context: UiContext, session: Session) -
         since_choices=list(data.SINCE),
         active=active,
         query=request.url.query,
-        **_common(context, session),
+        **common(context, session),
     )
 
 
@@ -145,7 +149,7 @@ async def invocation_timeline(invocation_id: str, request: Request) -> Response:
 async def _invocation(
     request: Request, context: UiContext, session: Session, invocation_id: str, template: str
 ) -> Response:
-    checked = _uuid(invocation_id)
+    checked = uuid_or_none(invocation_id)
     story = None if checked is None else await context.journal.run(lambda j: data.story(j, checked))
     if story is None:
         return html(
@@ -153,16 +157,17 @@ async def _invocation(
             status_code=404,
             title="No such invocation",
             message=f"The journal has no invocation {invocation_id}.",
-            **_common(context, session),
+            **common(context, session),
         )
     if any(c.state == "abandoned" and c.compensable for c in story.calls):
         story.late = await asyncio.to_thread(data.late_compensations, context.redis, story.calls)
     return html(
         template,
+        after=await _last_event_id(context, story.record.id) if template == "invocation.html" else "0",
         story=story,
         record=story.record,
         active=story.record.state in data.ACTIVE,
-        **_common(context, session),
+        **common(context, session),
     )
 
 
@@ -171,10 +176,12 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
     """The invocation's event stream for the page's script (the native API's, behind the view's auth)."""
 
     async def stream(request: Request, context: UiContext, session: Session) -> Response:
-        checked = _uuid(invocation_id)
-        if checked is None or not await context.events.exists(checked):
+        checked = uuid_or_none(invocation_id)
+        if checked is None or not await _stream_appears(context, checked):
             return Response("no events", status_code=404, media_type="text/plain")
-        after = request.headers.get("last-event-id") or "0"
+        after = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        if after != "0" and not _STREAM_ID.match(after):
+            return Response("not an event id", status_code=400, media_type="text/plain")
 
         async def follow() -> AsyncIterator[str]:
             async for entry_id, event in context.events.follow(checked, after):
@@ -199,7 +206,7 @@ async def _pools(request: Request, context: UiContext, session: Session) -> Resp
         "pools.html",
         pools=data.pool_views(workers, beats, in_flight),
         workers=workers,
-        **_common(context, session),
+        **common(context, session),
     )
 
 
@@ -225,7 +232,7 @@ def _login(request: Request, context: UiContext, error: str | None) -> Response:
         nonce=nonce,
         next=_next(request.query_params.get("next")),
         keys=bool(context.ui.api_keys) and not context.ui.basic_auth,
-        **_common(context, None),
+        **common(context, None),
     )
     set_cookie(response, request, LOGIN_COOKIE, nonce, 600)
     return response
@@ -263,7 +270,26 @@ def _next(target: str | None) -> str:
     return "/ui"
 
 
-def _uuid(value: str) -> str | None:
+async def _stream_appears(context: UiContext, invocation_id: str) -> bool:
+    """Whether the invocation has an event stream, given a moment to write its first event (a page
+    opened as it starts); one without (run through the chat completions) is polled instead."""
+    for _ in range(STREAM_WAIT_ROUNDS):
+        if await context.events.exists(invocation_id):
+            return True
+        await asyncio.sleep(0.1)
+    return await context.events.exists(invocation_id)
+
+
+async def _last_event_id(context: UiContext, invocation_id: str) -> str:
+    """The id of the invocation's latest event ("0": none): the page shows what came before."""
+    entries: Any = await context.events.client.xrevrange(EVENTS_KEY.format(invocation_id), count=1)
+    if not entries:
+        return "0"
+    raw = entries[0][0]
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def uuid_or_none(value: str) -> str | None:
     try:
         return str(uuid.UUID(value))
     except ValueError:

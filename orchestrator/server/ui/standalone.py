@@ -10,8 +10,8 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
+from orchestrator.server.ui import decisions, pages
 from orchestrator.server.ui.context import UiContext, install_settings, set_context
-from orchestrator.server.ui.pages import router
 from orchestrator.server.ui.settings import UiSettings
 from workers.settings import Settings
 
@@ -21,7 +21,8 @@ __all__ = ["create_ui_app", "mount_ui", "serve_ui"]
 def mount_ui(app: FastAPI, ui: UiSettings) -> None:
     """Add the run view at `/ui` to `app` (the service's, or its own)."""
     install_settings(app, ui)
-    app.include_router(router)
+    app.include_router(pages.router)
+    app.include_router(decisions.router)
 
 
 def create_ui_app(ui: UiSettings, settings: Settings) -> FastAPI:

@@ -22,7 +22,7 @@ from tests.integration.worker_processes import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
-PAYLOAD = "<script>window.pwned = 1; document.title = 'pwned'</script><img src=x onerror=\"window.pwned = 2\">"
+PAYLOAD = "<script>window.pwned = 1; document.title = 'pwned'</script><img src=x onerror=\"window.pwned=2\">"
 
 
 def _row(browser: WebDriver, invocation_id: str) -> WebElement:
@@ -131,9 +131,7 @@ def test_a_model_answer_with_a_script_is_shown_as_text_and_runs_nothing(
     assert browser.title != "pwned"
 
 
-def test_the_pools_page_shows_the_live_catalog(
-    service: Replica, browser: WebDriver, tmp_path: Path
-) -> None:
+def test_the_pools_page_shows_the_live_catalog(service: Replica, browser: WebDriver, tmp_path: Path) -> None:
     # given: the worker of pool `ui` is alive
     browser.get(f"{service.root}/ui/pools")
 
@@ -141,7 +139,7 @@ def test_the_pools_page_shows_the_live_catalog(
     pool = browser.find_element(By.CSS_SELECTOR, 'section.pool[data-pool="ui"]')
     text = pool.text
     assert "1 worker · kind threads · concurrency 8" in text
-    assert "Tools: book (compensable), crawl, echo, refuse" in text
+    assert "Tools: book (compensable), crawl, echo, pay, refuse" in text
     cells = pool.find_elements(By.CSS_SELECTOR, "table.workers td")
     assert cells[0].text.startswith("ui-") and cells[0].text.endswith("@integration")
     assert cells[4].text.endswith(" s") or cells[4].text.endswith(" ms")

@@ -44,10 +44,16 @@
           if (again) load();
         });
     }
-    return function () {
-      if (waiting) again = true;
+    function editing() {
+      var focused = document.activeElement;
+      return focused && box.contains(focused) && /^(INPUT|TEXTAREA|SELECT|BUTTON)$/.test(focused.tagName);
+    }
+    function request() {
+      if (editing()) setTimeout(request, 1000); // never swap a form out from under a person
+      else if (waiting) again = true;
       else load();
-    };
+    }
+    return request;
   }
 
   function poll(box, refresh, every) {
@@ -78,7 +84,7 @@
     [
       "tool_call.queued", "tool_call.started", "tool_call.finished",
       "compensation.queued", "compensation.started", "compensation.finished",
-      "approval.requested", "approval.decided",
+      "approval.requested", "invocation.paused", "invocation.resumed",
     ].forEach(function (type) {
       source.addEventListener(type, refresh);
     });
@@ -93,20 +99,18 @@
     };
   }
 
-  function confirmForms() {
-    var forms = document.querySelectorAll("form[data-confirm]");
-    Array.prototype.forEach.call(forms, function (form) {
-      form.addEventListener("submit", function (event) {
-        if (!window.confirm(form.getAttribute("data-confirm"))) event.preventDefault();
-      });
-    });
-  }
+  // A form with `data-confirm` is sent only once the person confirms (forms the timeline brings
+  // in later included).
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var question = form && form.getAttribute ? form.getAttribute("data-confirm") : null;
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
 
   document.addEventListener("DOMContentLoaded", function () {
     var timeline = document.getElementById("timeline");
     if (timeline) follow(timeline);
     var runs = document.getElementById("runs");
     if (runs) poll(runs, refresher(runs), 3000);
-    confirmForms();
   });
 })();
