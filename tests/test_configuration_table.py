@@ -7,6 +7,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from orchestrator.server.settings import SERVE_ENVIRONMENT, ServeSettings
+from orchestrator.server.ui import UI_ENVIRONMENT, UiSettings
 from workers.settings import ENVIRONMENT, Settings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -47,7 +48,8 @@ def _written(value: object) -> str:
 
 def test_every_setting_is_in_the_readme_table_with_its_default() -> None:
     table = _table()
-    assert set(table) == set(ENVIRONMENT.values()) | set(SERVE_ENVIRONMENT.values())
+    variables = {*ENVIRONMENT.values(), *SERVE_ENVIRONMENT.values(), *UI_ENVIRONMENT.values()}
+    assert set(table) == variables
     for item in fields(Settings):
         expected = DESCRIBED.get(item.name) or _written(item.default)
         assert table[ENVIRONMENT[item.name]] == expected, item.name
@@ -55,3 +57,6 @@ def test_every_setting_is_in_the_readme_table_with_its_default() -> None:
         if item.name in SERVE_ENVIRONMENT:
             expected = "—" if item.name in ("agents", "api_keys") else _written(item.default)
             assert table[SERVE_ENVIRONMENT[item.name]] == expected, item.name
+    for item in fields(UiSettings):
+        if item.name in UI_ENVIRONMENT:
+            assert table[UI_ENVIRONMENT[item.name]] == _written(item.default), item.name

@@ -26,7 +26,7 @@ BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE  # what a shell reports for a process 
 # Each name is a module of orchestrator.cli.commands with `add_parser(commands)` and `run(args, settings)`.
 COMMANDS = (
     *("demo", "chat", "serve", "cancel", "approvals", "approve", "reject", "worker", "recover"),
-    *("sagas", "runs", "show", "tools", "flower", "db"),
+    *("sagas", "runs", "show", "tools", "flower", "db", "ui"),
 )
 
 

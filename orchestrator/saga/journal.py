@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, RowMapping
 
 from orchestrator._database_url import database_engine
 from orchestrator.saga._journal_approvals import ApprovalRecord, JournalApprovals, WaitingCall, arguments_hash
@@ -110,6 +110,11 @@ class Journal(JournalApprovals):
         """One round trip to the database (readiness checks)."""
         with self._read() as connection:
             connection.execute(sa.text("SELECT 1"))
+
+    def select(self, query: sa.Select[Any]) -> list[RowMapping]:
+        """The rows of `query`, a SELECT over the journal's tables (views that read across them)."""
+        with self._read() as connection:
+            return list(connection.execute(query).mappings())
 
     def _tx(self) -> AbstractContextManager[Connection]:
         return self._on(self.engine.begin)  # committed at the end of the block

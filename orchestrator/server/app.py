@@ -34,6 +34,7 @@ from orchestrator.server.invocations import Invocations
 from orchestrator.server.replicas import ReplicaWatch
 from orchestrator.server.settings import ServeSettings
 from orchestrator.server.state import ServiceState
+from orchestrator.server.ui import UiSettings, mount_ui
 from orchestrator.service import AiService
 from orchestrator.telemetry.metrics import watch_approvals
 from workers.settings import Settings
@@ -43,8 +44,11 @@ __all__ = ["create_app"]
 log = logging.getLogger(__name__)
 
 
-def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: Settings) -> FastAPI:
-    """The service's application, serving `agents` by name."""
+def create_app(
+    agents: Mapping[str, AiService], serve: ServeSettings, settings: Settings, ui: UiSettings | None = None
+) -> FastAPI:
+    """The service's application, serving `agents` by name, with the run view at `/ui` (`ui`: its
+    basic authentication and Flower's address; the view's keys are the service's)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -94,6 +98,7 @@ def create_app(agents: Mapping[str, AiService], serve: ServeSettings, settings: 
     app.include_router(routes.router)
     app.include_router(native.router)
     app.include_router(approvals.router)
+    mount_ui(app, ui or UiSettings())
     return app
 
 
@@ -112,13 +117,19 @@ class _BearerKeys:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in _OPEN_PATHS:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path not in _OPEN_PATHS and not _run_view(path):
             keys: tuple[str, ...] = scope["app"].state.toolfleet.serve.api_keys
             refusal = _refusal(keys, Headers(scope=scope).get("authorization", "")) if keys else None
             if refusal is not None:
                 await _error(refusal)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def _run_view(path: str) -> bool:
+    """The run view asks for the same keys its own way (a browser sends no bearer header)."""
+    return path == "/ui" or path.startswith("/ui/")
 
 
 def _refusal(keys: tuple[str, ...], authorization: str) -> ApiError | None:

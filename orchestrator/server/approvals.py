@@ -8,6 +8,7 @@ calls were decided elsewhere (`toolfleet approve` without an agent) or whose tim
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -16,12 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator.approvals import ApprovalDecision, ApprovalState, approve, record_decisions, reject
 from orchestrator.errors import ApiError, ApprovalConflictError, ApprovalError, OrchestratorError
 from orchestrator.messages import UserMessage
-from orchestrator.saga.journal import InvocationState
+from orchestrator.saga.async_journal import JournalRunner
+from orchestrator.saga.journal import ApprovalRecord, InvocationState
 from orchestrator.server.conversations import open_conversation, save_conversation
 from orchestrator.server.invocations import Run, approval_json
 from orchestrator.server.state import ServiceState, checked_id, read_body, service_state
 
-__all__ = ["cancel_paused_invocation", "resume_decided", "resume_in_background", "router"]
+__all__ = ["cancel_paused_invocation", "decide_calls", "resume_decided", "resume_in_background", "router"]
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +70,9 @@ async def decide(invocation_id: str, request: Request) -> dict[str, Any]:
         raise ApiError(400, f"invalid request: {param}: {first['msg']}", param=param) from None
     except OrchestratorError as exc:
         raise ApiError(400, str(exc), param="decisions") from None
-    by = body.by or "api"
-    try:
-        records = await state.journal.run(lambda j: record_decisions(j, checked, decisions, by))
-    except ApprovalConflictError as exc:
-        raise ApiError(409, str(exc), code="approval_conflict") from None
-    except ApprovalError as exc:
-        raise ApiError(404, str(exc), code="approval_not_found") from None
-    waiting = await state.journal.run(lambda j: j.approvals(checked, state=ApprovalState.PENDING))
-    resumed = False if waiting else await resume_in_background(state, checked)
+    records, waiting, resumed = await decide_calls(
+        state.journal, checked, decisions, body.by or "api", lambda: resume_in_background(state, checked)
+    )
     return {
         "id": checked,
         "object": "invocation.approvals",
@@ -84,6 +80,28 @@ async def decide(invocation_id: str, request: Request) -> dict[str, Any]:
         "waiting": [approval_json(r) for r in waiting],
         "status": "resuming" if resumed else "paused" if waiting else "resumed_elsewhere",
     }
+
+
+async def decide_calls(
+    journal: JournalRunner,
+    invocation_id: str,
+    decisions: Mapping[str, ApprovalDecision],
+    by: str,
+    resume: Callable[[], Awaitable[bool]] | None,
+) -> tuple[list[ApprovalRecord], list[ApprovalRecord], bool]:
+    """Record `decisions` on the invocation's waiting calls (409 on a conflict, 404 for a call that
+    does not wait); once none waits, `resume()` it here (without one, a replica's housekeeping goes
+    on with it). The calls decided, those still waiting, and whether it was resumed here. The API
+    and the run view's form decide through this one function."""
+    try:
+        records = await journal.run(lambda j: record_decisions(j, invocation_id, decisions, by))
+    except ApprovalConflictError as exc:
+        raise ApiError(409, str(exc), code="approval_conflict") from None
+    except ApprovalError as exc:
+        raise ApiError(404, str(exc), code="approval_not_found") from None
+    waiting = await journal.run(lambda j: j.approvals(invocation_id, state=ApprovalState.PENDING))
+    resumed = False if waiting or resume is None else await resume()
+    return records, waiting, resumed
 
 
 async def resume_in_background(state: ServiceState, invocation_id: str) -> bool:

@@ -34,6 +34,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from orchestrator.server.app import create_app
     from orchestrator.server.process import serve_until_signalled
     from orchestrator.server.settings import SERVE_ENVIRONMENT, ServeSettings
+    from orchestrator.server.ui import UiSettings
     from orchestrator.telemetry import setup_tracing
 
     if os.getcwd() not in sys.path:
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )  # agent modules are found from where the command runs, as a worker's tools
     try:
         serve = ServeSettings.from_env(args.agent, args.host, args.port)
+        ui = UiSettings.from_env(serve.host, serve.port)
         agents = load_agents(serve.agents)
     except (ValueError, ToolfleetError) as exc:
         return refuse("serve", exc)
@@ -55,5 +57,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         f"toolfleet serve: agents {', '.join(agents)} on http://{serve.host}:{serve.port}/v1", file=sys.stderr
     )
     setup_tracing("toolfleet-orchestrator", record_content=settings.trace_content)
-    serve_until_signalled(create_app(agents, serve, settings), serve)
+    serve_until_signalled(create_app(agents, serve, settings, ui), serve)
     return 0

@@ -1,0 +1,165 @@
+"""Who may look at the run view, and proof that a form was sent from it.
+
+A browser cannot send the service's `Authorization: Bearer` header, so a person signs in once with
+one of the service's keys (`TOOLFLEET_API_KEYS`) on a form: the view answers with a session cookie
+(HttpOnly, SameSite=Strict) whose value is a random nonce, its time of issue, and an HMAC of both
+under that key: nothing is kept on the server, any replica checks it, and removing the key ends its
+sessions. With `TOOLFLEET_UI_BASIC_AUTH` the browser's HTTP basic authentication is asked instead.
+
+Every form carries a token derived from the session (an HMAC of its nonce under the same secret),
+checked on every POST: a page of another site can make a browser send the cookie or the basic
+credentials, never read the token.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from orchestrator.server.ui.settings import UiSettings
+
+__all__ = [
+    "LOGIN_COOKIE",
+    "SESSION_COOKIE",
+    "SESSION_TTL_S",
+    "Session",
+    "basic_refusal",
+    "form_fields",
+    "issue_session",
+    "key_session",
+    "set_cookie",
+    "valid_login_nonce",
+]
+
+SESSION_COOKIE = "toolfleet_ui_session"
+LOGIN_COOKIE = "toolfleet_ui_login"  # the nonce the sign-in form repeats (login CSRF)
+SESSION_TTL_S = 12 * 3600
+MAX_FORM_BYTES = 256 * 1024
+_PROCESS_SECRET = secrets.token_bytes(32)  # signs sessions of an open view (no keys, no basic auth)
+
+
+@dataclass(frozen=True)
+class Session:
+    """A signed-in browser: the nonce of its cookie and the secret that signed it."""
+
+    nonce: str
+    issued_at: int
+    secret: bytes
+
+    @property
+    def cookie(self) -> str:
+        return f"{self.nonce}.{self.issued_at}.{_mac(self.secret, 'session', self.nonce, self.issued_at)}"
+
+    @property
+    def csrf_token(self) -> str:
+        return _mac(self.secret, "csrf", self.nonce, self.issued_at)
+
+    def accepts(self, token: str | None) -> bool:
+        """Whether `token` is this session's form token."""
+        return bool(token) and hmac.compare_digest(str(token).encode(), self.csrf_token.encode())
+
+
+def secrets_of(ui: UiSettings) -> list[bytes]:
+    """What may sign a session: each key, the basic credentials, or this process's own secret."""
+    if ui.basic_auth:
+        return [ui.basic_auth.encode()]
+    if ui.api_keys:
+        return [key.encode() for key in ui.api_keys]
+    return [_PROCESS_SECRET]
+
+
+def key_session(ui: UiSettings, presented: str) -> Session | None:
+    """A new session signed by the key `presented`, if it is one of the service's (checked in
+    constant time against each)."""
+    matched: bytes | None = None
+    for key in ui.api_keys:
+        if hmac.compare_digest(presented.encode(), key.encode()):
+            matched = key.encode()
+    return None if matched is None else issue_session(matched)
+
+
+def issue_session(secret: bytes) -> Session:
+    return Session(secrets.token_urlsafe(18), int(time.time()), secret)
+
+
+def session_of(ui: UiSettings, request: Request) -> Session | None:
+    """The valid, unexpired session the request's cookie names, or None."""
+    nonce, _, rest = request.cookies.get(SESSION_COOKIE, "").partition(".")
+    issued, _, mac = rest.partition(".")
+    if not (nonce and issued.isdigit() and mac):
+        return None
+    if time.time() - int(issued) > SESSION_TTL_S:
+        return None
+    for secret in secrets_of(ui):
+        if hmac.compare_digest(mac.encode(), _mac(secret, "session", nonce, int(issued)).encode()):
+            return Session(nonce, int(issued), secret)
+    return None
+
+
+def basic_refusal(ui: UiSettings, request: Request) -> Response | None:
+    """401 asking for basic credentials unless the request carries `ui.basic_auth`'s."""
+    scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
+    given = b""
+    if scheme.lower() == "basic":
+        try:
+            given = base64.b64decode(encoded.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            given = b""
+    if given and hmac.compare_digest(given, ui.basic_auth.encode()):
+        return None
+    return Response(
+        "sign in to see the toolfleet run view",
+        status_code=401,
+        headers={"WWW-Authenticate": 'Basic realm="toolfleet", charset="UTF-8"'},
+        media_type="text/plain",
+    )
+
+
+def set_cookie(response: Response, request: Request, name: str, value: str, max_age: int) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        path="/ui",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def valid_login_nonce(request: Request, given: str | None) -> bool:
+    """Whether the sign-in form repeated the nonce of its own cookie (a form another site posts
+    cannot know it)."""
+    expected = request.cookies.get(LOGIN_COOKIE, "")
+    return bool(expected and given) and hmac.compare_digest(expected.encode(), str(given).encode())
+
+
+async def form_fields(request: Request) -> dict[str, str] | None:
+    """The fields of a urlencoded form (the first value of each), or None when the body is not one
+    or is too large."""
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        return None
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    try:
+        parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeDecodeError:
+        return None
+    return {name: values[0] for name, values in parsed.items()}
+
+
+def _mac(secret: bytes, purpose: str, nonce: str, issued_at: int) -> str:
+    message = f"toolfleet-ui:{purpose}:{nonce}:{issued_at}".encode()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()

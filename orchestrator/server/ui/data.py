@@ -1,0 +1,277 @@
+"""What the run view shows, read from the journal and from Redis: the list of invocations, one
+invocation's story, and the live catalog of pools.
+
+The journal is read through `run(fn)` of a `JournalRunner` (an `AsyncJournal` in the service), so no
+query blocks the event loop; Redis' catalog and late compensations are read by the synchronous
+readers the command line uses, in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+import sqlalchemy as sa
+
+from orchestrator.saga._journal_tables import compensations, invocations, tool_calls
+from orchestrator.saga._late import LateCompensation, late_compensation
+from orchestrator.saga.journal import CallRecord, CompensationRecord, InvocationRecord, Journal
+from workers.protocol import POOL_KEY
+from workers.runtime.catalog import Catalog, WorkerEntry, pool_tools
+
+__all__ = [
+    "SINCE",
+    "STATES",
+    "PoolView",
+    "RunFilter",
+    "RunRow",
+    "Story",
+    "TurnView",
+    "agent_names",
+    "arguments_text",
+    "calls_in_flight",
+    "catalog_pools",
+    "first_words",
+    "late_compensations",
+    "pool_views",
+    "run_rows",
+    "story",
+]
+
+# The state filter's choices, each the invocations it keeps.
+STATES = ("running", "paused", "completed", "failed", "compensated", "cancelled", "compensating")
+SINCE = {"1h": 3600, "24h": 24 * 3600, "7d": 7 * 24 * 3600, "all": None}
+ACTIVE = ("running", "compensating", "paused")  # invocations whose dispatched calls are in flight
+FIRST_WORDS = 12
+FIRST_CHARS = 90
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    agent: str = ""
+    state: str = ""
+    since: str = "all"
+    limit: int = 100
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One invocation in the list."""
+
+    id: str
+    agent: str
+    input: str
+    calls: int
+    undone: int
+    state: str
+    started_at: datetime
+    finished_at: datetime | None
+    error: str | None
+
+    @property
+    def duration_s(self) -> float:
+        end = self.finished_at or datetime.now(UTC)
+        return max(0.0, (end - self.started_at).total_seconds())
+
+    @property
+    def outcome(self) -> str:
+        said = "completed" if self.state == "succeeded" else self.state
+        return f"{said}, compensated ({self.undone} undone)" if self.undone else said
+
+
+def first_words(text: str | None) -> str:
+    words = (text or "").split()
+    shown = " ".join(words[:FIRST_WORDS])
+    if len(shown) > FIRST_CHARS:
+        shown = shown[:FIRST_CHARS].rstrip()
+    return shown + (" …" if shown != " ".join(words) else "")
+
+
+def run_rows(journal: Journal, chosen: RunFilter) -> list[RunRow]:
+    """The invocations `chosen` keeps, latest first, with their number of calls and of undone calls."""
+    calls = (
+        sa.select(tool_calls.c.invocation_id, sa.func.count().label("n"))
+        .group_by(tool_calls.c.invocation_id)
+        .subquery()
+    )
+    undone = (
+        sa.select(compensations.c.invocation_id, sa.func.count().label("n"))
+        .where(compensations.c.state == "succeeded")
+        .group_by(compensations.c.invocation_id)
+        .subquery()
+    )
+    query = (
+        sa.select(
+            invocations.c.id,
+            invocations.c.service_name,
+            invocations.c.user_message,
+            invocations.c.state,
+            invocations.c.started_at,
+            invocations.c.finished_at,
+            invocations.c.error,
+            sa.func.coalesce(calls.c.n, 0).label("calls"),
+            sa.func.coalesce(undone.c.n, 0).label("undone"),
+        )
+        .outerjoin(calls, calls.c.invocation_id == invocations.c.id)
+        .outerjoin(undone, undone.c.invocation_id == invocations.c.id)
+        .order_by(invocations.c.started_at.desc())
+        .limit(chosen.limit)
+    )
+    if chosen.agent:
+        query = query.where(invocations.c.service_name == chosen.agent)
+    if chosen.state == "completed":
+        query = query.where(invocations.c.state == "succeeded")
+    elif chosen.state == "compensated":
+        query = query.where(undone.c.n > 0)
+    elif chosen.state in STATES:
+        query = query.where(invocations.c.state == chosen.state)
+    seconds = SINCE.get(chosen.since)
+    if seconds is not None:
+        query = query.where(invocations.c.started_at >= datetime.now(UTC) - timedelta(seconds=seconds))
+    return [
+        RunRow(
+            id=row["id"],
+            agent=row["service_name"] or "—",
+            input=first_words(row["user_message"]),
+            calls=int(row["calls"]),
+            undone=int(row["undone"]),
+            state=row["state"],
+            started_at=_utc(row["started_at"]),
+            finished_at=_utc(row["finished_at"]) if row["finished_at"] else None,
+            error=row["error"],
+        )
+        for row in journal.select(query)
+    ]
+
+
+def agent_names(journal: Journal) -> list[str]:
+    query = sa.select(invocations.c.service_name).where(invocations.c.service_name.is_not(None)).distinct()
+    return sorted(str(row["service_name"]) for row in journal.select(query))
+
+
+@dataclass(frozen=True)
+class TurnView:
+    """One model turn: the calls it asked for, in request order."""
+
+    turn: int | None
+    calls: list[CallRecord]
+
+
+@dataclass
+class Story:
+    """One invocation as the journal (and Redis, for late compensations) tells it."""
+
+    record: InvocationRecord
+    turns: list[TurnView]
+    compensations: list[CompensationRecord]
+    late: dict[int, LateCompensation] = field(default_factory=dict)
+    waiting: list[Any] = field(default_factory=list)  # the calls it waits on (`ApprovalRecord`s)
+
+    def call_of(self, row: int) -> CallRecord | None:
+        """The call of journal row `row` (what a compensation undoes)."""
+        return next((call for call in self.calls if call.id == row), None)
+
+    @property
+    def calls(self) -> list[CallRecord]:
+        return [call for turn in self.turns for call in turn.calls]
+
+
+def story(journal: Journal, invocation_id: str) -> Story | None:
+    record = journal.invocation(invocation_id)
+    if record is None:
+        return None
+    turns: list[TurnView] = []
+    for call in journal.calls(invocation_id):
+        if turns and turns[-1].turn == call.turn:
+            turns[-1].calls.append(call)
+        else:
+            turns.append(TurnView(call.turn, [call]))
+    ran = sorted(
+        journal.compensations(invocation_id), key=lambda c: (c.state == "pending", c.updated_at, c.id)
+    )
+    pending = journal.approvals(invocation_id, state="pending") if record.state == "paused" else []
+    return Story(record, turns, ran, waiting=pending)
+
+
+def late_compensations(client: redis.Redis, calls: list[CallRecord]) -> dict[int, LateCompensation]:
+    """Where the compensation each abandoned compensable call is owed stands (blocking: in a thread)."""
+    return {
+        call.id: late_compensation(client, call)
+        for call in calls
+        if call.state == "abandoned" and call.compensable
+    }
+
+
+def arguments_text(arguments: str) -> str:
+    """A call's arguments, indented when they are JSON."""
+    try:
+        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+    except ValueError:
+        return arguments
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One pool of the live catalog."""
+
+    name: str
+    workers: list[WorkerEntry]
+    expires_in_s: dict[str, float]
+    tools: tuple[str, ...]
+    in_flight: int
+
+    @property
+    def kinds(self) -> str:
+        return ", ".join(sorted({w.pool_kind for w in self.workers})) or "—"
+
+    @property
+    def concurrency(self) -> int:
+        return sum(w.concurrency for w in self.workers)
+
+
+def catalog_pools(client: redis.Redis) -> tuple[list[WorkerEntry], dict[str, dict[str, float]]]:
+    """Live workers, and each pool's hostnames with the seconds left on their heartbeat (blocking)."""
+    workers = Catalog(client).workers()
+    now = time.time()
+    beats: dict[str, dict[str, float]] = {}
+    for pool in sorted({p for w in workers for p in w.pools}):
+        entries: Any = client.zrangebyscore(POOL_KEY.format(pool), now, "+inf", withscores=True)
+        beats[pool] = {_text(name): round(score - now, 1) for name, score in entries}
+    return workers, beats
+
+
+def calls_in_flight(journal: Journal) -> dict[str, int]:
+    """Dispatched calls of unfinished invocations, by pool."""
+    query = (
+        sa.select(tool_calls.c.pool, sa.func.count().label("n"))
+        .join(invocations, invocations.c.id == tool_calls.c.invocation_id)
+        .where(tool_calls.c.state == "dispatched", invocations.c.state.in_(ACTIVE))
+        .group_by(tool_calls.c.pool)
+    )
+    return {str(row["pool"] or "—"): int(row["n"]) for row in journal.select(query)}
+
+
+def pool_views(
+    workers: list[WorkerEntry], beats: dict[str, dict[str, float]], in_flight: dict[str, int]
+) -> list[PoolView]:
+    names = sorted(set(beats) | set(in_flight))
+    views = []
+    for name in names:
+        members = [w for w in workers if name in w.pools]
+        tools = pool_tools([t for w in members for t in w.tools], name)
+        views.append(
+            PoolView(name, members, beats.get(name, {}), tuple(dict.fromkeys(tools)), in_flight.get(name, 0))
+        )
+    return views
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,296 @@
+"""The run view's routes: the invocations, one invocation (live), the pools, and signing in.
+
+Every page asks who is looking first (`guarded`): the service's keys through the sign-in form, or
+HTTP basic authentication, or no one when the view is open (loopback only). Every POST carries the
+session's form token (`acted`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
+
+from orchestrator.server.events import EVENTS_KEY, sse
+from orchestrator.server.ui import data
+from orchestrator.server.ui.auth import (
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    SESSION_TTL_S,
+    Session,
+    basic_refusal,
+    form_fields,
+    issue_session,
+    key_session,
+    secrets_of,
+    session_of,
+    set_cookie,
+    valid_login_nonce,
+)
+from orchestrator.server.ui.context import UiContext, ui_context
+from orchestrator.server.ui.render import html, static_file
+
+__all__ = ["Page", "acted", "common", "guarded", "router", "uuid_or_none"]
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+STREAM_WAIT_ROUNDS = 30  # of 0.1 s
+_STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
+
+Page = Callable[[Request, UiContext, Session], Awaitable[Response]]
+Action = Callable[[Request, UiContext, Session, dict[str, str]], Awaitable[Response]]
+
+
+async def guarded(request: Request, page: Page) -> Response:
+    """`page` for a viewer the view lets in; else the sign-in form (keys) or a 401 (basic)."""
+    context = ui_context(request)
+    ui = context.ui
+    if ui.basic_auth and (refusal := basic_refusal(ui, request)) is not None:
+        return refusal
+    session = session_of(ui, request)
+    fresh = session is None
+    if session is None:
+        if ui.api_keys and not ui.basic_auth:
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
+        session = issue_session(secrets_of(ui)[0])  # what the forms' tokens are tied to
+    response = await page(request, context, session)
+    if fresh:
+        set_cookie(response, request, SESSION_COOKIE, session.cookie, SESSION_TTL_S)
+    return response
+
+
+async def acted(request: Request, action: Action) -> Response:
+    """`action` for a signed-in viewer whose form carries the session's token; 403 otherwise."""
+
+    async def checked(request: Request, context: UiContext, session: Session) -> Response:
+        fields = await form_fields(request)
+        if request.cookies.get(SESSION_COOKIE) != session.cookie or fields is None:
+            return _forbidden(context, session)
+        if not session.accepts(fields.get("csrf")):
+            return _forbidden(context, session)
+        return await action(request, context, session, fields)
+
+    return await guarded(request, checked)
+
+
+def _forbidden(context: UiContext, session: Session) -> Response:
+    return html(
+        "message.html",
+        status_code=403,
+        title="Refused",
+        message="This form was not sent from this page (its token is missing or stale): reload, try again.",
+        **common(context, session),
+    )
+
+
+def common(context: UiContext, session: Session | None) -> dict[str, Any]:
+    return {
+        "csrf": session.csrf_token if session else "",
+        "signed_in": bool(session and context.ui.api_keys and not context.ui.basic_auth),
+        "flower": context.ui.flower_url,
+    }
+
+
+# -- pages ------------------------------------------------------------------------------------------
+
+
+@router.get("")
+async def invocations_page(request: Request) -> Response:
+    return await guarded(request, _invocations)
+
+
+@router.get("/rows")
+async def invocation_rows(request: Request) -> Response:
+    return await guarded(request, _invocations)
+
+
+async def _invocations(request: Request, context: UiContext, session: Session) -> Response:
+    query = request.query_params
+    chosen = data.RunFilter(
+        agent=query.get("agent", ""),
+        state=query.get("state", "") if query.get("state", "") in data.STATES else "",
+        since=query.get("since", "all") if query.get("since", "all") in data.SINCE else "all",
+    )
+    rows, agents = await context.journal.run(
+        lambda journal: (data.run_rows(journal, chosen), data.agent_names(journal))
+    )
+    active = any(row.state in data.ACTIVE for row in rows)
+    template = "_rows.html" if request.url.path.endswith("/rows") else "invocations.html"
+    return html(
+        template,
+        rows=rows,
+        agents=agents,
+        chosen=chosen,
+        states=data.STATES,
+        since_choices=list(data.SINCE),
+        active=active,
+        query=request.url.query,
+        **common(context, session),
+    )
+
+
+@router.get("/invocations/{invocation_id}")
+async def invocation_page(invocation_id: str, request: Request) -> Response:
+    return await guarded(request, lambda r, c, s: _invocation(r, c, s, invocation_id, "invocation.html"))
+
+
+@router.get("/invocations/{invocation_id}/timeline")
+async def invocation_timeline(invocation_id: str, request: Request) -> Response:
+    return await guarded(request, lambda r, c, s: _invocation(r, c, s, invocation_id, "_timeline.html"))
+
+
+async def _invocation(
+    request: Request, context: UiContext, session: Session, invocation_id: str, template: str
+) -> Response:
+    checked = uuid_or_none(invocation_id)
+    story = None if checked is None else await context.journal.run(lambda j: data.story(j, checked))
+    if story is None:
+        return html(
+            "message.html",
+            status_code=404,
+            title="No such invocation",
+            message=f"The journal has no invocation {invocation_id}.",
+            **common(context, session),
+        )
+    if any(c.state == "abandoned" and c.compensable for c in story.calls):
+        story.late = await asyncio.to_thread(data.late_compensations, context.redis, story.calls)
+    return html(
+        template,
+        after=await _last_event_id(context, story.record.id) if template == "invocation.html" else "0",
+        story=story,
+        record=story.record,
+        active=story.record.state in data.ACTIVE,
+        **common(context, session),
+    )
+
+
+@router.get("/invocations/{invocation_id}/events")
+async def invocation_events(invocation_id: str, request: Request) -> Response:
+    """The invocation's event stream for the page's script (the native API's, behind the view's auth)."""
+
+    async def stream(request: Request, context: UiContext, session: Session) -> Response:
+        checked = uuid_or_none(invocation_id)
+        if checked is None or not await _stream_appears(context, checked):
+            return Response("no events", status_code=404, media_type="text/plain")
+        after = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        if after != "0" and not _STREAM_ID.match(after):
+            return Response("not an event id", status_code=400, media_type="text/plain")
+
+        async def follow() -> AsyncIterator[str]:
+            async for entry_id, event in context.events.follow(checked, after):
+                yield sse(entry_id, event)
+
+        return StreamingResponse(
+            follow(), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
+        )
+
+    return await guarded(request, stream)
+
+
+@router.get("/pools")
+async def pools_page(request: Request) -> Response:
+    return await guarded(request, _pools)
+
+
+async def _pools(request: Request, context: UiContext, session: Session) -> Response:
+    workers, beats = await asyncio.to_thread(data.catalog_pools, context.redis)
+    in_flight = await context.journal.run(data.calls_in_flight)
+    return html(
+        "pools.html",
+        pools=data.pool_views(workers, beats, in_flight),
+        workers=workers,
+        **common(context, session),
+    )
+
+
+@router.get("/static/{name}")
+async def static(name: str) -> Response:
+    return static_file(name)
+
+
+# -- signing in -------------------------------------------------------------------------------------
+
+
+@router.get("/login")
+async def login_form(request: Request) -> Response:
+    return _login(request, ui_context(request), error=None)
+
+
+def _login(request: Request, context: UiContext, error: str | None) -> Response:
+    nonce = uuid.uuid4().hex
+    response = html(
+        "login.html",
+        status_code=401 if error else 200,
+        error=error,
+        nonce=nonce,
+        next=_next(request.query_params.get("next")),
+        keys=bool(context.ui.api_keys) and not context.ui.basic_auth,
+        **common(context, None),
+    )
+    set_cookie(response, request, LOGIN_COOKIE, nonce, 600)
+    return response
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    context = ui_context(request)
+    fields = await form_fields(request) or {}
+    if not valid_login_nonce(request, fields.get("nonce")):
+        return _login(request, context, "The sign-in form expired: try again.")
+    session = key_session(context.ui, fields.get("key", "").strip())
+    if session is None:
+        return _login(request, context, "That is not one of the service's API keys.")
+    response = RedirectResponse(_next(fields.get("next")), status_code=303)
+    set_cookie(response, request, SESSION_COOKIE, session.cookie, SESSION_TTL_S)
+    response.delete_cookie(LOGIN_COOKIE, path="/ui")
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    async def out(request: Request, context: UiContext, session: Session, fields: dict[str, str]) -> Response:
+        response = RedirectResponse("/ui/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/ui")
+        return response
+
+    return await acted(request, out)
+
+
+def _next(target: str | None) -> str:
+    """Where to go after signing in: a page of the view, never another site."""
+    if target and target.startswith("/ui") and "//" not in target and "\\" not in target:
+        return target
+    return "/ui"
+
+
+async def _stream_appears(context: UiContext, invocation_id: str) -> bool:
+    """Whether the invocation has an event stream, given a moment to write its first event (a page
+    opened as it starts); one without (run through the chat completions) is polled instead."""
+    for _ in range(STREAM_WAIT_ROUNDS):
+        if await context.events.exists(invocation_id):
+            return True
+        await asyncio.sleep(0.1)
+    return await context.events.exists(invocation_id)
+
+
+async def _last_event_id(context: UiContext, invocation_id: str) -> str:
+    """The id of the invocation's latest event ("0": none): the page shows what came before."""
+    entries: Any = await context.events.client.xrevrange(EVENTS_KEY.format(invocation_id), count=1)
+    if not entries:
+        return "0"
+    raw = entries[0][0]
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def uuid_or_none(value: str) -> str | None:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None

@@ -1,0 +1,116 @@
+// The run view's live updates. Pages work without this script; with it, an invocation's page follows
+// its event stream: progress reports move the bar in place, other events refetch the timeline, which
+// the server renders (escaped) as it renders the page. Without an event stream, the page polls.
+(function () {
+  "use strict";
+
+  var progress = {}; // call id -> its latest tool_call.progress event
+
+  function applyProgress(root) {
+    var calls = root.querySelectorAll("[data-call-id]");
+    Array.prototype.forEach.call(calls, function (call) {
+      var report = progress[call.getAttribute("data-call-id")];
+      if (!report) return;
+      var bar = call.querySelector("progress");
+      if (bar && typeof report.fraction === "number") bar.value = report.fraction;
+      var text = call.querySelector(".progress-message");
+      if (text && typeof report.message === "string") text.textContent = report.message;
+    });
+  }
+
+  function isActive(box) {
+    var marked = box.querySelector("[data-active]");
+    return marked !== null && marked.getAttribute("data-active") === "true";
+  }
+
+  function refresher(box) {
+    var waiting = false;
+    var again = false;
+    function load() {
+      waiting = true;
+      again = false;
+      fetch(box.getAttribute("data-fragment"), { credentials: "same-origin" })
+        .then(function (response) {
+          if (!response.ok) throw new Error("status " + response.status);
+          return response.text();
+        })
+        .then(function (text) {
+          box.innerHTML = text; // the server's own escaped HTML
+          applyProgress(box);
+        })
+        .catch(function () {})
+        .then(function () {
+          waiting = false;
+          if (again) load();
+        });
+    }
+    function editing() {
+      var focused = document.activeElement;
+      return focused && box.contains(focused) && /^(INPUT|TEXTAREA|SELECT|BUTTON)$/.test(focused.tagName);
+    }
+    function request() {
+      if (editing()) setTimeout(request, 1000); // never swap a form out from under a person
+      else if (waiting) again = true;
+      else load();
+    }
+    return request;
+  }
+
+  function poll(box, refresh, every) {
+    var timer = setInterval(function () {
+      if (!isActive(box)) {
+        clearInterval(timer);
+        return;
+      }
+      refresh();
+    }, every);
+  }
+
+  function follow(box) {
+    var refresh = refresher(box);
+    if (!isActive(box)) return;
+    if (!window.EventSource || !box.getAttribute("data-events")) {
+      poll(box, refresh, 2000);
+      return;
+    }
+    var source = new EventSource(box.getAttribute("data-events"));
+    source.addEventListener("tool_call.progress", function (message) {
+      var report = JSON.parse(message.data);
+      if (report.call_id) {
+        progress[report.call_id] = report;
+        applyProgress(box);
+      }
+    });
+    [
+      "tool_call.queued", "tool_call.started", "tool_call.finished",
+      "compensation.queued", "compensation.started", "compensation.finished",
+      "approval.requested", "invocation.paused", "invocation.resumed",
+    ].forEach(function (type) {
+      source.addEventListener(type, refresh);
+    });
+    ["invocation.completed", "invocation.failed", "invocation.cancelled"].forEach(function (type) {
+      source.addEventListener(type, function () {
+        source.close();
+        refresh();
+      });
+    });
+    source.onerror = function () {
+      if (source.readyState === EventSource.CLOSED) poll(box, refresh, 2000); // no stream: poll
+    };
+  }
+
+  // A form with `data-confirm` is sent only once the person confirms (forms the timeline brings
+  // in later included).
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var question = form && form.getAttribute ? form.getAttribute("data-confirm") : null;
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var timeline = document.getElementById("timeline");
+    if (timeline) follow(timeline);
+    var runs = document.getElementById("runs");
+    if (runs) poll(runs, refresher(runs), 3000);
+  });
+})();

@@ -1,0 +1,52 @@
+"""Debian's Chromium, headless, driven by Selenium through Debian's chromedriver: nothing is
+downloaded at run time. Without a browser the browser tests are skipped, and fail in CI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from tests._postgres import in_ci
+
+__all__ = ["CHROMEDRIVER", "CHROMIUM", "start_browser"]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+INSTALL = "apt-get install -y chromium chromium-driver"
+
+
+def _unavailable(why: str) -> pytest.OutcomeException:
+    message = f"no browser for the run view's tests ({why}); install it: {INSTALL}"
+    if in_ci():
+        return pytest.fail.Exception(f"{message} (CI is set: the browser tests may not be skipped)")
+    return pytest.skip.Exception(message)
+
+
+def start_browser(profile: Path) -> WebDriver:
+    """A headless Chromium at 1280×900 with a fresh profile in `profile`."""
+    for binary in (CHROMIUM, CHROMEDRIVER):
+        if not (os.path.exists(binary) or shutil.which(Path(binary).name)):
+            raise _unavailable(f"{binary} is missing")
+    options = Options()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,900",
+        f"--user-data-dir={profile}",
+    ):
+        options.add_argument(argument)
+    try:
+        return webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    except WebDriverException as exc:
+        raise _unavailable(f"Chromium did not start: {exc.msg}") from exc

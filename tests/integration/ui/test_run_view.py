@@ -1,0 +1,190 @@
+"""The run view in a real browser, over real runs on a worker: the list, one invocation followed live,
+model output shown as text, the pools; and `toolfleet ui` alone on the same database and Redis."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+
+from tests._cli import TOOLFLEET
+from tests._waiting import wait_for
+from tests.integration.private_redis import free_port
+from tests.integration.serve.replicas import Replica
+from tests.integration.ui.conftest import AGENT, FLOWER, finished, screenshot, start
+from tests.integration.worker_processes import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+PAYLOAD = "<script>window.pwned = 1; document.title = 'pwned'</script><img src=x onerror=\"window.pwned=2\">"
+
+
+def _row(browser: WebDriver, invocation_id: str) -> WebElement:
+    return browser.find_element(By.CSS_SELECTOR, f'tr[data-invocation="{invocation_id}"]')
+
+
+def _cells(row: WebElement) -> list[str]:
+    return [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+
+
+def test_the_list_shows_a_completed_and_a_failed_and_compensated_invocation(
+    service: Replica, browser: WebDriver, tmp_path: Path
+) -> None:
+    # given: one invocation that completes, one whose refused call fails it after two bookings
+    completed = start(service, "book table")
+    failed = start(service, "book flight ; book hotel & refuse")
+    assert finished(service, completed)["state"] == "succeeded"
+    told = finished(service, failed)
+    assert told["state"] == "failed"
+    assert [c["compensation"]["state"] for c in told["calls"] if c["tool"] == "book"] == ["succeeded"] * 2
+
+    # when: a person opens the list
+    browser.get(f"{service.root}/ui")
+
+    # then: each row says its agent, first words, calls and outcome
+    assert _cells(_row(browser, completed))[:3] == [AGENT, "book table", "1"]
+    assert _cells(_row(browser, completed))[5] == "completed"
+    assert _cells(_row(browser, failed))[:3] == [AGENT, "book flight ; book hotel & refuse", "3"]
+    assert _cells(_row(browser, failed))[5] == "failed, compensated (2 undone)"
+    screenshot(browser, tmp_path, "ui-invocations")
+
+    # and: the state filter keeps only what it names
+    browser.get(f"{service.root}/ui?state=compensated&agent={AGENT}")
+    shown = {row.get_attribute("data-invocation") for row in browser.find_elements(By.CSS_SELECTOR, "tr.run")}
+    assert failed in shown and completed not in shown
+
+    # and: the failed invocation's page tells its calls, its compensations and links to Flower
+    browser.get(f"{service.root}/ui/invocations/{failed}")
+    calls = browser.find_elements(By.CSS_SELECTOR, "li.call")
+    assert [c.find_element(By.CLASS_NAME, "tool").text for c in calls] == ["book", "book", "refuse"]
+    assert [c.find_element(By.CLASS_NAME, "pool").text for c in calls] == ["ui"] * 3
+    assert all(c.find_element(By.CLASS_NAME, "worker").text.endswith("@integration") for c in calls)
+    links = [c.find_element(By.CLASS_NAME, "flower").get_attribute("href") for c in calls]
+    assert links == [f"{FLOWER}/task/{c['task_id']}" for c in told["calls"]]
+    turns = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "section.turn h2")]
+    assert turns == ["Model turn 1", "Model turn 2"]
+    undone = browser.find_elements(By.CSS_SELECTOR, "section.compensations li.compensation")
+    assert [u.find_element(By.TAG_NAME, "strong").text for u in undone] == ["book", "book"]
+    assert "the desk refuses" in browser.find_element(By.CSS_SELECTOR, "section.failure").text
+    screenshot(browser, tmp_path, "ui-invocation")
+
+
+def test_a_running_call_progresses_on_screen_without_a_reload(
+    service: Replica, browser: WebDriver, tmp_path: Path
+) -> None:
+    # given: an invocation whose one call reports 16 steps over 8 seconds
+    invocation_id = start(service, "crawl 16 8")
+    browser.get(f"{service.root}/ui/invocations/{invocation_id}")
+    browser.execute_script("window.sameDocument = true")
+
+    def fraction() -> float:
+        bars = browser.find_elements(By.CSS_SELECTOR, "li.call progress")
+        value = bars[0].get_attribute("value") if bars else None
+        return float(value) if value else 0.0
+
+    # when: the call runs
+    first = wait_for(lambda: fraction() or None, timeout_s=30, what="a first progress report on the page")
+    later = wait_for(lambda: fraction() > first and fraction(), timeout_s=30, what="the bar to move on")
+    message = browser.find_element(By.CSS_SELECTOR, "li.call .progress-message").text
+    screenshot(browser, tmp_path, "ui-invocation-running")
+
+    # then: the bar moved and its message followed, on the same document (no reload)
+    assert 0 < first < later <= 1
+    assert message.startswith("step ") and message.endswith(" of 16")
+    assert browser.execute_script("return window.sameDocument") is True
+
+    # and: the end shows up too, still without a reload
+    wait_for(
+        lambda: browser.find_elements(By.CSS_SELECTOR, '.story[data-state="succeeded"]'),
+        timeout_s=40,
+        what="the page to show the invocation succeeded",
+    )
+    assert "crawled 16 steps" in browser.find_element(By.CSS_SELECTOR, "section.answer").text
+    assert browser.execute_script("return window.sameDocument") is True
+
+
+def test_a_model_answer_with_a_script_is_shown_as_text_and_runs_nothing(
+    service: Replica, browser: WebDriver
+) -> None:
+    # given: a tool result and a model answer carrying a script and an image that runs one on error
+    invocation_id = start(service, f"echo {PAYLOAD}")
+    assert finished(service, invocation_id)["final_answer"] == f"said: {PAYLOAD}"
+
+    # when: the list and the invocation's page are shown
+    browser.get(f"{service.root}/ui")
+    listed = _cells(_row(browser, invocation_id))[1]
+    browser.get(f"{service.root}/ui/invocations/{invocation_id}")
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "section.answer"), what="the answer")
+
+    # then: the markup is text on the page, and nothing of it ran
+    assert browser.find_element(By.CSS_SELECTOR, "section.answer pre").text == f"said: {PAYLOAD}"
+    assert browser.find_element(By.CSS_SELECTOR, "pre.result").text == PAYLOAD
+    assert listed.startswith("echo <script>window.pwned")
+    assert browser.find_elements(By.CSS_SELECTOR, "main script, main img") == []
+    assert browser.execute_script("return window.pwned === undefined") is True
+    assert browser.title != "pwned"
+
+
+def test_the_pools_page_shows_the_live_catalog(service: Replica, browser: WebDriver, tmp_path: Path) -> None:
+    # given: the worker of pool `ui` is alive
+    browser.get(f"{service.root}/ui/pools")
+
+    # then: its pool, kind, concurrency, tools and heartbeat are on the page
+    pool = browser.find_element(By.CSS_SELECTOR, 'section.pool[data-pool="ui"]')
+    text = pool.text
+    assert "1 worker · kind threads · concurrency 8" in text
+    assert "Tools: book (compensable), crawl, echo, pay, refuse" in text
+    cells = pool.find_elements(By.CSS_SELECTOR, "table.workers td")
+    assert cells[0].text.startswith("ui-") and cells[0].text.endswith("@integration")
+    assert cells[4].text.endswith(" s") or cells[4].text.endswith(" ms")
+    screenshot(browser, tmp_path, "ui-pools")
+
+
+@pytest.fixture
+def ui_alone(service_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    """`toolfleet ui` on its own, with basic authentication, on the service's database and Redis."""
+    port = free_port()
+    env = {**service_env, "TOOLFLEET_UI_BASIC_AUTH": "ops:hunter22"}
+    log = tmp_path / "ui.log"
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [TOOLFLEET, "ui", "--port", str(port)], cwd=REPO_ROOT, env=env, stdout=out, stderr=out
+        )
+    root = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        assert process.poll() is None, log.read_text()
+        try:
+            return httpx.get(f"{root}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(answers, timeout_s=30, what="toolfleet ui answering")
+        yield root
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_toolfleet_ui_alone_shows_the_same_invocations_behind_basic_authentication(
+    service: Replica, ui_alone: str
+) -> None:
+    invocation_id = start(service, "book seat")
+    finished(service, invocation_id)
+
+    refused = httpx.get(f"{ui_alone}/ui", timeout=10)
+    assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic")
+    assert httpx.get(f"{ui_alone}/ui", auth=("ops", "wrong"), timeout=10).status_code == 401
+
+    page = httpx.get(f"{ui_alone}/ui/invocations/{invocation_id}", auth=("ops", "hunter22"), timeout=10)
+    assert page.status_code == 200
+    assert "booked seat" in page.text and 'class="tool">book<' in page.text
+    pools = httpx.get(f"{ui_alone}/ui/pools", auth=("ops", "hunter22"), timeout=10)
+    assert 'data-pool="ui"' in pools.text

@@ -1,0 +1,116 @@
+"""Who may use the run view, in process (no browser, no worker): the key sign-in and its session
+cookie, basic authentication, the form token on every POST, and settings that would expose it."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+
+from orchestrator.saga.async_journal import AsyncJournal
+from orchestrator.server.events import EventLog
+from orchestrator.server.ui import UiSettings, create_ui_app
+from orchestrator.server.ui.context import UiContext, set_context
+from workers.errors import SettingsError
+from workers.settings import Settings
+
+KEY = "sk-view-key-0123456789"
+
+
+def _client(tmp_path: Path, ui: UiSettings) -> httpx.AsyncClient:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'journal.db'}")
+    app = create_ui_app(ui, settings)
+    client = aioredis.Redis.from_url(settings.redis_url)  # never reached by these pages
+    journal = AsyncJournal(settings.database_url, keys=())
+    set_context(app, UiContext(ui, settings, journal, EventLog(client), owned=[journal, client]))
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
+
+
+@pytest.fixture
+def run() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def test_a_key_signs_in_once_and_the_session_cookie_is_httponly_and_strict(
+    tmp_path: Path, run: asyncio.AbstractEventLoop
+) -> None:
+    async def story() -> None:
+        async with _client(tmp_path, UiSettings(api_keys=("old", KEY))) as client:
+            first = await client.get("/ui/pools?x=1")
+            assert first.status_code == 303
+            assert first.headers["location"] == "/ui/login?next=%2Fui%2Fpools%3Fx%3D1"
+            form = await client.get("/ui/login")
+            nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+            assert nonce is not None
+            wrong = await client.post("/ui/login", data={"nonce": nonce[1], "key": "guess", "next": "/ui"})
+            assert wrong.status_code == 401 and "not one of the service" in wrong.text
+            forged = await client.post("/ui/login", data={"nonce": "made-up", "key": KEY})
+            assert forged.status_code == 401 and "expired" in forged.text
+            fresh = re.search(r'name="nonce" value="([^"]+)"', forged.text)  # each form has its own
+            assert fresh is not None
+            signed = await client.post(
+                "/ui/login", data={"nonce": fresh[1], "key": KEY, "next": "//evil.example/ui"}
+            )
+            assert signed.status_code == 303 and signed.headers["location"] == "/ui"
+            cookie = signed.headers["set-cookie"]
+            assert "HttpOnly" in cookie and "SameSite=strict" in cookie and KEY not in cookie
+            page = await client.get("/ui")
+            assert page.status_code == 200 and "No invocation matches" in page.text
+            assert "script-src 'self'" in page.headers["content-security-policy"]
+
+    run.run_until_complete(story())
+
+
+def test_every_post_needs_the_sessions_form_token(tmp_path: Path, run: asyncio.AbstractEventLoop) -> None:
+    async def story() -> None:
+        async with _client(tmp_path, UiSettings(api_keys=(KEY,))) as client:
+            form = await client.get("/ui/login")
+            nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+            assert nonce is not None
+            await client.post("/ui/login", data={"nonce": nonce[1], "key": KEY})
+            token = re.search(r'name="csrf" value="([^"]+)"', (await client.get("/ui")).text)
+            assert token is not None
+            assert (await client.post("/ui/logout", data={})).status_code == 403
+            assert (await client.post("/ui/logout", data={"csrf": "0" * 64})).status_code == 403
+            out = await client.post("/ui/logout", data={"csrf": token[1]})
+            assert out.status_code == 303 and out.headers["location"] == "/ui/login"
+
+    run.run_until_complete(story())
+
+
+def test_basic_authentication_when_configured(tmp_path: Path, run: asyncio.AbstractEventLoop) -> None:
+    async def story() -> None:
+        async with _client(tmp_path, UiSettings(basic_auth="ops:s3cret", api_keys=(KEY,))) as client:
+            refused = await client.get("/ui")
+            assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic")
+            assert (await client.get("/ui", auth=("ops", "nope"))).status_code == 401
+            assert (await client.get("/ui", auth=("ops", "s3cret"))).status_code == 200
+
+    run.run_until_complete(story())
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        (UiSettings(host="0.0.0.0"), "TOOLFLEET_API_KEYS or TOOLFLEET_UI_BASIC_AUTH"),
+        (None, "user:password"),
+        (None, "http:// or https://"),
+    ],
+)
+def test_settings_that_would_expose_or_break_the_view_are_refused(
+    settings: UiSettings | None, says: str
+) -> None:
+    with pytest.raises(SettingsError, match=re.escape(says)):
+        if settings is not None:
+            settings.check_listening()
+        elif says == "user:password":
+            UiSettings(basic_auth="nouser")
+        else:
+            UiSettings(flower_url="flower:5555")
