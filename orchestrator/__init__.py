@@ -40,7 +40,7 @@ from orchestrator.models.anthropic import AnthropicChatModel
 from orchestrator.models.openai import OpenAiChatModel
 from orchestrator.models.scripted import ScriptedChatModel
 from orchestrator.providers import *  # noqa: F403
-from orchestrator.result import ApprovalRequested, Result, ToolExecuted, ToolProgress
+from orchestrator.result import ApprovalRequested, InvocationResumed, Result, ToolExecuted, ToolProgress
 from orchestrator.saga import AsyncJournal, CallState, CompensationState, InvocationState, Journal
 from orchestrator.search import (
     EmbeddingModel,
@@ -70,6 +70,7 @@ __all__ = [
     "CompensationState",
     "EmbeddingModel",
     "HashingEmbeddingModel",
+    "InvocationResumed",
     "InvocationState",
     "Journal",
     "LocalExecutor",

@@ -11,7 +11,15 @@ from orchestrator.models.base import FinishReason, TokenUsage
 from orchestrator.saga.journal import ApprovalRecord
 from workers.protocol import ToolExecution
 
-__all__ = ["ApprovalRequested", "CompleteResponse", "Result", "StreamEvent", "ToolExecuted", "ToolProgress"]
+__all__ = [
+    "ApprovalRequested",
+    "CompleteResponse",
+    "InvocationResumed",
+    "Result",
+    "StreamEvent",
+    "ToolExecuted",
+    "ToolProgress",
+]
 
 
 @dataclass
@@ -62,6 +70,15 @@ class ApprovalRequested:
 
 
 @dataclass(frozen=True)
+class InvocationResumed:
+    """A paused invocation goes on in this process, which took it (`AiService.stream_resume`): the
+    decisions on the calls it waited on, before any of them runs."""
+
+    invocation_id: str
+    approvals: tuple[ApprovalRecord, ...]
+
+
+@dataclass(frozen=True)
 class CompleteResponse(base.CompleteResponse):
     """The last event of `AiService.stream()`: the final response, and the invocation's `Result`.
 
@@ -73,5 +90,5 @@ class CompleteResponse(base.CompleteResponse):
 
 
 # What `AiService.stream()` yields: the model's events, `ToolProgress`, `ToolExecuted` and
-# `ApprovalRequested`, then one `CompleteResponse`.
-StreamEvent: TypeAlias = base.ChatEvent | ToolProgress | ToolExecuted | ApprovalRequested
+# `ApprovalRequested` (and, first when resumed, `InvocationResumed`), then one `CompleteResponse`.
+StreamEvent: TypeAlias = base.ChatEvent | ToolProgress | ToolExecuted | ApprovalRequested | InvocationResumed

@@ -11,8 +11,11 @@ import os
 from typing import NoReturn
 
 import pytest
+import sqlalchemy as sa
 
-__all__ = ["in_ci", "postgres_unreachable"]
+__all__ = ["POSTGRES_URL", "in_ci", "postgres_error", "postgres_unreachable", "reachable_postgres"]
+
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"  # the test server's database
 
 
 def in_ci() -> bool:
@@ -26,3 +29,24 @@ def postgres_unreachable(url: str, error: BaseException) -> NoReturn:
     if in_ci():
         pytest.fail(f"{message} (CI is set: a PostgreSQL test may not be skipped)")
     pytest.skip(message)
+
+
+def postgres_error(url: str) -> Exception | None:
+    """Why the PostgreSQL server at `url` does not answer (within 2 s), or None when it does."""
+    engine = sa.create_engine(url, connect_args={"connect_timeout": 2})
+    try:
+        with engine.connect() as connection:
+            connection.execute(sa.text("select 1"))
+    except Exception as exc:
+        return exc
+    finally:
+        engine.dispose()
+    return None
+
+
+def reachable_postgres(url: str = POSTGRES_URL) -> str:
+    """`url`, once its server answers; else the test is skipped (failed in CI)."""
+    error = postgres_error(url)
+    if error is not None:
+        postgres_unreachable(url, error)
+    return url

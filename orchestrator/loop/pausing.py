@@ -33,6 +33,7 @@ from orchestrator.models.base import FinishReason, TokenUsage
 from orchestrator.providers import AiServiceTool, ToolRunContext
 from orchestrator.result import ApprovalRequested, Result
 from orchestrator.saga import SagaStep
+from orchestrator.saga.async_journal import JournalRunner
 from orchestrator.saga.journal import CallRecord, CallState, Journal, WaitingCall, owner_id
 from workers.calls.invocation import InvocationContext, InvocationParameters
 from workers.protocol import ToolExecution, ToolExecutionRequest
@@ -235,18 +236,16 @@ def settle_waiting(config: LoopConfig, state: RunState, call: Call, approval: Ap
 
 
 async def read_for_resume(
-    journal: Any, invocation_id: str
+    journal: JournalRunner, invocation_id: str
 ) -> tuple[list[CallRecord], dict[str, ApprovalRecord]]:
     """The journal's calls of the invocation and its approvals by call id, in one transaction."""
 
     def read(j: Journal) -> tuple[list[CallRecord], dict[str, ApprovalRecord]]:
         return j.calls(invocation_id), {a.call_id: a for a in j.approvals(invocation_id)}
 
-    result: tuple[list[CallRecord], dict[str, ApprovalRecord]] = await journal.run(read)
-    return result
+    return await journal.run(read)
 
 
-async def claim(journal: Any, invocation_id: str) -> dict[str, Any] | None:
+async def claim(journal: JournalRunner, invocation_id: str) -> dict[str, Any] | None:
     """Take the paused invocation to resume it here (None: not paused, still waiting, or taken)."""
-    taken: dict[str, Any] | None = await journal.run(lambda j: j.claim_paused(invocation_id, owner_id()))
-    return taken
+    return await journal.run(lambda j: j.claim_paused(invocation_id, owner_id()))

@@ -14,7 +14,7 @@ from orchestrator.loop.run import resume_invocation
 from orchestrator.loop.state import Emit
 from orchestrator.memory import ChatMemory
 from orchestrator.models.base import FinishReason
-from orchestrator.result import Result
+from orchestrator.result import InvocationResumed, Result
 from orchestrator.saga.states import InvocationState
 
 __all__ = ["resume"]
@@ -68,6 +68,9 @@ async def resume(
     calls, approvals = await read_for_resume(journal, invocation_id)
     state.saga.restore(saga_steps(state, calls, batch), max((c.sequence for c in calls), default=0))
     state.saga.turn = state.round_trips
+    if emit is not None:
+        waited = [c.request.id for c in batch if c.message is None]
+        emit(InvocationResumed(invocation_id, tuple(approvals[i] for i in waited if i in approvals)))
     log.info(
         "invocation %s resumed here: %s",
         invocation_id,

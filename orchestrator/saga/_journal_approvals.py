@@ -58,6 +58,25 @@ class ApprovalRecord:
     expires_at: datetime
     decided_at: datetime | None
 
+    def to_json(self) -> dict[str, Any]:
+        """The call and its decision as JSON (arguments as the model wrote them, times in ISO 8601)."""
+        return {
+            "invocation_id": self.invocation_id,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "pool": self.pool,
+            "arguments": self.arguments,
+            "arguments_hash": self.arguments_hash,
+            "state": self.state.value,
+            "approved_arguments": self.approved_arguments,
+            "reason": self.reason,
+            "requested_by": self.requested_by,
+            "requested_at": self.requested_at.isoformat(),
+            "expires_at": self.expires_at.isoformat(),
+            "decided_by": self.decided_by,
+            "decided_at": None if self.decided_at is None else self.decided_at.isoformat(),
+        }
+
     @property
     def arguments_to_run(self) -> str:
         """The arguments the call runs with once approved: the edited ones, else the model's."""
@@ -179,21 +198,30 @@ class JournalApprovals:
     ) -> list[ApprovalRecord]:
         """The calls waiting or decided, oldest first: of one invocation, or in one state."""
         with self._read() as connection:
-            found = self._approvals_on(connection, invocation_id, None)
-        return [a for a in found if state is None or a.state == ApprovalState(state)]
+            return self._approvals_on(connection, invocation_id, None, state)
 
-    def ready_to_resume(self) -> list[tuple[str, str | None]]:
-        """The paused invocations (id, agent) with no call left pending: whoever may resume them should."""
+    def waiting_counts(self) -> dict[tuple[str, str | None], int]:
+        """How many calls wait for a person, by tool and pool."""
+        query = (
+            sa.select(approvals.c.tool, approvals.c.pool, sa.func.count())
+            .where(approvals.c.state == ApprovalState.PENDING.value)
+            .group_by(approvals.c.tool, approvals.c.pool)
+        )
+        with self._read() as connection:
+            return {(row[0], row[1]): int(row[2]) for row in connection.execute(query)}
+
+    def ready_to_resume(self) -> list[str]:
+        """The paused invocations with no call left pending: whoever may resume them should."""
         pending = sa.select(approvals.c.id).where(
             approvals.c.invocation_id == invocations.c.id, approvals.c.state == ApprovalState.PENDING.value
         )
         query = (
-            sa.select(invocations.c.id, invocations.c.service_name)
+            sa.select(invocations.c.id)
             .where(invocations.c.state == InvocationState.PAUSED.value, ~sa.exists(pending))
             .order_by(invocations.c.started_at)
         )
         with self._read() as connection:
-            return [(row.id, row.service_name) for row in connection.execute(query)]
+            return list(connection.execute(query).scalars())
 
     def claim_paused(self, invocation_id: str, owner: str) -> dict[str, Any] | None:
         """Take a paused invocation whose calls are all decided, to resume it: its paused state, or None
@@ -242,9 +270,14 @@ class JournalApprovals:
 
     @staticmethod
     def _approvals_on(
-        connection: Connection, invocation_id: str | None, call_id: str | None
+        connection: Connection,
+        invocation_id: str | None,
+        call_id: str | None,
+        state: ApprovalState | str | None = None,
     ) -> list[ApprovalRecord]:
         query = sa.select(approvals).order_by(approvals.c.id)
+        if state is not None:
+            query = query.where(approvals.c.state == ApprovalState(state).value)
         if invocation_id is not None:
             query = query.where(approvals.c.invocation_id == invocation_id)
         if call_id is not None:

@@ -27,6 +27,7 @@ from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.loop.cancellation import listen_for_cancels
 from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.saga.async_journal import AsyncJournal
+from orchestrator.saga.journal import Journal
 from orchestrator.server import approvals, native, routes
 from orchestrator.server.error_shape import api_error_body, error_body
 from orchestrator.server.events import EventLog
@@ -71,7 +72,9 @@ def create_app(
         watch.housekeeping = lambda: approvals.resume_decided(state)
         listen_for_cancels(settings.redis_url)  # whatever executor the agents use
         background = [asyncio.create_task(watch.run())]
-        stop_counting_approvals = watch_approvals(settings.database_url)
+        stop_counting_approvals = watch_approvals(
+            lambda: Journal(settings.database_url, keys=settings.journal_keys)
+        )
         try:
             yield
         finally:

@@ -20,7 +20,7 @@ from orchestrator.messages import UserMessage
 from orchestrator.saga.async_journal import JournalRunner
 from orchestrator.saga.journal import ApprovalRecord, InvocationState
 from orchestrator.server.conversations import open_conversation, save_conversation
-from orchestrator.server.invocations import Run, approval_json
+from orchestrator.server.invocations import Run
 from orchestrator.server.state import ServiceState, checked_id, read_body, service_state
 
 __all__ = ["cancel_paused_invocation", "decide_calls", "resume_decided", "resume_in_background", "router"]
@@ -76,8 +76,8 @@ async def decide(invocation_id: str, request: Request) -> dict[str, Any]:
     return {
         "id": checked,
         "object": "invocation.approvals",
-        "approvals": [approval_json(r) for r in records],
-        "waiting": [approval_json(r) for r in waiting],
+        "approvals": [r.to_json() for r in records],
+        "waiting": [r.to_json() for r in waiting],
         "status": "resuming" if resumed else "paused" if waiting else "resumed_elsewhere",
     }
 
@@ -145,7 +145,7 @@ async def resume_decided(state: ServiceState) -> int:
     await state.journal.run(lambda j: j.expire_approvals())
     ready = await state.journal.run(lambda j: j.ready_to_resume())
     started = 0
-    for invocation_id, _ in ready:
+    for invocation_id in ready:
         if invocation_id in state.invocations.running or state.draining:
             continue
         try:

@@ -10,7 +10,8 @@ The types: `invocation.started`, `text.delta`, `tool_call.queued`, `tool_call.st
 `compensation.started`, `compensation.finished`, then `invocation.completed` (content,
 finish_reason, usage), `invocation.failed` (error) or `invocation.cancelled`. An invocation that
 pauses for approvals adds `approval.requested` (the waiting calls) and `invocation.paused`; when it
-is resumed, on any replica, its stream goes on from `invocation.resumed`.
+is resumed, on any replica, its stream goes on from `invocation.resumed` (the decisions), written by
+the process that took it (of several trying at once, one does).
 """
 
 from __future__ import annotations

@@ -24,8 +24,13 @@ from orchestrator.executors import CallEvent, observe_calls
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.models.base import FinishReason, PartialResponse
-from orchestrator.result import ApprovalRequested, CompleteResponse, ToolExecuted, ToolProgress
-from orchestrator.saga.journal import ApprovalRecord
+from orchestrator.result import (
+    ApprovalRequested,
+    CompleteResponse,
+    InvocationResumed,
+    ToolExecuted,
+    ToolProgress,
+)
 from orchestrator.server.error_shape import invocation_failure
 from orchestrator.server.events import EVENTS_TTL_S, EventLog
 from orchestrator.service import AiService
@@ -114,12 +119,9 @@ class Invocations:
 
             loop.call_soon_threadsafe(write)
 
-        first = {"type": "invocation.resumed" if run.resuming else "invocation.started"}
-        await add(
-            invocation_id,
-            first
-            | {"invocation_id": invocation_id, "agent": run.agent, "conversation_id": run.conversation_id},
-        )
+        origin = {"invocation_id": invocation_id, "agent": run.agent, "conversation_id": run.conversation_id}
+        if not run.resuming:  # a resumed one says so once this process has taken it (InvocationResumed)
+            await add(invocation_id, {"type": "invocation.started", **origin})
         try:
             if await self.client.exists(CANCELLED_KEY.format(invocation_id)):
                 raise asyncio.CancelledError
@@ -143,6 +145,11 @@ class Invocations:
                         await add(invocation_id, finished_event(event))
                     elif isinstance(event, ApprovalRequested):
                         await add(invocation_id, approval_event(event))
+                    elif isinstance(event, InvocationResumed):
+                        decided = [a.to_json() for a in event.approvals]
+                        await add(
+                            invocation_id, {"type": "invocation.resumed", **origin, "approvals": decided}
+                        )
                     elif isinstance(event, CompleteResponse):
                         await wrap_up()
                         await add(invocation_id, completed_event(event, time.monotonic() - started))
@@ -216,25 +223,7 @@ def approval_event(event: ApprovalRequested) -> dict[str, Any]:
     return {
         "type": "approval.requested",
         "invocation_id": event.invocation_id,
-        "approvals": [approval_json(a) for a in event.approvals],
-    }
-
-
-def approval_json(approval: ApprovalRecord) -> dict[str, Any]:
-    """One waiting (or decided) call, as the service shows it."""
-    return {
-        "call_id": approval.call_id,
-        "tool": approval.tool,
-        "pool": approval.pool,
-        "arguments": approval.arguments,
-        "arguments_hash": approval.arguments_hash,
-        "state": approval.state.value,
-        "approved_arguments": approval.approved_arguments,
-        "reason": approval.reason,
-        "requested_by": approval.requested_by,
-        "requested_at": approval.requested_at.isoformat(),
-        "expires_at": approval.expires_at.isoformat(),
-        "decided_by": approval.decided_by,
+        "approvals": [a.to_json() for a in event.approvals],
     }
 
 

@@ -116,12 +116,14 @@ async def invocation_story(invocation_id: str, request: Request) -> dict[str, An
 
 @router.post("/v1/invocations/{invocation_id}/cancel", status_code=202)
 async def cancel_invocation(invocation_id: str, request: Request) -> dict[str, Any]:
-    """Cancel a running invocation, whichever replica runs it: running calls are abandoned as at a
-    deadline, what succeeded is compensated, the journal says `cancelled`."""
+    """Cancel an invocation: a running one, whichever replica runs it (running calls are abandoned as
+    at a deadline), or a paused one, here; what succeeded is compensated, the journal says
+    `cancelled`."""
     state = service_state(request)
-    last = await state.events.last(checked_id(invocation_id))
-    if await cancel_paused_invocation(state, checked_id(invocation_id)):
-        return {"id": invocation_id, "object": "invocation", "status": "cancelled"}
+    checked = checked_id(invocation_id)
+    if await cancel_paused_invocation(state, checked):
+        return {"id": checked, "object": "invocation", "status": "cancelled"}
+    last = await state.events.last(checked)
     if last is None:
         raise ApiError(404, f"no invocation {invocation_id} is known to this service", code=NOT_FOUND)
     if last.get("type") in TERMINAL_TYPES:

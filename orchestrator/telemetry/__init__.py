@@ -12,14 +12,13 @@ from orchestrator.telemetry.hooks import (
     traced_compensation,
     traced_invocation,
 )
-from orchestrator.telemetry.metrics import ApprovalsWaiting, pending_approvals
+from orchestrator.telemetry.metrics import ApprovalsWaiting
 from workers.telemetry.tracing import setup_tracing, stop_tracing
 
 __all__ = [
     "ApprovalsWaiting",
     "model_called",
     "outcome_known",
-    "pending_approvals",
     "setup_tracing",
     "stop_tracing",
     "traced_call",

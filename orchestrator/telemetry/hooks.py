@@ -33,6 +33,7 @@ from workers.telemetry.tracing import (
     mark_failed,
     record_span,
     span,
+    tracing_enabled,
 )
 from workers.tools import ToolDefinition
 
@@ -124,6 +125,25 @@ def outcome_known(outcome: ToolOutcome) -> None:
         fields.worker = outcome.worker
 
 
+def _call_attributes(state: Any, request: Any, tool: Any, fields: CallFields) -> dict[str, Any]:
+    """The span attributes of one tool call as the orchestrator dispatches it."""
+    attributes: dict[str, Any] = {
+        GEN_AI_OPERATION: "execute_tool",
+        GEN_AI_TOOL_NAME: request.name,
+        GEN_AI_TOOL_CALL_ID: request.id,
+        "gen_ai.tool.type": "function",
+        "toolfleet.pool": fields.pool,
+        "toolfleet.invocation.id": fields.invocation_id,
+        "toolfleet.turn": state.round_trips,
+        "toolfleet.side": "orchestrator",
+    }
+    if isinstance(tool, ToolDefinition) and tool.timeout is not None:
+        attributes["toolfleet.timeout_s"] = tool.timeout
+    if content_recorded():
+        attributes["gen_ai.tool.call.arguments"] = request.arguments
+    return attributes
+
+
 def traced_call(execute: _F) -> _F:
     """Around one tool call of the loop (`config, state, call`): its log fields, its span (the parent
     of the worker's, through the message headers) and its metrics."""
@@ -134,20 +154,7 @@ def traced_call(execute: _F) -> _F:
         tool = state.tools.get(request.name)
         pool = tool.pool if isinstance(tool, ToolDefinition) else None
         fields = CallFields(str(state.context.invocation_id), request.id, request.name, pool)
-        attributes: dict[str, Any] = {
-            GEN_AI_OPERATION: "execute_tool",
-            GEN_AI_TOOL_NAME: request.name,
-            GEN_AI_TOOL_CALL_ID: request.id,
-            "gen_ai.tool.type": "function",
-            "toolfleet.pool": pool,
-            "toolfleet.invocation.id": fields.invocation_id,
-            "toolfleet.turn": state.round_trips,
-            "toolfleet.side": "orchestrator",
-        }
-        if isinstance(tool, ToolDefinition) and tool.timeout is not None:
-            attributes["toolfleet.timeout_s"] = tool.timeout
-        if content_recorded():
-            attributes["gen_ai.tool.call.arguments"] = request.arguments
+        attributes = _call_attributes(state, request, tool, fields) if tracing_enabled() else {}
         started = time.perf_counter()
         in_flight = TOOL_IN_FLIGHT.labels(request.name, pool) if pool is not None else None
         if in_flight is not None:

@@ -12,15 +12,14 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import sqlalchemy as sa
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from orchestrator.saga.journal import Journal
 from workers.telemetry.metrics import DURATION_BUCKETS
 
 __all__ = [
-    "APPROVALS_TABLE",
     "COMPENSATIONS",
     "DEADLINE_MISSES",
     "INVOCATIONS",
@@ -30,7 +29,6 @@ __all__ = [
     "TOOL_DURATION",
     "TOOL_IN_FLIGHT",
     "ApprovalsWaiting",
-    "pending_approvals",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,60 +67,49 @@ MODEL_TOKENS = Counter(
     ("service", "provider", "type"),
 )
 
-APPROVALS_TABLE = "toolfleet_approvals"
-
-
-def pending_approvals(engine: sa.Engine) -> int:
-    """How many approvals wait for a person in the journal's database; 0 while the database has no
-    approvals table."""
-    with engine.connect() as connection:
-        if not sa.inspect(connection).has_table(APPROVALS_TABLE):
-            return 0
-        count = connection.execute(
-            sa.text(f"SELECT count(*) FROM {APPROVALS_TABLE} WHERE state = 'pending'")
-        ).scalar()
-    return int(count or 0)
-
 
 class ApprovalsWaiting(Collector):
-    """`toolfleet_approvals_waiting`, read from the journal at each scrape."""
+    """`toolfleet_approvals_waiting{tool,pool}`, counted in the journal at each scrape."""
 
-    def __init__(self, count: Callable[[], int]) -> None:
+    def __init__(self, count: Callable[[], dict[tuple[str, str | None], int]]) -> None:
         self.count = count
 
     def collect(self) -> Iterator[Any]:
         try:
-            value = float(self.count())
+            counts = self.count()
         except Exception as exc:  # a database hiccup must not fail the whole scrape
             log.warning("could not count the approvals waiting: %s", exc)
             return
-        yield GaugeMetricFamily(
-            "toolfleet_approvals_waiting", "Tool calls waiting for a person's approval", value
+        family = GaugeMetricFamily(
+            "toolfleet_approvals_waiting",
+            "Tool calls waiting for a person's approval",
+            labels=("tool", "pool"),
         )
+        for (tool, pool), waiting in sorted(counts.items(), key=lambda item: (item[0][0], item[0][1] or "")):
+            family.add_metric((tool, pool or ""), waiting)
+        yield family
 
     def describe(self) -> Iterator[Any]:
         return iter(())
 
 
-def watch_approvals(database_url: str) -> Callable[[], None]:
-    """Count the approvals waiting in the journal at `database_url` at each scrape of the default
-    registry (on an engine of its own, opened at the first scrape); returns what stops it."""
-    engines: list[sa.Engine] = []
+def watch_approvals(journal: Callable[[], Journal]) -> Callable[[], None]:
+    """Count the approvals waiting at each scrape of the default registry, in the journal `journal()`
+    gives (made at the first scrape); returns what stops it."""
+    made: list[Journal] = []
 
-    def count() -> int:
-        if not engines:
-            from orchestrator._database_url import database_engine
-
-            engines.append(database_engine(database_url))
-        return pending_approvals(engines[0])
+    def count() -> dict[tuple[str, str | None], int]:
+        if not made:
+            made.append(journal())
+        return made[0].waiting_counts()
 
     collector = ApprovalsWaiting(count)
     REGISTRY.register(collector)
 
     def stop() -> None:
         REGISTRY.unregister(collector)
-        while engines:
-            engines.pop().dispose()
+        while made:
+            made.pop().engine.dispose()
 
     return stop
 

@@ -35,7 +35,7 @@ from orchestrator.saga.journal import Journal
 from orchestrator.saga.journal import compensations as compensations_table
 from orchestrator.saga.journal import invocations as invocations_table
 from orchestrator.saga.journal import tool_calls as tool_calls_table
-from tests._postgres import in_ci, postgres_unreachable
+from tests._postgres import in_ci, postgres_error, postgres_unreachable
 from tests.integration import load_tools
 from tests.integration.worker_processes import all_running, tool_worker
 from workers.runtime.process import WorkerProcess
@@ -88,18 +88,6 @@ def load_pools(
         yield workers
 
 
-def _postgres_error() -> Exception | None:
-    """Why PostgreSQL does not answer at `POSTGRES_URL`, or None when it does."""
-    try:
-        engine = sa.create_engine(POSTGRES_URL, connect_args={"connect_timeout": 2})
-        with engine.connect() as connection:
-            connection.execute(sa.text("select 1"))
-        engine.dispose()
-        return None
-    except Exception as exc:
-        return exc
-
-
 @pytest.fixture
 def journal(tmp_path: Path) -> Iterator[tuple[Journal, str]]:
     """One journal for every invocation: PostgreSQL if it answers (SQLite serialises writers), else SQLite;
@@ -108,7 +96,7 @@ def journal(tmp_path: Path) -> Iterator[tuple[Journal, str]]:
     Rows of this run are found (and deleted afterwards) by the unique service name the test gives.
     """
     name = f"load-{uuid.uuid4().hex[:12]}"
-    error = _postgres_error()
+    error = postgres_error(POSTGRES_URL)
     if error is not None and in_ci():
         postgres_unreachable(POSTGRES_URL, error)
     url = POSTGRES_URL if error is None else f"sqlite:///{tmp_path / 'journal.db'}"

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from orchestrator import (
     AiMessage,
@@ -27,11 +26,8 @@ from orchestrator import (
     ToolExecutionResultMessage,
     UserMessage,
 )
-from tests._postgres import postgres_unreachable
+from tests._postgres import reachable_postgres
 from workers import Image, ImageContent, TextContent, ToolExecutionResult, tool
-
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
 
 # -- helpers --------------------------------------------------------------------------------------
 
@@ -111,15 +107,7 @@ def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
-    engine = sa.create_engine(POSTGRES_URL)
-    try:
-        with engine.connect() as connection:
-            connection.execute(sa.text("select 1"))
-    except sa.exc.OperationalError as exc:
-        postgres_unreachable(POSTGRES_URL, exc)
-    finally:
-        engine.dispose()
-    return POSTGRES_URL
+    return reachable_postgres()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -31,6 +31,7 @@ from workers.telemetry.tracing import (
     setup_tracing,
     span,
     tracer_provider,
+    tracing_enabled,
 )
 from workers.tools import ToolDefinition
 
@@ -86,8 +87,8 @@ def observed_call(task: Task, definition: ToolDefinition, envelope: CallTask) ->
     in_flight.inc()
     started = time.perf_counter()
     error: BaseException | None = None
-    attributes = _attributes(task, definition, request, invocation_id)
-    if envelope.deadline is not None:
+    attributes = _attributes(task, definition, request, invocation_id) if tracing_enabled() else {}
+    if attributes and envelope.deadline is not None:
         attributes["toolfleet.deadline"] = envelope.deadline
     try:
         with (

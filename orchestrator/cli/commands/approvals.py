@@ -37,25 +37,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     found = journal.approvals(args.invocation, state=state)
     now = datetime.now(UTC)
     for approval in found:
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "invocation_id": approval.invocation_id,
-                        "call_id": approval.call_id,
-                        "tool": approval.tool,
-                        "pool": approval.pool,
-                        "arguments": json.loads(approval.arguments) if _is_json(approval.arguments) else None,
-                        "arguments_hash": approval.arguments_hash,
-                        "state": approval.state.value,
-                        "requested_by": approval.requested_by,
-                        "requested_at": approval.requested_at.isoformat(),
-                        "expires_at": approval.expires_at.isoformat(),
-                        "decided_by": approval.decided_by,
-                        "reason": approval.reason,
-                    }
-                )
-            )
+        if args.json:  # the arguments as the JSON object they are, when they are one
+            print(json.dumps({**approval.to_json(), "arguments": _parsed(approval.arguments)}))
             continue
         waited = int((now - approval.requested_at).total_seconds())
         print(
@@ -71,9 +54,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _is_json(text: str) -> bool:
+def _parsed(arguments: str) -> Any:
     try:
-        json.loads(text)
+        return json.loads(arguments)
     except ValueError:
-        return False
-    return True
+        return arguments

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from orchestrator import ApprovalState, InvocationState, Journal
 from tests._cli import CLI, environment, run_command
-from tests._postgres import postgres_unreachable
+from tests._postgres import reachable_postgres
 from tests.integration.approvals import tools
 from tests.integration.approvals.agent import APPROVAL_TIMEOUT_VARIABLE
 from tests.integration.side_effects import process_client
@@ -28,21 +27,13 @@ from tests.integration.worker_processes import REPO_ROOT, serving
 
 pytestmark = pytest.mark.integration
 
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 AGENT = "bank=tests.integration.approvals.agent:agent"
 DRIVER = (sys.executable, "-m", "tests.integration.approvals.driver")
 
 
 @pytest.fixture(scope="module")
 def postgres() -> str:
-    try:
-        engine = sa.create_engine(POSTGRES_URL, connect_args={"connect_timeout": 2})
-        with engine.connect() as connection:
-            connection.execute(sa.text("select 1"))
-        engine.dispose()
-    except Exception as exc:
-        postgres_unreachable(POSTGRES_URL, exc)
-    return POSTGRES_URL
+    return reachable_postgres()
 
 
 @pytest.fixture(scope="module")

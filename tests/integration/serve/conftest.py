@@ -8,16 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
-from tests._postgres import postgres_unreachable
+from tests._postgres import reachable_postgres
 from tests.integration.fake_openai import FakeOpenAi, fake_openai
-from tests.integration.serve.replicas import AGENTS_MODULE, Replica, replica_env, start_replica
+from tests.integration.serve.replicas import AGENTS_MODULE, Replica, replica_env, two_replicas
 from tests.integration.serve.upstream import script
 from tests.integration.worker_processes import tool_worker
 from workers.runtime.process import WorkerProcess
-
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +25,7 @@ def upstream() -> Iterator[FakeOpenAi]:
 
 @pytest.fixture(scope="module")
 def database_url() -> str:
-    try:
-        engine = sa.create_engine(POSTGRES_URL, connect_args={"connect_timeout": 2})
-        with engine.connect() as connection:
-            connection.execute(sa.text("select 1"))
-        engine.dispose()
-    except Exception as exc:
-        postgres_unreachable(POSTGRES_URL, exc)
-    return POSTGRES_URL
+    return reachable_postgres()
 
 
 @pytest.fixture(scope="module")
@@ -60,17 +50,9 @@ def replicas(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Replica, Replica]]:
     """Two replicas of one service, as behind a load balancer."""
-    logs = tmp_path_factory.mktemp("serve-replicas")
     env = replica_env(redis_url, database_url, upstream.base_url)
-    first = start_replica(env, logs / "a.log")
-    try:
-        second = start_replica(env, logs / "b.log")
-        try:
-            yield first, second
-        finally:
-            second.stop()
-    finally:
-        first.stop()
+    with two_replicas(env, tmp_path_factory.mktemp("serve-replicas")) as pair:
+        yield pair
 
 
 @pytest.fixture

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from tests._waiting import wait_for
 from tests.integration.private_redis import free_port
 from tests.integration.worker_processes import REPO_ROOT
 
-__all__ = ["AGENT", "AGENTS_MODULE", "API_KEY", "Replica", "replica_env", "start_replica"]
+__all__ = ["AGENT", "AGENTS_MODULE", "API_KEY", "Replica", "replica_env", "start_replica", "two_replicas"]
 
 AGENT = "assistant"
 AGENTS_MODULE = "tests.integration.serve_agents"
@@ -108,3 +109,19 @@ def start_replica(
         replica.stop(signal.SIGKILL)
         raise
     return replica
+
+
+@contextlib.contextmanager
+def two_replicas(
+    env: Mapping[str, str], logs: Path, agents: Sequence[str] = (AGENT,)
+) -> Iterator[tuple[Replica, Replica]]:
+    """Two replicas serving `agents` on one environment, stopped when the block ends."""
+    first = start_replica(env, logs / "a.log", agents=agents)
+    try:
+        second = start_replica(env, logs / "b.log", agents=agents)
+        try:
+            yield first, second
+        finally:
+            second.stop()
+    finally:
+        first.stop()

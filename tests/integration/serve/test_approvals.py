@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.integration.fake_openai import FakeOpenAi
-from tests.integration.serve.replicas import AGENT, Replica, replica_env, start_replica
+from tests.integration.serve.replicas import AGENT, Replica, replica_env, two_replicas
 from tests.integration.serve.test_invocations import AUTH, _events
 from tests.integration.side_effects import process_client
 from workers.runtime.process import WorkerProcess
@@ -28,17 +28,9 @@ def bank_replicas(
     serve_worker: WorkerProcess,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Replica, Replica]]:
-    logs = tmp_path_factory.mktemp("bank-replicas")
     env = replica_env(redis_url, database_url, upstream.base_url)
-    first = start_replica(env, logs / "a.log", agents=(AGENT, BANKER))
-    try:
-        second = start_replica(env, logs / "b.log", agents=(AGENT, BANKER))
-        try:
-            yield first, second
-        finally:
-            second.stop()
-    finally:
-        first.stop()
+    with two_replicas(env, tmp_path_factory.mktemp("bank-replicas"), (AGENT, BANKER)) as pair:
+        yield pair
 
 
 def _read_until(replica: Replica, invocation_id: str, last: str | None, stop: str) -> list[tuple[str, dict]]:
@@ -88,6 +80,11 @@ def test_an_approval_posted_to_the_other_replica_resumes_the_invocation_there(
     after = _read_until(second, invocation_id, before[-1][0], "invocation.completed")
     kinds = [event["type"] for _, event in after]
     assert kinds[0] == "invocation.resumed" and kinds[-1] == "invocation.completed"
+    assert kinds.count("invocation.resumed") == 1
+    [decided] = after[0][1]["approvals"]
+    assert (
+        decided["call_id"] == "wire-1" and decided["state"] == "approved" and decided["decided_by"] == "api"
+    )
     [finished] = [event for _, event in after if event["type"] == "tool_call.finished"]
     assert finished["tool"] == "wire" and finished["outcome"] == "success"
     assert after[-1][1]["content"] == "banker: wired 2500"
@@ -122,4 +119,26 @@ def test_a_chat_completion_that_pauses_says_which_calls_wait_and_where_to_decide
     assert response.status_code == 200, response.text
     content = response.json()["choices"][0]["message"]["content"]
     assert content.startswith("Waiting for approval: wire (call wire-1). Decide with POST /v1/invocations/")
+    assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == []
+
+
+def test_a_paused_invocation_cancelled_on_the_other_replica_ends_its_stream_and_never_runs_the_call(
+    bank_replicas: tuple[Replica, Replica], ns: str
+) -> None:
+    first, second = bank_replicas
+    started = httpx.post(
+        f"{first.base_url}/agents/{BANKER}/invocations", json={"input": ns}, headers=AUTH, timeout=30
+    )
+    assert started.status_code == 202, started.text
+    invocation_id = started.json()["id"]
+    before = _read_until(first, invocation_id, None, "invocation.paused")
+    cancelled = httpx.post(f"{second.base_url}/invocations/{invocation_id}/cancel", headers=AUTH, timeout=30)
+    assert cancelled.status_code == 202, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+    after = _read_until(first, invocation_id, before[-1][0], "invocation.cancelled")
+    assert [event["type"] for _, event in after] == ["invocation.cancelled"]
+    story = httpx.get(f"{second.base_url}/invocations/{invocation_id}", headers=AUTH, timeout=30).json()
+    assert story["state"] == "cancelled"
+    again = httpx.post(f"{first.base_url}/invocations/{invocation_id}/cancel", headers=AUTH, timeout=30)
+    assert again.status_code == 409, again.text
     assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == []

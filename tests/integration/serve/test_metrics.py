@@ -4,13 +4,17 @@ without asking for the API key."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime, timedelta
+
 import httpx
 import pytest
-import sqlalchemy as sa
 
-from orchestrator.telemetry import pending_approvals
+from orchestrator import Journal
+from orchestrator.saga.journal import WaitingCall
 from tests.integration.serve.replicas import AGENT, API_KEY, Replica
 from tests.metrics_scrape import scrape, total
+from workers.calls.invocation import InvocationContext
 
 pytestmark = pytest.mark.integration
 
@@ -47,12 +51,37 @@ def test_a_replicas_metrics_count_the_calls_of_its_invocations(
     assert total(samples, "toolfleet_compensations_total", tool="book", pool="serve", result="succeeded") == 1
     assert total(samples, "toolfleet_invocations_total", finish_reason="STOP") == 1
     assert total(samples, "toolfleet_model_call_duration_seconds_count") == 3
-    # and: the approvals waiting are the journal's (none while the database has no approvals table)
-    engine = sa.create_engine(database_url)
-    try:
-        assert total(samples, "toolfleet_approvals_waiting") == pending_approvals(engine)
-    finally:
-        engine.dispose()
-    assert ("toolfleet_approvals_waiting", frozenset()) in samples
     # and: the other replica ran none of them
     assert total(scrape(f"{other.root}/metrics"), calls) == 0
+
+
+def test_the_approvals_waiting_are_counted_by_tool_and_pool(
+    replicas: tuple[Replica, Replica], database_url: str
+) -> None:
+    # given: an invocation of the shared journal paused on two calls of a tool of its own, one on a
+    # call of another
+    tool, other = f"probe_{uuid.uuid4().hex[:8]}", f"probe_{uuid.uuid4().hex[:8]}"
+    journal = Journal(database_url)
+    context = InvocationContext(service_name="metrics-probe")
+    invocation_id = str(context.invocation_id)
+    journal.start_invocation(context, {})
+    waiting = [
+        WaitingCall("c1", tool, "probes", "{}"),
+        WaitingCall("c2", tool, "probes", '{"n": 2}'),
+        WaitingCall("c3", other, None, "{}"),
+    ]
+    journal.pause(
+        invocation_id, {}, waiting, expires_at=datetime.now(UTC) + timedelta(hours=1), requested_by="t"
+    )
+    try:
+        # when: a replica is scraped
+        samples = scrape(f"{replicas[1].root}/metrics")
+        # then: each tool's calls waiting are counted, under its pool (none: in-process)
+        assert total(samples, "toolfleet_approvals_waiting", tool=tool, pool="probes") == 2
+        assert total(samples, "toolfleet_approvals_waiting", tool=other, pool="") == 1
+        # and: a decided call waits no more
+        journal.decide(invocation_id, "c1", approve=True)
+        assert total(scrape(f"{replicas[1].root}/metrics"), "toolfleet_approvals_waiting", tool=tool) == 1
+    finally:
+        journal.cancel_paused(invocation_id, "test")
+        journal.engine.dispose()
