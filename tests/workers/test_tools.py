@@ -37,6 +37,7 @@ DEFAULT_OPTIONS = {
     "idempotent": False,
     "retry_on": (),
     "heartbeat_timeout_s": None,
+    "requires_approval": False,
 }
 
 
@@ -105,6 +106,7 @@ def test_every_keyword_is_recorded_in_the_options() -> None:
         retries=3,
         idempotent=True,
         heartbeat_timeout_s=4,
+        requires_approval=True,
     )
     def send(to: str) -> str:
         return "sent"
@@ -125,7 +127,9 @@ def test_every_keyword_is_recorded_in_the_options() -> None:
         "idempotent": True,
         "retry_on": (),
         "heartbeat_timeout_s": 4,
+        "requires_approval": True,
     }
+    assert definition.requires_approval
     assert definition.pool == "mail"
     assert definition.timeout == 2.5
     assert definition.return_behavior is ReturnBehavior.IMMEDIATE

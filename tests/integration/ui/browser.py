@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests._postgres import in_ci
@@ -50,3 +55,12 @@ def start_browser(profile: Path) -> WebDriver:
         return webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     except WebDriverException as exc:
         raise _unavailable(f"Chromium did not start: {exc.msg}") from exc
+
+
+def text_of(browser: WebDriver, selector: str) -> str:
+    """The text of the first element `selector` finds; "" while there is none, or while the page's live
+    update is replacing it (the element read is then gone: read again)."""
+    try:
+        return str(browser.find_element(By.CSS_SELECTOR, selector).text)
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""

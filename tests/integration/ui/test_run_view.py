@@ -17,6 +17,7 @@ from tests._cli import TOOLFLEET
 from tests._waiting import wait_for
 from tests.integration.private_redis import free_port
 from tests.integration.serve.replicas import Replica
+from tests.integration.ui.browser import text_of
 from tests.integration.ui.conftest import AGENT, FLOWER, finished, screenshot, start
 from tests.integration.worker_processes import REPO_ROOT
 
@@ -105,7 +106,9 @@ def test_a_running_call_progresses_on_screen_without_a_reload(
         timeout_s=40,
         what="the page to show the invocation succeeded",
     )
-    assert "crawled 16 steps" in browser.find_element(By.CSS_SELECTOR, "section.answer").text
+    wait_for(
+        lambda: "crawled 16 steps" in text_of(browser, "section.answer"), timeout_s=10, what="the answer"
+    )
     assert browser.execute_script("return window.sameDocument") is True
 
 

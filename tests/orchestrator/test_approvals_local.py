@@ -1,0 +1,171 @@
+"""Approvals in one process, on `LocalExecutor` and a SQLite journal: what pauses (a tool's mark, the
+service's policy), what a decision may and may not do (edited arguments, the hash it is bound to, a
+second or contrary decision), and what `stream()` / `stream_resume()` tell. The cross-process
+guarantees are tested on real workers and PostgreSQL in tests/integration/approvals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import (
+    AiMessage,
+    AiService,
+    ApprovalConflictError,
+    ApprovalError,
+    ApprovalRequested,
+    ApprovalState,
+    InvocationResumed,
+    InvocationState,
+    Journal,
+    LocalExecutor,
+    ScriptedChatModel,
+    ToolExecuted,
+    ToolExecutionRequest,
+    ToolExecutionResultMessage,
+    approve,
+    reject,
+)
+from orchestrator.models.base import ChatRequest, FinishReason
+from orchestrator.result import CompleteResponse
+from workers import tool
+from workers.runtime.catalog import CatalogTool
+from workers.tools.registry import ToolRegistry
+
+RAN: list[dict[str, Any]] = []
+
+
+@tool(requires_approval=True)
+def pay(to: str, amount: int) -> str:
+    RAN.append({"to": to, "amount": amount})
+    return f"paid {amount} to {to}"
+
+
+@tool
+def note(text: str) -> str:
+    RAN.append({"note": text})
+    return "noted"
+
+
+def _script(request: ChatRequest) -> AiMessage | str:
+    results = [m for m in request.messages if isinstance(m, ToolExecutionResultMessage)]
+    if results:
+        return " | ".join(r.text for r in results)
+    return AiMessage(
+        tool_execution_requests=[
+            ToolExecutionRequest("n1", "note", json.dumps({"text": "before"})),
+            ToolExecutionRequest("p1", "pay", json.dumps({"to": "mario", "amount": 100})),
+        ]
+    )
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    RAN.clear()
+
+
+def _service(journal: Journal, **options: Any) -> AiService:
+    return AiService(
+        chat_model=ScriptedChatModel(_script),
+        tools=[pay, note],
+        executor=LocalExecutor(),
+        journal=journal,
+        **options,
+    )
+
+
+def test_a_marked_tool_pauses_after_the_calls_that_need_no_approval_ran(journal: Journal) -> None:
+    result = _service(journal).chat("go")
+
+    assert result.finish_reason is FinishReason.APPROVAL_REQUIRED and result.content is None
+    [waiting] = result.pending_approvals
+    assert (waiting.call_id, waiting.tool, waiting.state) == ("p1", "pay", ApprovalState.PENDING)
+    assert json.loads(waiting.arguments) == {"to": "mario", "amount": 100}
+    assert RAN == [{"note": "before"}]
+    record = journal.invocation(result.invocation_id or "")
+    assert record is not None and record.state is InvocationState.PAUSED
+
+
+def test_the_model_reads_every_result_of_the_batch_in_request_order_once_approved(journal: Journal) -> None:
+    service = _service(journal)
+    paused = service.chat("go")
+
+    done = service.resume(paused.invocation_id or "", {"p1": approve()})
+
+    assert done is not None and done.content == "noted | paid 100 to mario"
+    assert [e.request.name for e in done.tool_executions] == ["note", "pay"]
+    assert RAN == [{"note": "before"}, {"to": "mario", "amount": 100}]
+
+
+def test_a_policy_decides_per_call(journal: Journal) -> None:
+    def notes_need_approval(request: ToolExecutionRequest, context: Any) -> bool:
+        return request.name == "note" and context.memory_id == "default"
+
+    result = _service(journal, approval_policy=notes_need_approval).chat("go")
+
+    assert sorted(a.call_id for a in result.pending_approvals) == ["n1", "p1"]
+    assert RAN == []
+
+
+def test_edited_arguments_run_as_edited_and_a_decision_for_other_arguments_is_refused(
+    journal: Journal,
+) -> None:
+    service = _service(journal)
+    paused = service.chat("go")
+    invocation_id = paused.invocation_id or ""
+
+    with pytest.raises(ApprovalConflictError, match="other arguments"):
+        service.resume(invocation_id, {"p1": approve(arguments_hash="0" * 64)})
+    with pytest.raises(ApprovalError, match="no call nope"):
+        service.resume(invocation_id, {"nope": approve()})
+    done = service.resume(invocation_id, {"p1": approve({"to": "mario", "amount": 5})})
+
+    assert done is not None and done.content == "noted | paid 5 to mario"
+    assert RAN[-1] == {"to": "mario", "amount": 5}
+
+
+def test_deciding_again_is_idempotent_and_a_contrary_decision_is_refused(journal: Journal) -> None:
+    service = _service(journal)
+    invocation_id = service.chat("go").invocation_id or ""
+    done = service.resume(invocation_id, {"p1": reject("not today")})
+    assert done is not None and done.content == "noted | The user rejected the call to 'pay': not today"
+
+    assert service.resume(invocation_id, {"p1": reject("not today")}) is None
+    with pytest.raises(ApprovalConflictError, match="already rejected"):
+        service.resume(invocation_id, {"p1": approve()})
+    assert {"to": "mario", "amount": 100} not in RAN
+
+
+def test_stream_and_stream_resume_tell_the_pause_and_the_decisions(journal: Journal) -> None:
+    service = _service(journal)
+
+    async def run() -> tuple[list[Any], list[Any]]:
+        first = [event async for event in service.stream("go")]
+        invocation_id = first[-1].result.invocation_id
+        second = [event async for event in service.stream_resume(invocation_id, {"p1": approve()})]
+        return first, second
+
+    first, second = asyncio.run(run())
+
+    requested = [e for e in first if isinstance(e, ApprovalRequested)]
+    assert [a.call_id for a in requested[0].approvals] == ["p1"]
+    assert first[-1].result.finish_reason is FinishReason.APPROVAL_REQUIRED
+    assert isinstance(second[0], InvocationResumed)
+    assert [(a.call_id, a.state) for a in second[0].approvals] == [("p1", ApprovalState.APPROVED)]
+    assert [e.execution.request.name for e in second if isinstance(e, ToolExecuted)] == ["pay"]
+    assert (
+        isinstance(second[-1], CompleteResponse) and second[-1].result.content == "noted | paid 100 to mario"
+    )
+
+
+def test_the_catalog_tells_remote_orchestrators_a_tool_needs_approval(tmp_path: Path) -> None:
+    definition = ToolRegistry([pay]).get("pay")
+    assert definition is not None
+
+    advertised = CatalogTool.from_json(CatalogTool.of(definition).to_json())
+
+    assert advertised.definition().requires_approval
