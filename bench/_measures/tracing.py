@@ -13,7 +13,7 @@ from typing import Any
 from bench._context import BATCH_SIZE, Bench
 from bench._timing import Measure, ms, summarize, walls
 from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
-from workers.telemetry.tracing import setup_tracing, stop_tracing
+from workers.telemetry.tracing import setup_tracing, stop_tracing, tracer_provider
 
 TARGET_RATIO = 1.10
 WARMUP = 2  # pairs
@@ -21,12 +21,15 @@ PAIRS = 12
 
 
 @contextlib.contextmanager
-def _no_op_receiver() -> Iterator[str]:
-    """An OTLP/HTTP endpoint on loopback that answers every export with 200 and keeps nothing."""
+def _no_op_receiver() -> Iterator[tuple[str, list[int]]]:
+    """An OTLP/HTTP endpoint on loopback that answers every export with 200 and keeps nothing but
+    their count (the list's one item: span exports received at /v1/traces)."""
+    received = [0]
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            received[0] += self.path == "/v1/traces"
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -38,7 +41,7 @@ def _no_op_receiver() -> Iterator[str]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
     finally:
         server.shutdown()
         server.server_close()
@@ -59,21 +62,28 @@ async def measure_tracing(b: Bench) -> Measure:
         model = ScriptedChatModel([AiMessage(tool_execution_requests=calls), "done"])
         return AiService(chat_model=model, tools=[b.noop], executor=b.executor)
 
-    async def off() -> None:
-        stop_tracing()
-        await service().achat("go")
-
-    with _no_op_receiver() as endpoint:
-        environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+    with _no_op_receiver() as (endpoint, receiver_posts):
+        # One provider for the whole measure; switching tracing on and off costs nothing itself, and
+        # spans go out in the background, as in a service (their export is not waited for).
+        setup_tracing("toolfleet-bench", environ={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+        provider = tracer_provider()
+        assert provider is not None
 
         async def on() -> None:
-            setup_tracing("toolfleet-bench", environ=environ)
+            setup_tracing("toolfleet-bench", tracer_provider=provider)
+            await service().achat("go")
+
+        async def off() -> None:
+            stop_tracing(flush=False)
             await service().achat("go")
 
         try:
             on_runs, off_runs = await b.interleaved(on, off, warmup=WARMUP, pairs=PAIRS)
+            stop_tracing()  # every span exported: the receiver answered them all
+            exported = receiver_posts[0]
         finally:
-            stop_tracing()
+            stop_tracing(flush=False)
+            provider.shutdown()
     on_times, off_times = walls(on_runs), walls(off_runs)
     ratio = median([t_on / t_off for t_on, t_off in zip(on_times, off_times, strict=True)])
     m.rounds = [
@@ -81,7 +91,7 @@ async def measure_tracing(b: Bench) -> Measure:
         for a, o in zip(on_times, off_times, strict=True)
     ]
     m.sides = {"tracing_on": summarize(on_times), "tracing_off": summarize(off_times)}
-    m.details = {"median_ratio": round(ratio, 3)}
-    m.met = ratio <= TARGET_RATIO
+    m.details = {"median_ratio": round(ratio, 3), "span_exports_received": exported}
+    m.met = ratio <= TARGET_RATIO and exported > 0  # no export received: the spans went nowhere
     m.result = f"x{ratio:.3f} ({ms(median(on_times)):.0f} ms on, {ms(median(off_times)):.0f} ms off)"
     return m

@@ -54,9 +54,11 @@ def tracing_enabled() -> bool:
     return _state["tracer"] is not None
 
 
-def stop_tracing() -> None:
-    """Stop recording spans in this process (what `setup_tracing` started)."""
-    flush_traces()
+def stop_tracing(*, flush: bool = True) -> None:
+    """Stop recording spans in this process (what `setup_tracing` started); with `flush`, export what
+    is buffered first (waiting for it), else it goes out in the background as usual."""
+    if flush:
+        flush_traces()
     _state.update({"tracer": None, "provider": None, "content": False, "pid": None})
 
 
@@ -115,8 +117,17 @@ def _otlp_provider(service_name: str, env: Mapping[str, str]) -> Any:
     # The resource reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the name given is the default.
     resource = Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME") or service_name})
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_endpoint(env))))
     return provider
+
+
+def traces_endpoint(env: Mapping[str, str]) -> str:
+    """Where spans go over OTLP/HTTP, read from `env` (not necessarily the process's environment):
+    `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as given, else `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`."""
+    given = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if given:
+        return given
+    return env["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
 
 
 def flush_traces(timeout_ms: int = 5000) -> None:
