@@ -55,24 +55,39 @@ class ReplicaWatch:
     housekeeping: Callable[[], Awaitable[object]] | None = None
 
     async def run(self) -> None:
-        """Beat every third of the TTL and look for dead replicas every half (until cancelled)."""
+        """Beat every third of the TTL and look for dead replicas every half (until cancelled); the
+        housekeeping runs every half TTL too, in a task of its own, so that a slow database under load
+        never delays a beat (a late beat makes the other replicas take this one for dead)."""
         await self.client.sadd(REPLICAS_KEY, self.owner)
         beat_every = self.ttl_s / 3
         looked_at = 0.0
         loop = asyncio.get_running_loop()
+        housekeeping = asyncio.create_task(self._housekeep()) if self.housekeeping is not None else None
+        try:
+            while True:
+                try:
+                    await self.client.set(REPLICA_KEY.format(self.owner), b"1", px=int(self.ttl_s * 1000))
+                    if loop.time() - looked_at >= self.ttl_s / 2:
+                        looked_at = loop.time()
+                        await self.recover_dead()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # a Redis or database hiccup: beat again next time
+                    log.warning("replica heartbeat or recovery failed: %s", exc)
+                await asyncio.sleep(beat_every)
+        finally:
+            if housekeeping is not None:
+                housekeeping.cancel()
+                await asyncio.gather(housekeeping, return_exceptions=True)
+
+    async def _housekeep(self) -> None:
+        assert self.housekeeping is not None
         while True:
+            await asyncio.sleep(self.ttl_s / 2)
             try:
-                await self.client.set(REPLICA_KEY.format(self.owner), b"1", px=int(self.ttl_s * 1000))
-                if loop.time() - looked_at >= self.ttl_s / 2:
-                    looked_at = loop.time()
-                    await self.recover_dead()
-                    if self.housekeeping is not None:
-                        await self.housekeeping()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a Redis or database hiccup: beat again next time
-                log.warning("replica heartbeat or recovery failed: %s", exc)
-            await asyncio.sleep(beat_every)
+                await self.housekeeping()
+            except Exception as exc:  # a database hiccup: the next round
+                log.warning("replica housekeeping failed: %s", exc)
 
     async def stop(self) -> None:
         """Leave cleanly: no heartbeat, and no longer a replica anyone recovers."""

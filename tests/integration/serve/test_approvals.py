@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from orchestrator import Journal, approve
+from orchestrator.approvals import record_decisions
 from tests.integration.fake_openai import FakeOpenAi
 from tests.integration.serve.replicas import AGENT, Replica, replica_env, two_replicas
 from tests.integration.serve.test_invocations import AUTH, _events
@@ -142,3 +144,29 @@ def test_a_paused_invocation_cancelled_on_the_other_replica_ends_its_stream_and_
     again = httpx.post(f"{first.base_url}/invocations/{invocation_id}/cancel", headers=AUTH, timeout=30)
     assert again.status_code == 409, again.text
     assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == []
+
+
+def test_a_call_decided_outside_the_service_is_resumed_by_a_replicas_housekeeping(
+    bank_replicas: tuple[Replica, Replica], ns: str, database_url: str
+) -> None:
+    first, second = bank_replicas
+    started = httpx.post(
+        f"{first.base_url}/agents/{BANKER}/invocations", json={"input": ns}, headers=AUTH, timeout=30
+    )
+    assert started.status_code == 202, started.text
+    invocation_id = started.json()["id"]
+    before = _read_until(first, invocation_id, None, "invocation.paused")
+    # when: the call is approved in the journal by a process that serves nothing (as `toolfleet
+    # approve` without an agent does)
+    journal = Journal(database_url)
+    try:
+        [decided] = record_decisions(journal, invocation_id, {"wire-1": approve()}, "operator")
+    finally:
+        journal.engine.dispose()
+    assert decided.state.value == "approved"
+    # then: a replica goes on with it within a round of its housekeeping (half the 2 s heartbeat TTL)
+    after = _read_until(second, invocation_id, before[-1][0], "invocation.completed")
+    kinds = [event["type"] for _, event in after]
+    assert kinds[0] == "invocation.resumed" and kinds.count("invocation.resumed") == 1  # both replicas tried
+    assert after[-1][1]["content"] == "banker: wired 2500"
+    assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == [b"2500"]
