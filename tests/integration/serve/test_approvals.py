@@ -35,6 +35,16 @@ def bank_replicas(
         yield pair
 
 
+def _paused(replica: Replica, ns: str) -> tuple[str, list[tuple[str, dict]]]:
+    """A banker invocation started on `replica`, and its events read until it paused."""
+    started = httpx.post(
+        f"{replica.base_url}/agents/{BANKER}/invocations", json={"input": ns}, headers=AUTH, timeout=30
+    )
+    assert started.status_code == 202, started.text
+    invocation_id = str(started.json()["id"])
+    return invocation_id, _read_until(replica, invocation_id, None, "invocation.paused")
+
+
 def _read_until(replica: Replica, invocation_id: str, last: str | None, stop: str) -> list[tuple[str, dict]]:
     """The events after `last`, read on `replica` until one of type `stop` (then the connection drops)."""
     headers = {**AUTH, **({"Last-Event-ID": last} if last else {})}
@@ -53,13 +63,8 @@ def test_an_approval_posted_to_the_other_replica_resumes_the_invocation_there(
     bank_replicas: tuple[Replica, Replica], ns: str
 ) -> None:
     first, second = bank_replicas
-    started = httpx.post(
-        f"{first.base_url}/agents/{BANKER}/invocations", json={"input": ns}, headers=AUTH, timeout=30
-    )
-    assert started.status_code == 202, started.text
-    invocation_id = started.json()["id"]
     # the stream on the first replica says the call waits, and the invocation paused
-    before = _read_until(first, invocation_id, None, "invocation.paused")
+    invocation_id, before = _paused(first, ns)
     types = [event["type"] for _, event in before]
     assert types == ["invocation.started", "approval.requested", "invocation.paused"]
     [waiting] = before[1][1]["approvals"]
@@ -128,12 +133,7 @@ def test_a_paused_invocation_cancelled_on_the_other_replica_ends_its_stream_and_
     bank_replicas: tuple[Replica, Replica], ns: str
 ) -> None:
     first, second = bank_replicas
-    started = httpx.post(
-        f"{first.base_url}/agents/{BANKER}/invocations", json={"input": ns}, headers=AUTH, timeout=30
-    )
-    assert started.status_code == 202, started.text
-    invocation_id = started.json()["id"]
-    before = _read_until(first, invocation_id, None, "invocation.paused")
+    invocation_id, before = _paused(first, ns)
     cancelled = httpx.post(f"{second.base_url}/invocations/{invocation_id}/cancel", headers=AUTH, timeout=30)
     assert cancelled.status_code == 202, cancelled.text
     assert cancelled.json()["status"] == "cancelled"
@@ -150,12 +150,7 @@ def test_a_call_decided_outside_the_service_is_resumed_by_a_replicas_housekeepin
     bank_replicas: tuple[Replica, Replica], ns: str, database_url: str
 ) -> None:
     first, second = bank_replicas
-    started = httpx.post(
-        f"{first.base_url}/agents/{BANKER}/invocations", json={"input": ns}, headers=AUTH, timeout=30
-    )
-    assert started.status_code == 202, started.text
-    invocation_id = started.json()["id"]
-    before = _read_until(first, invocation_id, None, "invocation.paused")
+    invocation_id, before = _paused(first, ns)
     # when: the call is approved in the journal by a process that serves nothing (as `toolfleet
     # approve` without an agent does)
     journal = Journal(database_url)
