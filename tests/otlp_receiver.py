@@ -23,6 +23,9 @@ class ReceivedSpan:
     parent_id: str
     service: str
     attributes: dict[str, Any] = field(default_factory=dict)
+    start_ns: int = 0  # since the epoch
+    end_ns: int = 0
+    events: list[str] = field(default_factory=list)  # their names, in order
 
 
 def _value(value: Any) -> Any:
@@ -95,6 +98,9 @@ def _spans(request: ExportTraceServiceRequest) -> list[ReceivedSpan]:
                         parent_id=span.parent_span_id.hex(),
                         service=str(resource.get("service.name")),
                         attributes={a.key: _value(a.value) for a in span.attributes},
+                        start_ns=span.start_time_unix_nano,
+                        end_ns=span.end_time_unix_nano,
+                        events=[event.name for event in span.events],
                     )
                 )
     return spans

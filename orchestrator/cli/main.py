@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from orchestrator.errors import JournalKeyError, SchemaError
 from workers.settings import Settings, redact_url
 from workers.telemetry.logs import configure_logging
+from workers.telemetry.tracing import setup_tracing, stop_tracing
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -28,6 +29,9 @@ COMMANDS = (
     *("demo", "chat", "serve", "cancel", "approvals", "approve", "reject", "worker", "recover"),
     *("sagas", "runs", "show", "tools", "flower", "db", "ui"),
 )
+# The commands that run (or go on with, or compensate) invocations here: traced when an OTLP endpoint
+# is configured, their spans exported before they exit. `serve` and `worker` set up their own.
+TRACED_COMMANDS = frozenset({"demo", "chat", "cancel", "approve", "reject", "recover"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +82,9 @@ def _main(argv: Sequence[str] | None) -> int:
         print(f"toolfleet: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_format, logging.DEBUG if args.verbose else logging.WARNING)
+    traced = args.command in TRACED_COMMANDS and setup_tracing(
+        "toolfleet-orchestrator", record_content=settings.trace_content
+    )
     try:
         code: int = args.run(args, settings)
     except (SchemaError, JournalKeyError) as exc:
@@ -94,6 +101,9 @@ def _main(argv: Sequence[str] | None) -> int:
         redis_url = settings.redacted()["redis_url"]
         print(f"toolfleet {args.command}: Redis at {redis_url} failed: {_first_line(exc)}", file=sys.stderr)
         return 2
+    finally:
+        if traced:
+            stop_tracing()  # what is buffered is exported before the process exits
     return code
 
 

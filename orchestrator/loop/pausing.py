@@ -35,6 +35,7 @@ from orchestrator.result import ApprovalRequested, Result
 from orchestrator.saga import SagaStep
 from orchestrator.saga.async_journal import JournalRunner
 from orchestrator.saga.journal import CallRecord, CallState, Journal, WaitingCall, owner_id
+from orchestrator.telemetry import approvals_requested, trace_carrier
 from workers.calls.invocation import InvocationContext, InvocationParameters
 from workers.protocol import ToolExecution, ToolExecutionRequest
 from workers.tools import ToolDefinition
@@ -102,6 +103,7 @@ async def pause(
         len(records),
         ", ".join(f"{r.tool} {r.call_id}" for r in records),
     )
+    approvals_requested(records)
     if state.emit is not None:
         state.emit(ApprovalRequested(invocation_id, tuple(records)))
     return Result(
@@ -134,6 +136,7 @@ def _paused_state(state: RunState, batch: Sequence[Call]) -> dict[str, Any]:
         "found": list(state.found),
         "shown": sorted(state.shown),
         "executions": [execution.to_json() for execution in state.executions],
+        "trace_context": trace_carrier(),  # the invocation's span: its resumption joins its trace
         "batch": [
             {
                 "request": call.request.to_json(),

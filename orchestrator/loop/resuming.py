@@ -16,6 +16,7 @@ from orchestrator.memory import ChatMemory
 from orchestrator.models.base import FinishReason
 from orchestrator.result import InvocationResumed, Result
 from orchestrator.saga.states import InvocationState
+from orchestrator.telemetry import approvals_waited, continued_trace
 
 __all__ = ["resume"]
 
@@ -68,12 +69,15 @@ async def resume(
     calls, approvals = await read_for_resume(journal, invocation_id)
     state.saga.restore(saga_steps(state, calls, batch), max((c.sequence for c in calls), default=0))
     state.saga.turn = state.round_trips
+    waited = [c.request.id for c in batch if c.message is None]
+    decided = tuple(approvals[i] for i in waited if i in approvals)
     if emit is not None:
-        waited = [c.request.id for c in batch if c.message is None]
-        emit(InvocationResumed(invocation_id, tuple(approvals[i] for i in waited if i in approvals)))
+        emit(InvocationResumed(invocation_id, decided))
     log.info(
         "invocation %s resumed here: %s",
         invocation_id,
         ", ".join(f"{a.tool} {a.call_id} {a.state}" for a in approvals.values()),
     )
-    return await resume_invocation(config, state, batch, approvals)
+    with continued_trace(kept.get("trace_context")):
+        approvals_waited(decided)
+        return await resume_invocation(config, state, batch, approvals)

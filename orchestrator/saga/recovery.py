@@ -26,7 +26,8 @@ from orchestrator.executors.base import ToolExecutor
 from orchestrator.saga.async_journal import JournalRunner
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.journal import CallRecord, Journal, owner_id
-from orchestrator.saga.states import CallState, InvocationState
+from orchestrator.saga.states import ApprovalState, CallState, InvocationState
+from orchestrator.telemetry import approvals_waited, continued_trace
 from workers.calls.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolOutcome
 from workers.tools import ToolDefinition
@@ -140,7 +141,12 @@ async def cancel_paused(
     invocation = Invocation.from_json(record.invocation_json)
     reason = "cancelled while paused for approval"
     todo = await journal.run(lambda j: _plan(j, invocation_id, reason))
-    await _compensate(journal, executor, definitions or {}, todo, invocation, report)
+    kept = await journal.run(lambda j: j.paused_state(invocation_id)) or {}
+    with continued_trace(kept.get("trace_context")):
+        approvals_waited(
+            await journal.run(lambda j: j.approvals(invocation_id, state=ApprovalState.CANCELLED))
+        )
+        await _compensate(journal, executor, definitions or {}, todo, invocation, report)
     owed = f"; compensations still owed: {', '.join(report.failed)}" if report.failed else ""
     state = InvocationState.COMPENSATING if report.failed else InvocationState.CANCELLED
     await journal.run(lambda j: j.set_invocation_state(invocation_id, state, reason + owed))

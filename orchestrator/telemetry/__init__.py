@@ -6,6 +6,8 @@ the caller's, or over OTLP as the `OTEL_*` variables say.
 """
 
 from orchestrator.telemetry.hooks import (
+    approvals_requested,
+    approvals_waited,
     model_called,
     outcome_known,
     traced_call,
@@ -13,14 +15,18 @@ from orchestrator.telemetry.hooks import (
     traced_invocation,
 )
 from orchestrator.telemetry.metrics import ApprovalsWaiting
-from workers.telemetry.tracing import setup_tracing, stop_tracing
+from workers.telemetry.tracing import continued_trace, setup_tracing, stop_tracing, trace_carrier
 
 __all__ = [
     "ApprovalsWaiting",
+    "approvals_requested",
+    "approvals_waited",
+    "continued_trace",
     "model_called",
     "outcome_known",
     "setup_tracing",
     "stop_tracing",
+    "trace_carrier",
     "traced_call",
     "traced_compensation",
     "traced_invocation",

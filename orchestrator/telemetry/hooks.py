@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 from orchestrator.telemetry.metrics import (
+    APPROVAL_WAIT,
     COMPENSATIONS,
     DEADLINE_MISSES,
     INVOCATIONS,
@@ -30,6 +32,7 @@ from workers.telemetry.tracing import (
     GEN_AI_TOOL_CALL_ID,
     GEN_AI_TOOL_NAME,
     content_recorded,
+    current_span,
     mark_failed,
     record_span,
     span,
@@ -37,7 +40,15 @@ from workers.telemetry.tracing import (
 )
 from workers.tools import ToolDefinition
 
-__all__ = ["model_called", "outcome_known", "traced_call", "traced_compensation", "traced_invocation"]
+__all__ = [
+    "approvals_requested",
+    "approvals_waited",
+    "model_called",
+    "outcome_known",
+    "traced_call",
+    "traced_compensation",
+    "traced_invocation",
+]
 
 _F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
 DEFAULT_SERVICE = "default"
@@ -70,7 +81,7 @@ def traced_invocation(run: _F) -> _F:
             except BaseException:
                 INVOCATIONS.labels(service, "error").inc()
                 raise
-            reason = result.finish_reason.value if result.finish_reason is not None else "none"
+            reason = result.finish_reason.value.lower() if result.finish_reason is not None else "none"
             INVOCATIONS.labels(service, reason).inc()
             current.set_attribute("gen_ai.response.finish_reasons", [reason])
             usage = result.token_usage
@@ -105,7 +116,7 @@ def model_called(config: Any, request: Any, response: Any, began: float) -> None
         if usage.output_tokens:
             MODEL_TOKENS.labels(service, provider, "output").inc(usage.output_tokens)
     model = getattr(response, "model_name", None) or getattr(config.chat_model, "model_name", None)
-    reason = response.finish_reason.value if response.finish_reason is not None else None
+    reason = response.finish_reason.value.lower() if response.finish_reason is not None else None
     attributes: dict[str, Any] = {
         GEN_AI_OPERATION: "chat",
         "gen_ai.provider.name": provider,
@@ -224,3 +235,41 @@ def traced_compensation(compensate: _F) -> _F:
             COMPENSATIONS.labels(definition.name, definition.pool, result).inc()
 
     return cast(_F, wrapper)
+
+
+def approvals_requested(records: Iterable[Any]) -> None:
+    """An invocation pauses on `records` (`ApprovalRecord`s): an event on its span for each call."""
+    current = current_span()
+    for record in records:
+        current.add_event(
+            "approval requested",
+            {
+                GEN_AI_TOOL_NAME: record.tool,
+                GEN_AI_TOOL_CALL_ID: record.call_id,
+                "toolfleet.approval.expires_at": record.expires_at.isoformat(),
+            },
+        )
+
+
+def approvals_waited(records: Iterable[Any]) -> None:
+    """The waits of decided calls (`ApprovalRecord`s), as the process that goes on with their
+    invocation (resumes or cancels it) reads them: one span each, from the pause to the decision, a
+    child of the current span (the paused invocation's, see `continued_trace`), and the wait time by
+    decision. Who decided is recorded; the arguments are not."""
+    now = datetime.now(UTC)
+    for record in records:
+        decided = record.decided_at or now
+        waited = max((decided - record.requested_at).total_seconds(), 0.0)
+        decision = record.state.value
+        APPROVAL_WAIT.labels(record.tool, record.pool, decision).observe(waited)
+        attributes = {
+            GEN_AI_TOOL_NAME: record.tool,
+            GEN_AI_TOOL_CALL_ID: record.call_id,
+            "toolfleet.pool": record.pool,
+            "toolfleet.invocation.id": record.invocation_id,
+            "toolfleet.approval.decision": decision,
+            "toolfleet.approval.decided_by": record.decided_by,
+            "toolfleet.approval.arguments_edited": record.approved_arguments is not None,
+        }
+        end_ns = int(decided.timestamp() * 1e9)
+        record_span(f"await_approval {record.tool}", attributes, waited, end_ns=end_ns)

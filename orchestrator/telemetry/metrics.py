@@ -20,6 +20,7 @@ from orchestrator.saga.journal import Journal
 from workers.telemetry.metrics import DURATION_BUCKETS
 
 __all__ = [
+    "APPROVAL_WAIT",
     "COMPENSATIONS",
     "DEADLINE_MISSES",
     "INVOCATIONS",
@@ -65,6 +66,14 @@ MODEL_TOKENS = Counter(
     "toolfleet_model_tokens",
     "Tokens the model calls used, by type (input, output)",
     ("service", "provider", "type"),
+)
+
+APPROVAL_WAIT = Histogram(
+    "toolfleet_approval_wait_seconds",
+    "A call's wait for a person, from the pause to the decision, by decision "
+    "(approved, rejected, expired, cancelled)",
+    (*_TOOL, "decision"),
+    buckets=(1, 10, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 72 * 3600),
 )
 
 

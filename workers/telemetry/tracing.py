@@ -25,6 +25,7 @@ __all__ = [
     "GEN_AI_TOOL_CALL_ID",
     "GEN_AI_TOOL_NAME",
     "content_recorded",
+    "continued_trace",
     "current_span",
     "flush_traces",
     "inject_trace_context",
@@ -33,6 +34,7 @@ __all__ = [
     "setup_tracing",
     "span",
     "stop_tracing",
+    "trace_carrier",
     "trace_id",
     "tracer_provider",
     "tracing_enabled",
@@ -193,11 +195,19 @@ def mark_failed(current: Any, description: str) -> None:
         current.set_status(Status(StatusCode.ERROR, description))
 
 
-def record_span(name: str, attributes: Mapping[str, Any], duration_s: float, *, failed: bool = False) -> None:
-    """A span that ended now and lasted `duration_s`, child of the current span (when tracing is on)."""
+def record_span(
+    name: str,
+    attributes: Mapping[str, Any],
+    duration_s: float,
+    *,
+    failed: bool = False,
+    end_ns: int | None = None,
+) -> None:
+    """A span that ended at `end_ns` (nanoseconds since the epoch; now when not given) and lasted
+    `duration_s`, child of the current span (when tracing is on)."""
     if _state["tracer"] is None:
         return
-    end = time.time_ns()
+    end = time.time_ns() if end_ns is None else end_ns
     started = _state["tracer"].start_span(
         name,
         start_time=end - int(duration_s * 1e9),
@@ -223,6 +233,31 @@ def inject_trace_context(headers: MutableMapping[str, Any]) -> None:
         from opentelemetry import propagate
 
         propagate.inject(headers)
+
+
+def trace_carrier() -> dict[str, str]:
+    """The current span's context as W3C trace headers (empty without tracing): to carry it where no
+    process holds it, such as a paused invocation's state, for whichever process goes on with it."""
+    carrier: dict[str, str] = {}
+    inject_trace_context(carrier)
+    return carrier
+
+
+@contextlib.contextmanager
+def continued_trace(carrier: Mapping[str, str] | None) -> Iterator[None]:
+    """Make the span `carrier` names (see `trace_carrier`) the current one in the block: the spans
+    started in it join its trace as its children, whichever process started it and however long
+    ago. A no-op without tracing or without a carrier."""
+    if _state["tracer"] is None or not carrier:
+        yield
+        return
+    from opentelemetry import context, propagate
+
+    token = context.attach(propagate.extract(dict(carrier)))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def trace_id() -> str | None:

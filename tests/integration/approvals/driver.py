@@ -9,11 +9,20 @@ from __future__ import annotations
 import json
 import sys
 
+from orchestrator.telemetry import setup_tracing, stop_tracing
 from tests.integration.approvals.agent import agent
 
 
 def main(argv: list[str]) -> int:
     command, value = argv
+    setup_tracing("approvals-driver")  # when an OTLP endpoint is configured; spans exported at the end
+    try:
+        return _run(command, value)
+    finally:
+        stop_tracing()
+
+
+def _run(command: str, value: str) -> int:
     service = agent()
     if command == "start":
         result = service.chat(value)

@@ -8,86 +8,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from orchestrator import ApprovalState, InvocationState, Journal
-from tests._cli import CLI, environment, run_command
-from tests._postgres import reachable_postgres
 from tests.integration.approvals import tools
 from tests.integration.approvals.agent import APPROVAL_TIMEOUT_VARIABLE
-from tests.integration.side_effects import process_client
-from tests.integration.worker_processes import REPO_ROOT, serving
+from tests.integration.approvals.harness import AGENT, DRIVER, cli, count, env, resume, start, transfers
+from tests.integration.worker_processes import REPO_ROOT
 
 pytestmark = pytest.mark.integration
-
-AGENT = "bank=tests.integration.approvals.agent:agent"
-DRIVER = (sys.executable, "-m", "tests.integration.approvals.driver")
-
-
-@pytest.fixture(scope="module")
-def postgres() -> str:
-    return reachable_postgres()
-
-
-@pytest.fixture(scope="module")
-def pool(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    with serving(
-        redis_url, tools.POOL, "tests.integration.approvals.tools", tmp_path_factory.mktemp("w"), "approvals"
-    ):
-        yield
-
-
-@pytest.fixture
-def journal(postgres: str) -> Iterator[Journal]:
-    journal = Journal(postgres)
-    yield journal
-    journal.engine.dispose()
-
-
-@pytest.fixture
-def key() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-def env(redis_url: str, postgres: str, **extra: str) -> dict[str, str]:
-    """Every variable the processes of a test read, set here whatever the caller's environment holds."""
-    return environment(
-        {
-            "TOOLFLEET_REDIS_URL": redis_url,
-            "TOOLFLEET_DATABASE_URL": postgres,
-            "TOOLFLEET_AGENTS": None,
-            "PYTHONPATH": REPO_ROOT,
-            APPROVAL_TIMEOUT_VARIABLE: "3600",
-            **extra,
-        }
-    )
-
-
-def start(variables: dict[str, str], key: str) -> tuple[str, list[str]]:
-    """Run an orchestrator process until its invocation pauses; it has exited when this returns."""
-    done = run_command([*DRIVER, "start", key], env=variables, cwd=Path(REPO_ROOT), timeout_s=90)
-    assert done.returncode == 0, done.stderr
-    printed = json.loads(done.stdout.strip().splitlines()[-1])
-    return printed["invocation_id"], printed["pending"]
-
-
-def cli(variables: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return run_command([*CLI, *args], env=variables, cwd=Path(REPO_ROOT), timeout_s=90)
-
-
-def transfers(key: str) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in process_client().lrange(tools.runs_key(key, "transfers"), 0, -1)]
-
-
-def count(key: str, what: str) -> int:
-    return int(process_client().get(tools.runs_key(key, what)) or 0)
 
 
 def test_a_call_approved_by_a_new_process_runs_once_on_its_pool_and_the_model_reads_its_result(
@@ -183,8 +114,7 @@ def test_an_expired_approval_is_rejected_and_its_call_never_runs(
     assert late.returncode == 1 and "expired" in late.stderr
     [approval] = journal.approvals(invocation)
     assert approval.state is ApprovalState.EXPIRED
-    resumed = run_command([*DRIVER, "resume", invocation], env=variables, cwd=Path(REPO_ROOT), timeout_s=90)
-    printed = json.loads(resumed.stdout.strip().splitlines()[-1])
+    printed = resume(variables, invocation)
     assert printed["outcome"] == "ran"
     assert (
         "The call to 'approval_transfer' was not approved within 1 s, so it did not run" in printed["content"]

@@ -49,7 +49,7 @@ def test_a_replicas_metrics_count_the_calls_of_its_invocations(
     assert total(samples, "toolfleet_tool_call_duration_seconds_count", tool="add") == 2
     assert total(samples, "toolfleet_tool_calls_in_flight") == 0
     assert total(samples, "toolfleet_compensations_total", tool="book", pool="serve", result="succeeded") == 1
-    assert total(samples, "toolfleet_invocations_total", finish_reason="STOP") == 1
+    assert total(samples, "toolfleet_invocations_total", finish_reason="stop") == 1
     assert total(samples, "toolfleet_model_call_duration_seconds_count") == 3
     # and: the other replica ran none of them
     assert total(scrape(f"{other.root}/metrics"), calls) == 0
