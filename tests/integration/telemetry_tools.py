@@ -32,3 +32,13 @@ class Shop:
 
 
 shop = Shop()
+
+
+@tool("Stays a while, saying which process runs it", pool=POOL_A, timeout=60)
+def linger(ns: str, seconds: float) -> str:
+    import os
+    import time
+
+    process_client(socket_timeout=5).set(f"obs:{ns}:pid", os.getpid())
+    time.sleep(seconds)
+    return "lingered"

@@ -3,8 +3,12 @@ threads pool (one process) and on a prefork pool (calls in child processes, adde
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 import socket
+import threading
 import uuid
 from pathlib import Path
 
@@ -14,9 +18,12 @@ from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionR
 from orchestrator.executors.celery import CeleryExecutor
 from tests._waiting import wait_for
 from tests.integration import telemetry_tools
+from tests.integration.side_effects import process_client
 from tests.integration.worker_processes import tool_worker
 from tests.metrics_scrape import scrape, total
+from workers.protocol import OutcomeKind, ToolOutcome
 from workers.settings import Settings
+from workers.tools.registry import ToolRegistry
 
 pytestmark = pytest.mark.integration
 
@@ -97,3 +104,43 @@ def test_a_workers_metrics_count_the_calls_it_ran(
             )
             == 2
         )
+
+
+def test_a_pool_process_killed_mid_call_is_not_counted_in_flight_forever(
+    settings: Settings, redis_url: str, worker_logs: Path
+) -> None:
+    # Given: a prefork worker serving its metrics, one of its processes running a long call
+    port = _free_port()
+    worker = tool_worker(
+        redis_url,
+        [A],
+        ["tests.integration.telemetry_tools"],
+        worker_logs / f"metrics-killed-{uuid.uuid4().hex[:6]}.log",
+        f"metrics-killed-{uuid.uuid4().hex[:6]}@test",
+        kind="prefork",
+        concurrency=2,
+        extra_args=["--metrics-port", str(port)],
+    )
+    ns, url = uuid.uuid4().hex, f"http://127.0.0.1:{port}/metrics"
+    in_flight = "toolfleet_worker_tool_runs_in_flight"
+    request = ToolExecutionRequest("l1", "linger", json.dumps({"ns": ns, "seconds": 30}))
+    outcomes: list[ToolOutcome] = []
+    linger = ToolRegistry([telemetry_tools.linger]).get("linger")
+    with worker.running(timeout_s=60):
+        executor = CeleryExecutor(settings=settings)
+        call = threading.Thread(
+            target=lambda: outcomes.append(asyncio.run(executor.execute(request, linger, None)))
+        )
+        call.start()
+        try:
+            pid = wait_for(lambda: process_client().get(f"obs:{ns}:pid"), what="the call started")
+            assert total(scrape(url), in_flight, tool="linger") == 1
+            # When: that process is SIGKILLed (no shutdown signal runs in it)
+            os.kill(int(pid), signal.SIGKILL)
+            call.join(timeout=30)
+            # Then: the call failed, and the worker's page counts nothing in flight any more
+            assert [o.kind for o in outcomes] == [OutcomeKind.WORKER_LOST]
+            assert total(scrape(url), in_flight) == 0
+        finally:
+            call.join(timeout=30)
+            executor.close()

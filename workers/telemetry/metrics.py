@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = ["MULTIPROC_VARIABLE", "WorkerMetrics", "serve_worker_metrics", "worker_metrics"]
@@ -105,7 +106,7 @@ def serve_worker_metrics(port: int, host: str = "0.0.0.0") -> Iterator[str]:
         # the directory is set, before any of the worker's metrics is made.
         values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
         registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+        registry.register(_LiveProcessesCollector(MultiProcessCollector(None, path=directory), directory))  # type: ignore[no-untyped-call]
         server, thread = start_http_server(port, addr=host, registry=registry)
         try:
             yield directory
@@ -119,6 +120,39 @@ def serve_worker_metrics(port: int, host: str = "0.0.0.0") -> Iterator[str]:
         else:
             os.environ[MULTIPROC_VARIABLE] = previous
         shutil.rmtree(directory, ignore_errors=True)
+
+
+class _LiveProcessesCollector:
+    """The multiprocess collector, which first drops the live gauges of pool processes that died
+    without a word (SIGKILL, the OOM killer): a call in flight in one would be counted forever."""
+
+    def __init__(self, collector: Any, directory: str) -> None:
+        self.collector = collector
+        self.directory = directory
+
+    def collect(self) -> Any:
+        for pid in _dead_processes(self.directory):
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(pid, self.directory)  # type: ignore[no-untyped-call]
+        return self.collector.collect()
+
+
+def _dead_processes(directory: str) -> set[int]:
+    """The processes that wrote live gauges in `directory` (files `gauge_live<mode>_<pid>.db`) and
+    are gone."""
+    dead = set()
+    for path in Path(directory).glob("gauge_live*_*.db"):
+        pid = path.stem.rsplit("_", 1)[-1]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            dead.add(int(pid))
+        except PermissionError:
+            pass  # alive, someone else's
+    return dead
 
 
 def process_ended(pid: int) -> None:
