@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.integration.side_effects import process_client
-from workers import compensate_for, tool
+from workers import ToolProgressReporter, compensate_for, tool
+from workers.calls.progress import MIN_INTERVAL_S
 
 POOL_A = "obs-a"
 POOL_B = "obs-b"
@@ -42,3 +45,11 @@ def linger(ns: str, seconds: float) -> str:
     process_client(socket_timeout=5).set(f"obs:{ns}:pid", os.getpid())
     time.sleep(seconds)
     return "lingered"
+
+
+@tool("Counts up, reporting each step", pool=POOL_B, timeout=30)
+def tally(steps: int, progress: ToolProgressReporter) -> str:
+    for step in range(1, steps + 1):
+        progress.progress(fraction=step / steps, message=f"step {step}")
+        time.sleep(MIN_INTERVAL_S * 1.5)  # each report sent, none folded into the next
+    return f"counted to {steps}"

@@ -137,3 +137,23 @@ def test_an_invocation_is_one_trace_with_the_workers_spans_under_the_orchestrato
     assert worker_tool.attributes["gen_ai.tool.call.id"] == "r1"
     assert worker_tool.attributes["toolfleet.outcome.kind"] == "success"
     assert worker_tool.attributes["toolfleet.invocation.id"] == result.invocation_id
+
+
+def test_a_tools_progress_reports_are_events_of_its_span_on_the_worker(
+    settings: Settings, traced_worker: WorkerProcess, receiver: OtlpReceiver, exporter: InMemorySpanExporter
+) -> None:
+    call = ToolExecutionRequest(id="t1", name="tally", arguments=json.dumps({"steps": 3}))
+    model = ScriptedChatModel([AiMessage(tool_execution_requests=[call]), "counted"])
+    executor = CeleryExecutor(settings=dataclasses.replace(settings))
+    try:
+        result = AiService(chat_model=model, tools=[telemetry_tools.tally], executor=executor).chat("count")
+    finally:
+        executor.close()
+
+    assert result.content == "counted"
+    [local] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool tally"]
+    trace_id = format(local.context.trace_id, "032x")
+    receiver.wait_for({"execute_tool tally"})
+    [run] = [s for s in receiver.spans if s.name == "execute_tool tally" and s.trace_id == trace_id]
+    assert run.events == ["progress", "progress", "progress"]  # each report, sent as made
+    assert run.attributes["toolfleet.outcome.kind"] == "success"

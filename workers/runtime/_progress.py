@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from celery import Task
 
@@ -39,9 +40,10 @@ def worker_reporter(task: Task, definition: ToolDefinition) -> ToolProgressRepor
     def send(report: ProgressReport) -> None:
         meta = report.to_json()
         backend.store_result(task_id, meta, PROGRESS_STATE)
-        call_span.add_event(
-            "progress", {} if report.fraction is None else {"toolfleet.progress.fraction": report.fraction}
-        )
+        attributes: dict[str, Any] = {"toolfleet.progress.seq": report.seq}
+        if report.fraction is not None:
+            attributes["toolfleet.progress.fraction"] = report.fraction
+        call_span.add_event("progress", attributes)  # as sent: the reporter's rate limit applies
         if events:
             try:
                 with app.events.default_dispatcher(hostname=hostname) as dispatcher:
