@@ -35,7 +35,7 @@ from orchestrator.result import Result, ToolExecuted
 from orchestrator.saga import rollback_reason, rolled_back_text
 from orchestrator.saga.async_journal import to_the_end
 from orchestrator.saga.states import InvocationState
-from orchestrator.telemetry import model_called, traced_invocation
+from orchestrator.telemetry import model_called, trace_carrier, traced_invocation
 
 __all__ = ["RoundTripLimitError", "resume_invocation", "run_invocation"]
 
@@ -51,7 +51,9 @@ async def run_invocation(config: LoopConfig, state: RunState) -> Result:
     exception (after undoing, when compensating, what succeeded before it)."""
     journal = state.saga.journal
     if journal is not None:
-        context, invocation_json = state.context, state.invocation().to_json()
+        context = state.context
+        # The invocation's span goes with it: whoever recovers it continues its trace.
+        invocation_json = {**state.invocation().to_json(), "trace_context": trace_carrier()}
         await journal.run(lambda j: j.start_invocation(context, invocation_json))
     return await _run(config, state, _loop(config, state))
 

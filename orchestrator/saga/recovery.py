@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
+from typing import Any
 
 import redis
 
@@ -27,7 +28,7 @@ from orchestrator.saga.async_journal import JournalRunner
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.journal import CallRecord, Journal, owner_id
 from orchestrator.saga.states import ApprovalState, CallState, InvocationState
-from orchestrator.telemetry import approvals_waited, continued_trace
+from orchestrator.telemetry import approvals_waited, continued_trace, traced_recovery
 from workers.calls.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolOutcome
 from workers.tools import ToolDefinition
@@ -92,7 +93,25 @@ async def _recover_one(
     executor: ToolExecutor,
     definitions: dict[str, ToolDefinition],
     invocation_id: str,
-    invocation_json: dict[str, object],
+    invocation_json: dict[str, Any],
+) -> Recovered:
+    with traced_recovery(invocation_id, invocation_json.get("trace_context")) as current:
+        report = await _recover(journal, executor, definitions, invocation_id, invocation_json)
+        current.set_attributes(
+            {
+                "toolfleet.compensated": len(report.compensated),
+                "toolfleet.compensations_failed": len(report.failed),
+            }
+        )
+        return report
+
+
+async def _recover(
+    journal: JournalRunner,
+    executor: ToolExecutor,
+    definitions: dict[str, ToolDefinition],
+    invocation_id: str,
+    invocation_json: dict[str, Any],
 ) -> Recovered:
     report = Recovered(invocation_id)
     invocation = Invocation.from_json(invocation_json)

@@ -13,6 +13,7 @@ from orchestrator.telemetry.hooks import (
     traced_call,
     traced_compensation,
     traced_invocation,
+    traced_recovery,
 )
 from orchestrator.telemetry.metrics import ApprovalsWaiting
 from workers.telemetry.tracing import continued_trace, setup_tracing, stop_tracing, trace_carrier
@@ -30,4 +31,5 @@ __all__ = [
     "traced_call",
     "traced_compensation",
     "traced_invocation",
+    "traced_recovery",
 ]

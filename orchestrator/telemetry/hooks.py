@@ -8,9 +8,10 @@ line each); `model_called` is called once per model response. Without tracing th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -32,6 +33,7 @@ from workers.telemetry.tracing import (
     GEN_AI_TOOL_CALL_ID,
     GEN_AI_TOOL_NAME,
     content_recorded,
+    continued_trace,
     current_span,
     mark_failed,
     record_span,
@@ -48,6 +50,7 @@ __all__ = [
     "traced_call",
     "traced_compensation",
     "traced_invocation",
+    "traced_recovery",
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Awaitable[Any]])
@@ -273,3 +276,17 @@ def approvals_waited(records: Iterable[Any]) -> None:
         }
         end_ns = int(decided.timestamp() * 1e9)
         record_span(f"await_approval {record.tool}", attributes, waited, end_ns=end_ns)
+
+
+@contextlib.contextmanager
+def traced_recovery(invocation_id: str, carrier: Mapping[str, str] | None) -> Iterator[Any]:
+    """Around the recovery of an invocation whose orchestrator stopped: a `recover_invocation` span
+    (yielded), a child of the invocation's own span, whose context the journal kept (`carrier`), so
+    the compensations run here join the trace of the calls they undo."""
+    attributes = {"toolfleet.invocation.id": invocation_id}
+    with (
+        bound_call(CallFields(invocation_id)),
+        continued_trace(carrier),
+        span("recover_invocation", attributes) as current,
+    ):
+        yield current

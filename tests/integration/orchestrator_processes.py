@@ -30,6 +30,8 @@ def orchestrator_env(redis_url: str, journal_file: Path | None = None) -> dict[s
         "TOOLFLEET_HEARTBEAT_TTL_S": "2",
         "TOOLFLEET_BROKER_URL": None,
         "TOOLFLEET_RESULT_BACKEND": None,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": None,  # traced only where a test says so
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": None,
     }
 
 
@@ -63,16 +65,23 @@ def failed_saga_row(
 
 
 def kill_driver_when(
-    ready: Callable[[], bool], driver: str, args: list[str], redis_url: str, logs: Path, timeout_s: float
+    ready: Callable[[], bool],
+    driver: str,
+    args: list[str],
+    redis_url: str,
+    logs: Path,
+    timeout_s: float,
+    env: Mapping[str, str | None] | None = None,
 ) -> None:
     """Run `python -m tests.integration.<driver> ARGS` (its output to a file in `logs`) and SIGKILL it
-    once `ready()` holds; fails if the driver ends, or `ready()` does not hold, within `timeout_s`."""
+    once `ready()` holds; fails if the driver ends, or `ready()` does not hold, within `timeout_s`.
+    `env` changes the defaults of `orchestrator_env` (None: removed)."""
     log_path = logs / f"{driver}-{uuid.uuid4().hex[:8]}.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", f"tests.integration.{driver}", *args],
             cwd=REPO_ROOT,
-            env=environment(orchestrator_env(redis_url)),
+            env=environment({**orchestrator_env(redis_url), **(env or {})}),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

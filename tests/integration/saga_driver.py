@@ -16,6 +16,7 @@ import sys
 
 from orchestrator import AiMessage, AiService, CeleryExecutor, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.saga.journal import Journal
+from orchestrator.telemetry import setup_tracing
 from tests.integration import fault_tools
 from workers.settings import Settings
 
@@ -47,6 +48,7 @@ def main(argv: list[str]) -> int:
         )
     )
     script.append("all undone")
+    setup_tracing("saga-driver")  # when the test configures an OTLP endpoint
     executor = CeleryExecutor(settings=Settings.from_env())
     try:
         service = AiService(

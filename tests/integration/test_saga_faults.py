@@ -30,6 +30,7 @@ from tests.integration.orchestrator_processes import failed_saga_row, kill_drive
 from tests.integration.saga_driver import booking_keys
 from tests.integration.scripts import ask, call, saga_service
 from tests.integration.worker_processes import tool_worker
+from tests.otlp_receiver import OtlpReceiver
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
@@ -124,9 +125,15 @@ def undone_after_finish(text_client: redis.Redis, key: str) -> bool:
     return float(compensated) >= float(finished)
 
 
-def kill_saga_driver_when(ready: Callable[[], bool], args: list[str], redis_url: str, logs: Path) -> None:
+def kill_saga_driver_when(
+    ready: Callable[[], bool],
+    args: list[str],
+    redis_url: str,
+    logs: Path,
+    env: dict[str, str | None] | None = None,
+) -> None:
     """Run `saga_driver.py ARGS` in a subprocess and SIGKILL it once `ready()` holds."""
-    kill_driver_when(ready, "saga_driver", args, redis_url, logs, 25.0)
+    kill_driver_when(ready, "saga_driver", args, redis_url, logs, 25.0, env)
 
 
 def owner_of(pid: int, workers: list[WorkerProcess]) -> WorkerProcess:
@@ -275,6 +282,37 @@ def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
     assert "Nothing to recover" in again.stdout
     for key in (a, b, c):
         assert counts(text_client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}, key
+
+
+def test_a_recovered_saga_continues_the_trace_of_the_orchestrator_that_died(
+    faults_worker: WorkerProcess, redis_url: str, text_client: redis.Redis, journal_file: Path, logs: Path
+) -> None:
+    # Given: a traced orchestrator process SIGKILLed mid-compensation (its invocation's span never ends)
+    group = unique("traced")
+    with OtlpReceiver() as receiver:
+        traced = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+        kill_saga_driver_when(
+            lambda: text_client.llen(order_key(group)) >= 1,
+            [str(journal_file), group, "1.0", "2"],
+            redis_url,
+            logs,
+            traced,
+        )
+        [left] = Journal(f"sqlite:///{journal_file}").invocations()
+        booked = [s for s in receiver.spans if s.name == "execute_tool fault_book"]
+        assert len(booked) == 2 and all(s.service == "saga-driver" for s in booked), receiver.spans
+        # When: a traced `toolfleet recover` finishes the saga
+        recovered = toolfleet_on(RECOVER, redis_url, journal_file, env=traced)
+        assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+        spans = receiver.wait_for({"recover_invocation", "compensate fault_book"})
+    # Then: its spans are in the dead process's trace, under the invocation's span
+    [recovery] = [s for s in spans if s.name == "recover_invocation"]
+    assert recovery.service == "toolfleet-orchestrator"
+    assert recovery.attributes["toolfleet.invocation.id"] == left.id
+    assert (recovery.trace_id, recovery.parent_id) == (booked[0].trace_id, booked[0].parent_id)
+    undone = [s for s in spans if s.name == "compensate fault_book" and s.parent_id == recovery.span_id]
+    assert undone and all(s.trace_id == recovery.trace_id for s in undone)
+    assert recovery.attributes["toolfleet.compensated"] == 2
 
 
 # -- 3. a worker killed during a compensation: redelivered and completed -------------------------
