@@ -14,6 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from bench.__main__ import parse_args
+from bench._measures import MEASURES, RUN_ORDER
 from bench._report import COLUMNS, build_report, table, write_json
 from bench._timing import Measure, summarize
 
@@ -110,7 +114,28 @@ def test_help_runs_without_redis_and_lists_the_options() -> None:
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: python -m bench")
-    assert "--quick" in done.stdout and "--no-save" in done.stdout
+    assert "--quick" in done.stdout and "--no-save" in done.stdout and "--only" in done.stdout
+
+
+def test_only_takes_measure_numbers_and_refuses_others(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args([]).only is None
+    assert parse_args(["--only", "11, 10"]).only == frozenset({"10", "11"})
+
+    with pytest.raises(SystemExit):
+        parse_args(["--only", "10,12"])
+
+    assert "no measure 12; the measures are 1, 2," in capsys.readouterr().err
+
+
+def test_every_measure_runs_once_and_the_deadline_last() -> None:
+    assert sorted(RUN_ORDER, key=int) == list(MEASURES)
+    assert RUN_ORDER[-1] == "3"
+
+
+def test_a_partial_run_leaves_latest_json_alone(tmp_path: Path) -> None:
+    path = write_json({"measures": {}}, "20260102T030405Z", tmp_path, latest=False)
+
+    assert path.exists() and not (tmp_path / "latest.json").exists()
 
 
 def test_the_worker_app_serves_the_baseline_tasks_next_to_the_tools() -> None:
