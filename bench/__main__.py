@@ -57,11 +57,14 @@ def _progress(text: str) -> None:
     print(f"bench: {text}", file=sys.stderr, flush=True)
 
 
-async def run_all(b: Bench) -> tuple[dict[str, Measure], dict[str, Any]]:
-    """The anchors, then every measure in `RUN_ORDER`; a measure that fails is reported as an ERROR."""
+async def run_all(b: Bench, only: frozenset[str] | None = None) -> tuple[dict[str, Measure], dict[str, Any]]:
+    """The anchors, then every measure in `RUN_ORDER` (those in `only`, when given); a measure that
+    fails is reported as an ERROR."""
     measures: dict[str, Measure] = {}
     anchors = await measure_anchors(b)
     for number in RUN_ORDER:
+        if only is not None and number not in only:
+            continue
         runner = MEASURES[number]
         started = time.monotonic()
         try:
@@ -74,7 +77,7 @@ async def run_all(b: Bench) -> tuple[dict[str, Measure], dict[str, Any]]:
         measures[number] = measure
         _progress(f"{number}. {measure.title}: {measure.result or measure.error} [{measure.verdict}]")
     gc.collect()  # run pending AsyncResult finalizers while Redis clients still work
-    return {number: measures[number] for number in MEASURES}, anchors
+    return {number: measures[number] for number in MEASURES if number in measures}, anchors
 
 
 def _prepare_redis(url: str) -> str | None:
@@ -95,7 +98,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description="toolfleet benchmarks with targets")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run, noisier)")
     parser.add_argument("--no-save", action="store_true", help="print the table only, write no JSON")
+    parser.add_argument(
+        "--only",
+        type=_measure_numbers,
+        metavar="N[,N]",
+        help="run only these measures (and the anchors); the JSON is written without latest.json",
+    )
     return parser.parse_args(argv)
+
+
+def _measure_numbers(text: str) -> frozenset[str]:
+    """`--only`'s measure numbers, each one of `MEASURES`."""
+    numbers = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = sorted(numbers - set(MEASURES), key=lambda n: (len(n), n))
+    if not numbers or unknown:
+        raise argparse.ArgumentTypeError(
+            f"no measure {', '.join(unknown) or repr(text)}; the measures are {', '.join(MEASURES)}"
+        )
+    return numbers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         _progress(f"Redis {redact_url(url)}; starting worker {worker.hostname}")
         ready_s = worker.start()
         bench = Bench(quick=args.quick, worker_pid=worker.pid)
-        measures, anchors = asyncio.run(run_all(bench))
+        measures, anchors = asyncio.run(run_all(bench, args.only))
     except KeyboardInterrupt:
         print("bench: interrupted; stopping the worker", file=sys.stderr)
         return 128 + (signal.SIGTERM if _Signals.terminated else signal.SIGINT)
@@ -159,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(table(measures, anchors))
     if not args.no_save:
-        path = write_json(report, started_at.strftime("%Y%m%dT%H%M%SZ"))
+        # latest.json stays the last run of every measure.
+        path = write_json(report, started_at.strftime("%Y%m%dT%H%M%SZ"), latest=args.only is None)
         shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
-        print(f"\nresults: {shown} (and {RESULTS_DIR.name}/latest.json)")
+        print(f"\nresults: {shown}" + ("" if args.only else f" (and {RESULTS_DIR.name}/latest.json)"))
     return 0
 
 

@@ -84,11 +84,15 @@ def build_report(
     }
 
 
-def write_json(report: Mapping[str, Any], stamp: str, directory: Path = RESULTS_DIR) -> Path:
-    """Write `<directory>/<stamp>.json` and the same as `latest.json`; return the first path."""
+def write_json(
+    report: Mapping[str, Any], stamp: str, directory: Path = RESULTS_DIR, *, latest: bool = True
+) -> Path:
+    """Write `<directory>/<stamp>.json` and, with `latest`, the same as `latest.json`; return the first
+    path."""
     directory.mkdir(parents=True, exist_ok=True)
     text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     path = directory / f"{stamp}.json"
     path.write_text(text)
-    (directory / "latest.json").write_text(text)
+    if latest:
+        (directory / "latest.json").write_text(text)
     return path

@@ -31,17 +31,20 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def spawn(command: list[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def spawn(
+    command: list[str], env: Mapping[str, str], log_path: Path, *, pipes: bool = False
+) -> subprocess.Popen[bytes]:
     """Start `command` in the repository, in a session of its own (a Ctrl-C in the terminal reaches
     only the benchmark, which then stops it), its output appended to `log_path`; it gets SIGTERM if
-    the benchmark dies without stopping it (Linux)."""
+    the benchmark dies without stopping it (Linux). With `pipes`, its stdin and stdout are pipes to
+    the benchmark (its stderr still goes to the log)."""
     with log_path.open("ab") as log:
         return subprocess.Popen(
             command,
             env=dict(env),
             cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
+            stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if pipes else log,
             stderr=log,
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,

@@ -1,7 +1,9 @@
-"""The benchmark stays runnable without running it: its report, its command line, its worker's tasks.
+"""The benchmark stays runnable without running it: its report, its command line, its worker's tasks,
+measure 11's noise band, child environment and child process.
 
 No Redis is needed: the report is rendered from a small made-up result set, `python -m bench --help`
-exits before connecting, and the worker app is only imported.
+exits before connecting, the worker app is only imported, and measure 11's child is asked for no
+invocation (building its executor connects to nothing).
 """
 
 from __future__ import annotations
@@ -14,8 +16,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from bench.__main__ import parse_args
+from bench._measures import MEASURES, RUN_ORDER
+from bench._measures.otel_absent import child_environment, noise_band
 from bench._report import COLUMNS, build_report, table, write_json
 from bench._timing import Measure, summarize
+from bench.batch_child import WITHOUT_FLAG
+from workers.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "bench" / "results" / "latest.json"
@@ -110,7 +119,130 @@ def test_help_runs_without_redis_and_lists_the_options() -> None:
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: python -m bench")
-    assert "--quick" in done.stdout and "--no-save" in done.stdout
+    assert "--quick" in done.stdout and "--no-save" in done.stdout and "--only" in done.stdout
+
+
+def test_only_takes_measure_numbers_and_refuses_others(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args([]).only is None
+    assert parse_args(["--only", "11, 10"]).only == frozenset({"10", "11"})
+
+    with pytest.raises(SystemExit):
+        parse_args(["--only", "10,12"])
+
+    assert "no measure 12; the measures are 1, 2," in capsys.readouterr().err
+
+
+def test_every_measure_runs_once_and_the_deadline_last() -> None:
+    assert sorted(RUN_ORDER, key=int) == list(MEASURES)
+    assert RUN_ORDER[-1] == "3"
+
+
+def test_a_partial_run_leaves_latest_json_alone(tmp_path: Path) -> None:
+    path = write_json({"measures": {}}, "20260102T030405Z", tmp_path, latest=False)
+
+    assert path.exists() and not (tmp_path / "latest.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("controls", "band"),
+    [
+        # sigma = IQR 0.1 / 1.349; twice the median's standard error: 2 * 1.2533 * sigma / sqrt(5)
+        ([0.9, 0.95, 1.0, 1.05, 1.1], 0.0831),
+        ([0.999, 1.0, 1.0, 1.001], 0.03),  # the floor
+        ([1.19, 1.2, 1.2, 1.21], 0.2),  # the identical pair's own deviation
+    ],
+)
+def test_the_noise_band_is_the_widest_of_floor_standard_error_and_control_deviation(
+    controls: list[float], band: float
+) -> None:
+    assert noise_band(controls) == pytest.approx(band, abs=1e-4)
+
+
+def test_the_children_get_the_benchmarks_settings_and_no_otel_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "elsewhere")
+    monkeypatch.setenv("TOOLFLEET_MAX_FANOUT", "7")
+    monkeypatch.setenv("TOOLFLEET_VISIBILITY_TIMEOUT_S", "5")
+    url = "redis://127.0.0.1:6379/11"
+    settings = Settings(redis_url=url, broker_url=url, result_backend=url, max_fanout=9, trace_content=True)
+
+    env = child_environment(settings)
+
+    assert not [name for name in env if name.startswith("OTEL_")]
+    assert env["TOOLFLEET_MAX_FANOUT"] == "9" and env["TOOLFLEET_TRACE_CONTENT"] == "true"
+    assert "TOOLFLEET_VISIBILITY_TIMEOUT_S" not in env  # unset in the settings: derived, as in the bench
+    assert Settings.from_env(env) == settings
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
+
+
+_LOOK_AROUND = """
+import importlib.util, importlib.metadata, json, sys
+from bench.batch_child import hide_opentelemetry
+if sys.argv[1:] == ["hide"]:
+    hide_opentelemetry()
+try:
+    import opentelemetry.trace
+    error = None
+except ImportError as exc:
+    error = f"{type(exc).__name__}: {exc}"
+names = {(d.metadata["Name"] or "").lower() for d in importlib.metadata.distributions()}
+print(json.dumps({
+    "spec": importlib.util.find_spec("opentelemetry") is not None,
+    "error": error,
+    "distributions": sorted(n for n in names if n.startswith("opentelemetry")),
+    "redis": "redis" in names and importlib.util.find_spec("redis") is not None,
+}))
+"""
+
+
+@pytest.mark.parametrize("hide", [False, True])
+def test_hidden_opentelemetry_looks_not_installed_and_nothing_else_changes(hide: bool) -> None:
+    done = _run("-c", _LOOK_AROUND, *(["hide"] if hide else []))
+
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["redis"] is True
+    if hide:
+        assert seen == {
+            "spec": False,
+            "error": "ModuleNotFoundError: No module named 'opentelemetry'",
+            "distributions": [],
+            "redis": True,
+        }
+    else:  # the dev install has the otel extra
+        assert seen["spec"] is True and seen["error"] is None and "opentelemetry-api" in seen["distributions"]
+
+
+def test_hiding_refuses_once_opentelemetry_is_loaded() -> None:
+    done = _run(
+        "-c", "import opentelemetry.trace; from bench.batch_child import hide_opentelemetry as h; h()"
+    )
+
+    assert done.returncode != 0 and "OpenTelemetry is loaded already" in done.stderr
+
+
+@pytest.mark.parametrize("flags", [[], [WITHOUT_FLAG]])
+def test_the_batch_child_says_ready_then_what_it_loaded(flags: list[str]) -> None:
+    # No invocation runs: building the executor needs no Redis.
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.batch_child", *flags],
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        input="end\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 0, done.stderr
+    ready, end = done.stdout.splitlines()
+    assert ready.startswith("ready ") and float(ready.split()[1]) > 0
+    found = json.loads(end)
+    assert found["importable"] is (not flags)
+    if flags:
+        assert found["loaded"] == []
 
 
 def test_the_worker_app_serves_the_baseline_tasks_next_to_the_tools() -> None:

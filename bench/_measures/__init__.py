@@ -15,6 +15,7 @@ from bench._measures.anchors import measure_anchors
 from bench._measures.batch import measure_batch
 from bench._measures.deadline import measure_deadline
 from bench._measures.in_flight import measure_in_flight
+from bench._measures.otel_absent import measure_otel_absent
 from bench._measures.progress import measure_progress
 from bench._measures.serve_journal import measure_serve_journal
 from bench._measures.serve_overhead import measure_serve_overhead
@@ -39,6 +40,7 @@ MEASURES: dict[str, Runner] = {
     "8": measure_async_sleeps,
     "9": measure_progress,
     "10": measure_tracing,
+    "11": measure_otel_absent,
 }
 # `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
-RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "3"]
+RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "3"]
