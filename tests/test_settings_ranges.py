@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from workers.errors import SettingsError, ToolfleetError
 from workers.settings import ENVIRONMENT, Settings
 
 REPO = Path(__file__).resolve().parents[1]
+CELERY = str(Path(sys.executable).parent / "celery")
 
 # (field, value as the environment writes it, the range the refusal states)
 OUT_OF_RANGE = [
@@ -110,3 +112,32 @@ def test_a_command_started_with_a_setting_out_of_range_exits_naming_it() -> None
     done = run_command([*CLI, "tools"], env=environment)
     assert done.returncode == 2, done
     assert done.stderr.strip() == "toolfleet: TOOLFLEET_MAX_FANOUT must be an integer >= 1, got 0"
+
+
+# The ways a worker or a replica starts; none gets as far as its broker with a log format it cannot write.
+STARTS = {
+    "toolfleet worker": [*CLI, "worker", "--pool", "logs", "--tools", "tests.integration.log_tools"],
+    "toolfleet serve": [*CLI, "serve", "--agent", "assistant=tests.integration.serve_agents:assistant"],
+    "celery -A workers.app worker": [CELERY, "-A", "workers.app", "worker", "--pool", "solo", "-Q", "logs"],
+}
+
+
+@pytest.mark.parametrize("start", list(STARTS))
+def test_a_log_format_it_cannot_write_stops_a_process_at_its_start_in_one_line(start: str) -> None:
+    # given: a log format that is neither text nor json (and a broker that never answers, should it start)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "TOOLFLEET_LOG_FORMAT": "bogus",
+        "TOOLFLEET_TOOLS": "tests.integration.log_tools",
+        "TOOLFLEET_REDIS_URL": "redis://127.0.0.1:1/0",
+    }
+    # when: the process starts
+    done = run_command(STARTS[start], env=environment, cwd=REPO, timeout_s=30)
+    # then: it exits at once with one line naming the variable, the value and the allowed ones
+    assert done.returncode != 0, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].endswith("TOOLFLEET_LOG_FORMAT must be one of text, json, got 'bogus'"), lines[0]
+    if start.startswith("toolfleet"):
+        assert (done.returncode, lines[0]) == (2, f"toolfleet: {lines[0].partition(': ')[2]}")

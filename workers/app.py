@@ -17,8 +17,9 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_init
 
-from workers.errors import ToolModuleError
+from workers.errors import ToolfleetError, ToolModuleError
 from workers.settings import Settings
+from workers.telemetry.logs import configure_logging
 from workers.tools import check_compensations
 from workers.tools.registry import ToolRegistry
 
@@ -202,8 +203,15 @@ def _tool_source(spec: str) -> object:
 
 
 def _app_from_environment() -> Celery:
-    settings = Settings.from_env()
-    return make_app(settings, registry_from_modules(settings.tools.split(",")))
+    """The app of `celery -A workers.app`: settings and tools from the environment, and the log lines
+    `toolfleet worker` writes (`TOOLFLEET_LOG_FORMAT`). A setting or a tool module it cannot use ends
+    the command with one line saying why, not Celery's traceback of this module."""
+    try:
+        settings = Settings.from_env()
+        configure_logging(settings.log_format, logging.WARNING)
+        return make_app(settings, registry_from_modules(settings.tools.split(",")))
+    except ToolfleetError as exc:
+        raise SystemExit(f"celery -A workers.app: {exc}") from None
 
 
 def __getattr__(name: str) -> Any:

@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from redis.connection import parse_url
 
 from workers.errors import SettingsError
+from workers.telemetry.logs import LOG_FORMATS
 
 __all__ = ["ENVIRONMENT", "Settings", "redact_url"]
 
@@ -89,7 +90,6 @@ class Settings:
 
 ENVIRONMENT: dict[str, str] = {item.name: f"TOOLFLEET_{item.name.upper()}" for item in fields(Settings)}
 
-LOG_FORMATS = ("text", "json")
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 # The smallest value of each numeric setting, and whether it is allowed itself; none has a maximum,

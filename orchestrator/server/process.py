@@ -52,6 +52,7 @@ def serve_until_signalled(app: FastAPI, serve: ServeSettings) -> None:
         host=serve.host,
         port=serve.port,
         log_level="warning",
+        log_config=None,  # uvicorn's lines go to the root logger, in the format of TOOLFLEET_LOG_FORMAT
         timeout_graceful_shutdown=max(1, round(serve.drain_grace_s)),
         server_header=False,
     )

@@ -11,13 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.executors.celery import CeleryExecutor
-from orchestrator.telemetry import setup_tracing, stop_tracing
+from tests._tracing import traced_to_memory
 from tests.integration import telemetry_tools
 from tests.integration.worker_processes import tool_worker
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
@@ -56,14 +54,8 @@ def traced_worker(redis_url: str, worker_logs: Path, receiver: OtlpReceiver) -> 
 
 @pytest.fixture
 def exporter() -> Iterator[InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    assert setup_tracing("test-orchestrator", tracer_provider=provider)
-    try:
+    with traced_to_memory("test-orchestrator") as memory:
         yield memory
-    finally:
-        stop_tracing()
 
 
 def test_an_invocation_is_one_trace_with_the_workers_spans_under_the_orchestrators(

@@ -27,9 +27,9 @@ from workers.telemetry.tracing import (
     GEN_AI_TOOL_CALL_ID,
     GEN_AI_TOOL_NAME,
     content_recorded,
-    flush_traces,
     setup_tracing,
     span,
+    stop_tracing,
     tracer_provider,
     tracing_enabled,
 )
@@ -137,7 +137,8 @@ def observed_compensation(
 
 def install_worker_telemetry(app: Celery, *, record_content: bool = False) -> None:
     """When a worker of `app` starts: set up tracing (if configured) and the Celery instrumentation;
-    flush spans when it (or a pool process) stops, and drop a dead pool process's live gauges."""
+    stop tracing when it (or a pool process) stops, its spans flushed within `FLUSH_TIMEOUT_S`, and drop
+    a dead pool process's live gauges."""
 
     def on_init(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not app:
@@ -151,11 +152,11 @@ def install_worker_telemetry(app: Celery, *, record_content: bool = False) -> No
             log.info("tracing on: spans exported over OTLP")
 
     def on_process_shutdown(pid: int | None = None, **_: Any) -> None:
-        flush_traces()
+        stop_tracing()  # the spans buffered go out, or are dropped after a short wait
         process_ended(os.getpid() if pid is None else pid)
 
     def on_shutdown(sender: Any = None, **_: Any) -> None:
-        flush_traces()
+        stop_tracing()
 
     worker_init.connect(on_init, weak=False)
     worker_process_shutdown.connect(on_process_shutdown, weak=False)

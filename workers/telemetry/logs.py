@@ -55,7 +55,8 @@ def bound_call(fields: CallFields) -> Iterator[CallFields]:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, the call's fields, the trace id."""
+    """One JSON object per line: time, level, logger, message, the call's fields, the trace id, and a
+    traceback or a stack as one string field (its newlines escaped, as every control character)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
@@ -73,11 +74,15 @@ class JsonFormatter(logging.Formatter):
             entry["trace_id"] = trace
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
         return json.dumps(entry, default=str)
 
 
 def configure_logging(log_format: str, level: int) -> None:
-    """The root logger's one handler on standard error, in `log_format` (`text` or `json`)."""
+    """The root logger's one handler on standard error, in `log_format` (one of `LOG_FORMATS`)."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"the log format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level, handlers=[handler])

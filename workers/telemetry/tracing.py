@@ -16,11 +16,13 @@ import contextlib
 import logging
 import os
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
 __all__ = [
+    "FLUSH_TIMEOUT_S",
     "GEN_AI_OPERATION",
     "GEN_AI_TOOL_CALL_ID",
     "GEN_AI_TOOL_NAME",
@@ -47,8 +49,12 @@ GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 TRACER_NAME = "toolfleet"
 EXPORTER_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+# How long stopping tracing waits for the spans buffered to go out. The SDK's batch processor does not
+# bound its flush: it lasts as long as the exporter's retries, about 7 s a batch (OTLP's 10 s timeout)
+# when the collector does not answer, and a worker or a replica stopping would wait that long.
+FLUSH_TIMEOUT_S = 2.0
 
-_state: dict[str, Any] = {"tracer": None, "content": False, "pid": None}
+_state: dict[str, Any] = {"tracer": None, "content": False, "pid": None, "warned": False}
 
 
 def tracing_enabled() -> bool:
@@ -58,10 +64,22 @@ def tracing_enabled() -> bool:
 
 def stop_tracing(*, flush: bool = True) -> None:
     """Stop recording spans in this process (what `setup_tracing` started); with `flush`, export what
-    is buffered first (waiting for it), else it goes out in the background as usual."""
-    if flush:
-        flush_traces()
-    _state.update({"tracer": None, "provider": None, "content": False, "pid": None})
+    is buffered first, else it goes out in the background as usual.
+
+    The flush waits `FLUSH_TIMEOUT_S` at most; what is not out by then is dropped, and the OTLP
+    exporter `setup_tracing` built stops retrying, so a process ending next is not held up by a
+    collector that does not answer.
+    """
+    if flush and not flush_traces():
+        exporter = _state.get("exporter")
+        log.warning(
+            "spans not exported within %g s of stopping tracing (is the collector reachable?): %s",
+            FLUSH_TIMEOUT_S,
+            "the rest are dropped" if exporter is not None else "they go on in the background",
+        )
+        if exporter is not None:
+            exporter.shutdown()  # ends the retries in progress: the provider's own shutdown at exit is quick
+    _state.update({"tracer": None, "provider": None, "exporter": None, "content": False, "pid": None})
 
 
 def content_recorded() -> bool:
@@ -94,13 +112,18 @@ def setup_tracing(
         if not any(env.get(name) for name in EXPORTER_VARIABLES):
             return False
         try:
-            tracer_provider = _otlp_provider(service_name, env)
+            tracer_provider, exporter = _otlp_provider(service_name, env)
         except ImportError:
-            log.warning(
-                "an OTLP endpoint is configured but toolfleet's tracing extra is not installed: "
-                "pip install 'toolfleet[otel]'"
-            )
+            if not _state["warned"]:  # once a process, however often it is asked
+                _state["warned"] = True
+                log.warning(
+                    "an OTLP endpoint is configured but toolfleet's tracing extra is not installed: "
+                    "pip install 'toolfleet[otel]'"
+                )
             return False
+        _state["exporter"] = exporter
+    else:
+        _state["exporter"] = None
     from opentelemetry import trace
 
     _state["tracer"] = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
@@ -110,17 +133,33 @@ def setup_tracing(
     return True
 
 
-def _otlp_provider(service_name: str, env: Mapping[str, str]) -> Any:
+def _otlp_provider(service_name: str, env: Mapping[str, str]) -> tuple[Any, Any]:
+    """A provider exporting over OTLP/HTTP in batches, and its exporter."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+
+    class StoppableExporter(OTLPSpanExporter):
+        """OTLP/HTTP until `shutdown`, then quiet: what it is given after is dropped without a word
+        (`stop_tracing` said so once), and the provider's own shutdown at exit is no second one."""
+
+        stopped = False
+
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.FAILURE if self.stopped else super().export(spans)
+
+        def shutdown(self) -> None:
+            if not self.stopped:
+                self.stopped = True
+                super().shutdown()  # type: ignore[no-untyped-call]
 
     # The resource reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the name given is the default.
     resource = Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME") or service_name})
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_endpoint(env))))
-    return provider
+    exporter = StoppableExporter(endpoint=traces_endpoint(env))
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider, exporter
 
 
 def traces_endpoint(env: Mapping[str, str]) -> str:
@@ -132,11 +171,25 @@ def traces_endpoint(env: Mapping[str, str]) -> str:
     return env["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
 
 
-def flush_traces(timeout_ms: int = 5000) -> None:
-    """Export what is buffered now (before a process ends)."""
+def flush_traces(timeout_s: float = FLUSH_TIMEOUT_S) -> bool:
+    """Export what is buffered now, waiting `timeout_s` at most; whether it all went out in time.
+
+    The flush runs in a thread of its own, since the SDK's ignores the timeout it is given; past
+    `timeout_s` it goes on there, in the background.
+    """
     provider = _state.get("provider")
-    if provider is not None and hasattr(provider, "force_flush"):
-        provider.force_flush(timeout_ms)
+    if provider is None or not hasattr(provider, "force_flush"):
+        return True
+    done = threading.Event()
+
+    def flush() -> None:
+        try:
+            provider.force_flush(int(timeout_s * 1000))
+        finally:
+            done.set()
+
+    threading.Thread(target=flush, name="toolfleet-trace-flush", daemon=True).start()
+    return done.wait(timeout_s)
 
 
 def tracer_provider() -> Any:

@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 from orchestrator.cli.commands._command import add_command
-from orchestrator.server.settings import is_loopback
 from workers.settings import Settings
 
 HELP = "run Flower, the web monitor of every tool call and compensation"
@@ -58,6 +57,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from orchestrator.server.settings import is_loopback  # here: the server's package imports FastAPI
+
     if not 0 < args.port < 65536:
         return _fail(f"--port must be between 1 and 65535, got {args.port}")
     credentials = args.basic_auth if args.basic_auth is not None else os.environ.get(BASIC_AUTH_ENV, "")

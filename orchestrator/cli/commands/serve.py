@@ -35,7 +35,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from orchestrator.server.process import serve_until_signalled
     from orchestrator.server.settings import SERVE_ENVIRONMENT, ServeSettings
     from orchestrator.server.ui import UiSettings
-    from orchestrator.telemetry import setup_tracing
+    from orchestrator.telemetry import setup_tracing, stop_tracing
 
     if os.getcwd() not in sys.path:
         sys.path.insert(
@@ -57,5 +57,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         f"toolfleet serve: agents {', '.join(agents)} on http://{serve.host}:{serve.port}/v1", file=sys.stderr
     )
     setup_tracing("toolfleet-orchestrator", record_content=settings.trace_content)
-    serve_until_signalled(create_app(agents, serve, settings, ui), serve)
+    try:
+        serve_until_signalled(create_app(agents, serve, settings, ui), serve)
+    finally:
+        stop_tracing()  # the last spans out, waiting a bounded time for the collector
     return 0
