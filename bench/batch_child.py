@@ -7,6 +7,8 @@ measure 10. The benchmark drives it over stdin and stdout, one line each way:
 - it prints `ready <seconds>` once its imports are done and its executor is built (the seconds that
   took);
 - `run` runs one invocation and answers `<wall seconds> <CPU seconds of this process>`;
+- `probe` runs one more invocation, untimed, under a profile hook (the event loop's thread and the
+  threads started meanwhile) and answers how many calls went into OpenTelemetry's code;
 - `end` answers a JSON object: the `opentelemetry` modules loaded (`loaded`) and whether `import
   opentelemetry` works here (`importable`), then the process exits.
 
@@ -27,10 +29,12 @@ import importlib
 import importlib.machinery
 import importlib.metadata
 import json
+import os
 import sys
+import threading
 import time
 from collections.abc import Iterable, Sequence
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 __all__ = [
@@ -149,6 +153,8 @@ async def _serve(started: float) -> None:
             if command == "run":
                 wall, cpu = await invocation()
                 _answer(f"{wall:.6f} {cpu:.6f}")
+            elif command == "probe":
+                _answer(str(await _opentelemetry_calls(invocation)))
             elif command == "end" or not command:
                 break
             else:
@@ -158,6 +164,26 @@ async def _serve(started: float) -> None:
     if command == "end":
         loaded = loaded_opentelemetry()
         _answer(json.dumps({"loaded": loaded, "importable": _importable()}))
+
+
+async def _opentelemetry_calls(invocation: Any) -> int:
+    """Run one invocation (untimed) with a profile hook on the event loop's thread and on the threads
+    started meanwhile: how many calls went into OpenTelemetry's code (`.../opentelemetry/...`)."""
+    calls = [0]
+    marker = f"{os.sep}{HIDDEN}{os.sep}"
+
+    def hook(frame: FrameType, event: str, _: object) -> None:
+        if event == "call" and marker in frame.f_code.co_filename:
+            calls[0] += 1
+
+    threading.setprofile(hook)
+    sys.setprofile(hook)
+    try:
+        await invocation()
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+    return calls[0]
 
 
 def main(argv: Sequence[str]) -> int:

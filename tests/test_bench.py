@@ -158,6 +158,12 @@ def test_the_noise_band_is_the_widest_of_floor_standard_error_and_control_deviat
     assert noise_band(controls) == pytest.approx(band, abs=1e-4)
 
 
+def test_the_noise_band_widens_to_the_generation_of_processes_that_differed_most() -> None:
+    controls = [0.999, 1.0, 1.0, 1.001]
+    assert noise_band(controls, [0.99, 1.07, 1.01]) == pytest.approx(0.07, abs=1e-4)
+    assert noise_band(controls, [0.99, 1.01]) == pytest.approx(0.03, abs=1e-4)
+
+
 def test_the_children_get_the_benchmarks_settings_and_no_otel_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
