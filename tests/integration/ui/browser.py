@@ -57,6 +57,15 @@ def start_browser(profile: Path) -> WebDriver:
         raise _unavailable(f"Chromium did not start: {exc.msg}") from exc
 
 
+def attribute_of(browser: WebDriver, selector: str, name: str) -> str:
+    """Attribute `name` of the first element `selector` finds; "" while there is none, or while the
+    page's live update is replacing it (read again)."""
+    try:
+        return str(browser.find_element(By.CSS_SELECTOR, selector).get_attribute(name) or "")
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
+
+
 def text_of(browser: WebDriver, selector: str) -> str:
     """The text of the first element `selector` finds; "" while there is none, or while the page's live
     update is replacing it (the element read is then gone: read again)."""

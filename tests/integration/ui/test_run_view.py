@@ -17,7 +17,7 @@ from tests._cli import TOOLFLEET
 from tests._waiting import wait_for
 from tests.integration.private_redis import free_port
 from tests.integration.serve.replicas import Replica
-from tests.integration.ui.browser import text_of
+from tests.integration.ui.browser import attribute_of, text_of
 from tests.integration.ui.conftest import AGENT, FLOWER, finished, screenshot, start
 from tests.integration.worker_processes import REPO_ROOT
 
@@ -84,15 +84,14 @@ def test_a_running_call_progresses_on_screen_without_a_reload(
     browser.get(f"{service.root}/ui/invocations/{invocation_id}")
     browser.execute_script("window.sameDocument = true")
 
-    def fraction() -> float:
-        bars = browser.find_elements(By.CSS_SELECTOR, "li.call progress")
-        value = bars[0].get_attribute("value") if bars else None
+    def fraction() -> float:  # 0 while there is no bar, or the live update is replacing it
+        value = attribute_of(browser, "li.call progress", "value")
         return float(value) if value else 0.0
 
     # when: the call runs
     first = wait_for(lambda: fraction() or None, timeout_s=30, what="a first progress report on the page")
-    later = wait_for(lambda: fraction() > first and fraction(), timeout_s=30, what="the bar to move on")
-    message = browser.find_element(By.CSS_SELECTOR, "li.call .progress-message").text
+    later = wait_for(lambda: (now := fraction()) > first and now, timeout_s=30, what="the bar to move on")
+    message = wait_for(lambda: text_of(browser, "li.call .progress-message"), what="the progress message")
     screenshot(browser, tmp_path, "ui-invocation-running")
 
     # then: the bar moved and its message followed, on the same document (no reload)
