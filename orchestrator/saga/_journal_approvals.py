@@ -247,17 +247,6 @@ class JournalApprovals:
         opened: dict[str, Any] = json.loads(self._cipher.open(sealed or "{}", invocation_id=invocation_id))
         return opened
 
-    def paused_state(self, invocation_id: str) -> dict[str, Any] | None:
-        """The state an invocation was last paused with (opened), None when it never paused."""
-        with self._read() as connection:
-            sealed = connection.execute(
-                sa.select(invocations.c.paused_state).where(invocations.c.id == invocation_id)
-            ).scalar_one_or_none()
-        if not sealed:
-            return None
-        opened: dict[str, Any] = json.loads(self._cipher.open(sealed, invocation_id=invocation_id))
-        return opened
-
     def cancel_paused(self, invocation_id: str, owner: str) -> bool:
         """Take a paused invocation to cancel it (it becomes `compensating`, its waiting calls
         `cancelled`); False when it is not paused or another process took it first."""

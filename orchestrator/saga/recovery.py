@@ -88,25 +88,8 @@ async def recover(
     return reports
 
 
+@traced_recovery
 async def _recover_one(
-    journal: JournalRunner,
-    executor: ToolExecutor,
-    definitions: dict[str, ToolDefinition],
-    invocation_id: str,
-    invocation_json: dict[str, Any],
-) -> Recovered:
-    with traced_recovery(invocation_id, invocation_json.get("trace_context")) as current:
-        report = await _recover(journal, executor, definitions, invocation_id, invocation_json)
-        current.set_attributes(
-            {
-                "toolfleet.compensated": len(report.compensated),
-                "toolfleet.compensations_failed": len(report.failed),
-            }
-        )
-        return report
-
-
-async def _recover(
     journal: JournalRunner,
     executor: ToolExecutor,
     definitions: dict[str, ToolDefinition],
@@ -157,11 +140,11 @@ async def cancel_paused(
     record = await journal.run(lambda j: j.invocation(invocation_id))
     assert record is not None
     report = Recovered(invocation_id)
-    invocation = Invocation.from_json(record.invocation_json)
+    invocation_json = record.invocation_json
+    invocation = Invocation.from_json(invocation_json)
     reason = "cancelled while paused for approval"
     todo = await journal.run(lambda j: _plan(j, invocation_id, reason))
-    kept = await journal.run(lambda j: j.paused_state(invocation_id)) or {}
-    with continued_trace(kept.get("trace_context")):
+    with continued_trace(invocation_json.get("trace_context")):
         approvals_waited(
             await journal.run(lambda j: j.approvals(invocation_id, state=ApprovalState.CANCELLED))
         )

@@ -8,10 +8,9 @@ line each); `model_called` is called once per model response. Without tracing th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -84,7 +83,7 @@ def traced_invocation(run: _F) -> _F:
             except BaseException:
                 INVOCATIONS.labels(service, "error").inc()
                 raise
-            reason = result.finish_reason.value.lower() if result.finish_reason is not None else "none"
+            reason = _reason(result.finish_reason) or "none"
             INVOCATIONS.labels(service, reason).inc()
             current.set_attribute("gen_ai.response.finish_reasons", [reason])
             usage = result.token_usage
@@ -93,6 +92,11 @@ def traced_invocation(run: _F) -> _F:
             return result
 
     return cast(_F, wrapper)
+
+
+def _reason(finish_reason: Any) -> str | None:
+    """A finish reason as spans and metrics name it (`stop`, `approval_required`, ...)."""
+    return None if finish_reason is None else str(finish_reason.value).lower()
 
 
 def _usage_attributes(usage: Any) -> dict[str, Any]:
@@ -119,7 +123,7 @@ def model_called(config: Any, request: Any, response: Any, began: float) -> None
         if usage.output_tokens:
             MODEL_TOKENS.labels(service, provider, "output").inc(usage.output_tokens)
     model = getattr(response, "model_name", None) or getattr(config.chat_model, "model_name", None)
-    reason = response.finish_reason.value.lower() if response.finish_reason is not None else None
+    reason = _reason(response.finish_reason)
     attributes: dict[str, Any] = {
         GEN_AI_OPERATION: "chat",
         "gen_ai.provider.name": provider,
@@ -278,15 +282,24 @@ def approvals_waited(records: Iterable[Any]) -> None:
         record_span(f"await_approval {record.tool}", attributes, waited, end_ns=end_ns)
 
 
-@contextlib.contextmanager
-def traced_recovery(invocation_id: str, carrier: Mapping[str, str] | None) -> Iterator[Any]:
-    """Around the recovery of an invocation whose orchestrator stopped: a `recover_invocation` span
-    (yielded), a child of the invocation's own span, whose context the journal kept (`carrier`), so
-    the compensations run here join the trace of the calls they undo."""
-    attributes = {"toolfleet.invocation.id": invocation_id}
-    with (
-        bound_call(CallFields(invocation_id)),
-        continued_trace(carrier),
-        span("recover_invocation", attributes) as current,
-    ):
-        yield current
+def traced_recovery(recover: _F) -> _F:
+    """Around `_recover_one(journal, executor, definitions, invocation_id, invocation_json)`, the
+    recovery of an invocation whose orchestrator stopped: a `recover_invocation` span, a child of the
+    invocation's own span, whose context the journal kept with it (`trace_context`), so that the
+    compensations run here join the trace of the calls they undo."""
+
+    @functools.wraps(recover)
+    async def wrapper(
+        journal: Any, executor: Any, definitions: Any, invocation_id: str, invocation_json: dict[str, Any]
+    ) -> Any:
+        with (
+            bound_call(CallFields(invocation_id)),
+            continued_trace(invocation_json.get("trace_context")),
+            span("recover_invocation", {"toolfleet.invocation.id": invocation_id}) as current,
+        ):
+            report = await recover(journal, executor, definitions, invocation_id, invocation_json)
+            done, owed = len(report.compensated), len(report.failed)
+            current.set_attributes({"toolfleet.compensated": done, "toolfleet.compensations_failed": owed})
+            return report
+
+    return cast(_F, wrapper)

@@ -23,6 +23,7 @@ from orchestrator.executors.local import LocalExecutor
 from tests._environment import integration_redis_url
 from tests.integration.private_redis import PrivateRedis
 from tests.integration.worker_processes import all_running, tool_worker
+from tests.otlp_receiver import OtlpReceiver
 from workers.app import make_app
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
@@ -89,6 +90,13 @@ def worker_app(settings: Settings) -> Iterator[Celery]:
 @pytest.fixture(scope="session")
 def worker_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("worker-logs")
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpReceiver]:
+    """An OTLP/HTTP receiver on loopback for the module's traced processes (`receiver.endpoint`)."""
+    with OtlpReceiver() as running:
+        yield running
 
 
 def _start(

@@ -285,26 +285,30 @@ def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
 
 
 def test_a_recovered_saga_continues_the_trace_of_the_orchestrator_that_died(
-    faults_worker: WorkerProcess, redis_url: str, text_client: redis.Redis, journal_file: Path, logs: Path
+    faults_worker: WorkerProcess,
+    redis_url: str,
+    text_client: redis.Redis,
+    journal_file: Path,
+    logs: Path,
+    receiver: OtlpReceiver,
 ) -> None:
     # Given: a traced orchestrator process SIGKILLed mid-compensation (its invocation's span never ends)
     group = unique("traced")
-    with OtlpReceiver() as receiver:
-        traced = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
-        kill_saga_driver_when(
-            lambda: text_client.llen(order_key(group)) >= 1,
-            [str(journal_file), group, "1.0", "2"],
-            redis_url,
-            logs,
-            traced,
-        )
-        [left] = Journal(f"sqlite:///{journal_file}").invocations()
-        booked = [s for s in receiver.spans if s.name == "execute_tool fault_book"]
-        assert len(booked) == 2 and all(s.service == "saga-driver" for s in booked), receiver.spans
-        # When: a traced `toolfleet recover` finishes the saga
-        recovered = toolfleet_on(RECOVER, redis_url, journal_file, env=traced)
-        assert recovered.returncode == 0, recovered.stdout + recovered.stderr
-        spans = receiver.wait_for({"recover_invocation", "compensate fault_book"})
+    traced = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    kill_saga_driver_when(
+        lambda: text_client.llen(order_key(group)) >= 1,
+        [str(journal_file), group, "1.0", "2"],
+        redis_url,
+        logs,
+        traced,
+    )
+    [left] = Journal(f"sqlite:///{journal_file}").invocations()
+    booked = [s for s in receiver.spans if s.name == "execute_tool fault_book"]
+    assert len(booked) == 2 and all(s.service == "saga-driver" for s in booked), receiver.spans
+    # When: a traced `toolfleet recover` finishes the saga
+    recovered = toolfleet_on(RECOVER, redis_url, journal_file, env=traced)
+    assert recovered.returncode == 0, recovered.stdout + recovered.stderr
+    spans = receiver.wait_for({"recover_invocation", "compensate fault_book"})
     # Then: its spans are in the dead process's trace, under the invocation's span
     [recovery] = [s for s in spans if s.name == "recover_invocation"]
     assert recovery.service == "toolfleet-orchestrator"

@@ -28,12 +28,6 @@ TOOLS = "tests.integration.telemetry_tools"
 
 
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
 def traced_worker(redis_url: str, worker_logs: Path, receiver: OtlpReceiver) -> Iterator[WorkerProcess]:
     env = {
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,

@@ -10,8 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY
 
@@ -25,7 +24,7 @@ from orchestrator import (
     approve,
     reject,
 )
-from orchestrator.telemetry import setup_tracing, stop_tracing
+from tests._tracing import traced_to_memory
 from workers import tool
 
 
@@ -48,14 +47,8 @@ def _service(journal: Journal, **options: float) -> AiService:
 
 @pytest.fixture
 def exporter() -> Iterator[InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    assert setup_tracing("test-approvals", tracer_provider=provider)
-    try:
+    with traced_to_memory("test-approvals") as memory:
         yield memory
-    finally:
-        stop_tracing()
 
 
 def waits(decision: str) -> float:

@@ -106,7 +106,8 @@ def serve_worker_metrics(port: int, host: str = "0.0.0.0") -> Iterator[str]:
         # the directory is set, before any of the worker's metrics is made.
         values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
         registry = CollectorRegistry()
-        registry.register(_LiveProcessesCollector(MultiProcessCollector(None, path=directory), directory))  # type: ignore[no-untyped-call]
+        collector = MultiProcessCollector(None, path=directory)  # type: ignore[no-untyped-call]
+        registry.register(_LiveProcessesCollector(collector, directory))
         server, thread = start_http_server(port, addr=host, registry=registry)
         try:
             yield directory

@@ -37,20 +37,23 @@ def env(redis_url: str, postgres: str, **extra: str | None) -> dict[str, str]:
     )
 
 
+def _driver(variables: dict[str, str], *args: str) -> dict[str, Any]:
+    """Run an orchestrator process of the tests to its end; what it printed last, as JSON."""
+    done = run_command([*DRIVER, *args], env=variables, cwd=Path(REPO_ROOT), timeout_s=90)
+    assert done.returncode == 0, done.stderr
+    printed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return printed
+
+
 def start(variables: dict[str, str], key: str) -> tuple[str, list[str]]:
     """Run an orchestrator process until its invocation pauses; it has exited when this returns."""
-    done = run_command([*DRIVER, "start", key], env=variables, cwd=Path(REPO_ROOT), timeout_s=90)
-    assert done.returncode == 0, done.stderr
-    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    printed = _driver(variables, "start", key)
     return printed["invocation_id"], printed["pending"]
 
 
 def resume(variables: dict[str, str], invocation: str) -> dict[str, Any]:
     """Run an orchestrator process that goes on with a decided invocation; what it printed."""
-    done = run_command([*DRIVER, "resume", invocation], env=variables, cwd=Path(REPO_ROOT), timeout_s=90)
-    assert done.returncode == 0, done.stderr
-    printed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return printed
+    return _driver(variables, "resume", invocation)
 
 
 def cli(variables: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,6 @@ to the decision, under the paused invocation's span; so is what the resuming pro
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,12 +16,6 @@ from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 pytestmark = pytest.mark.integration
 
 INVOKE = "invoke_agent bank"
-
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[OtlpReceiver]:
-    with OtlpReceiver() as running:
-        yield running
 
 
 def traced(redis_url: str, postgres: str, receiver: OtlpReceiver) -> dict[str, str]:
