@@ -57,9 +57,11 @@ def parsed(written: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def lines() -> Iterator[Callable[[], list[dict[str, Any]]]]:
-    """JSON logging configured for the test; yields what reads the lines written so far."""
+    """JSON logging configured for the test; yields what reads the test's own lines written so far
+    (every line must parse; those of other loggers, such as a background thread left by an earlier
+    test, are not the test's to count)."""
     with json_logging() as written:
-        yield lambda: parsed(written.getvalue())
+        yield lambda: [entry for entry in parsed(written.getvalue()) if entry["logger"] == log.name]
 
 
 @pytest.fixture
