@@ -99,6 +99,7 @@ class Invocations:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         pending: set[asyncio.Future[Any]] = set()
+        last: list[asyncio.Future[Any] | None] = [None]  # the call event written last
 
         async def wrap_up() -> None:  # before the last event: the call events, then the conversation
             await _settle(pending)
@@ -112,8 +113,15 @@ class Invocations:
             if payload is None:
                 return
 
-            def write() -> None:
-                future = asyncio.ensure_future(add(invocation_id, payload))
+            def write() -> None:  # after the one before: the stream keeps the order the calls told
+                before = last[0]
+
+                async def in_turn() -> None:
+                    if before is not None:
+                        await asyncio.wait([before])  # how it ended is its own to report
+                    await add(invocation_id, payload)
+
+                future = last[0] = asyncio.ensure_future(in_turn())
                 pending.add(future)
                 future.add_done_callback(pending.discard)
 
