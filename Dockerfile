@@ -10,14 +10,19 @@ ENV PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore
 
-# Only what the distribution needs (the README is its long description); tests, benchmarks and the
-# development extras stay out of the image.
+# Only what the distribution needs (the README is its long description) and the lock; tests, benchmarks
+# and the development extras stay out of the image. The dependencies are the lock's versions, checked
+# against its hashes; the package itself goes on top of them without resolving anything again.
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml uv.lock README.md ./
 COPY workers/ workers/
 COPY orchestrator/ orchestrator/
-RUN pip install ".[postgres,otel]" \
-    && cd / && rm -rf /src
+RUN pip install "uv==0.13.9" \
+    && uv export --locked --no-emit-project --extra postgres --extra otel -o /tmp/locked.txt \
+    && pip install --require-hashes -r /tmp/locked.txt \
+    && pip install --no-deps ".[postgres,otel]" \
+    && pip uninstall --yes uv \
+    && cd / && rm -rf /src /tmp/locked.txt
 
 RUN useradd --create-home --home-dir /home/toolfleet --uid 10001 --user-group --shell /usr/sbin/nologin toolfleet
 USER toolfleet

@@ -1,28 +1,47 @@
 PYTHON ?= python3
 VENV ?= .venv
 PYTEST_ARGS ?=
+# Test processes of `make test` (pytest-xdist; 0: one process, on the Redis at TOOLFLEET_REDIS_URL).
+TEST_PROCESSES ?= 4
 
 BIN := $(VENV)/bin
+# Installs come from uv.lock (exact versions, with hashes) through uv, itself pinned here.
+UV_VERSION := 0.13.9
+UV := UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv
 # Runs its arguments with a Redis reachable at TOOLFLEET_REDIS_URL (an embedded one if none answers).
 WITH_REDIS := $(BIN)/python -m workers._devredis --
+# The unit tests: no worker processes (nothing of tests/integration, nothing marked integration).
+UNIT_TESTS := tests --ignore=tests/integration -m 'not integration'
 
-.PHONY: setup test lint demo bench clean
+.PHONY: setup test test-fast lint lock demo bench clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.uv-$(UV_VERSION):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check 'uv==$(UV_VERSION)'
+	touch $@
+
+# --locked: the lock must match pyproject.toml (else `make lock`); the virtualenv gets exactly the lock.
+$(VENV)/.installed: pyproject.toml uv.lock $(VENV)/.uv-$(UV_VERSION)
+	$(UV) sync --locked --all-extras --quiet
 	touch $@
 
 setup: $(VENV)/.installed
 
 test: setup
-	$(WITH_REDIS) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(WITH_REDIS) $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS)
+
+test-fast: setup
+	$(WITH_REDIS) $(BIN)/python -m pytest -n $(TEST_PROCESSES) $(UNIT_TESTS) $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# Every dependency to the newest version pyproject.toml's ranges allow, then the virtualenv to match.
+lock: $(VENV)/.uv-$(UV_VERSION)
+	$(UV) lock --upgrade
+	$(MAKE) setup
 
 demo: setup
 	$(WITH_REDIS) $(BIN)/toolfleet demo

@@ -13,9 +13,24 @@ from typing import NoReturn
 import pytest
 import sqlalchemy as sa
 
-__all__ = ["POSTGRES_URL", "in_ci", "postgres_error", "postgres_unreachable", "reachable_postgres"]
+__all__ = [
+    "DEFAULT_POSTGRES_URL",
+    "POSTGRES_VARIABLE",
+    "in_ci",
+    "postgres_error",
+    "postgres_unreachable",
+    "postgres_url",
+    "reachable_postgres",
+]
 
-POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"  # the test server's database
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"  # the test server's database
+POSTGRES_VARIABLE = "TOOLFLEET_TEST_POSTGRES_URL"
+
+
+def postgres_url() -> str:
+    """The tests' PostgreSQL database: `TOOLFLEET_TEST_POSTGRES_URL`, else `DEFAULT_POSTGRES_URL` (each
+    process of a parallel run has a database of its own there, tests/_parallel.py)."""
+    return os.environ.get(POSTGRES_VARIABLE) or DEFAULT_POSTGRES_URL
 
 
 def in_ci() -> bool:
@@ -44,8 +59,10 @@ def postgres_error(url: str) -> Exception | None:
     return None
 
 
-def reachable_postgres(url: str = POSTGRES_URL) -> str:
-    """`url`, once its server answers; else the test is skipped (failed in CI)."""
+def reachable_postgres(url: str | None = None) -> str:
+    """`url` (default: `postgres_url()`), once its server answers; else the test is skipped (failed in
+    CI)."""
+    url = url or postgres_url()
     error = postgres_error(url)
     if error is not None:
         postgres_unreachable(url, error)

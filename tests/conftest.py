@@ -2,6 +2,8 @@
 
 - Hermetic: the caller's `TOOLFLEET_*` and `FLOWER_*` variables are removed before anything is
   collected (tests/_environment.py), so no test and no process a test starts reads them.
+- Parallel: `make test` runs the suite in several processes (pytest-xdist); each has a redis-server and
+  a PostgreSQL database of its own (tests/_parallel.py), so no two tests share state.
 - Bounded: a Hypothesis test that reaches its per-test timeout ends there. pytest-timeout raises
   `Failed`, which Hypothesis would take for a failing example, shrink and replay, running on for
   minutes; here that timeout is raised as an exception Hypothesis lets through.
@@ -9,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -21,6 +24,7 @@ import pytest
 
 from orchestrator.saga.journal import Journal
 from tests._environment import make_hermetic
+from tests._parallel import own_servers, worker_id
 from workers.settings import redact_url
 
 _removed: list[str] = []
@@ -47,6 +51,11 @@ def journal(journal_file: Path) -> Iterator[Journal]:
 def pytest_configure(config: pytest.Config) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="toolfleet-tests-"))
     config.add_cleanup(lambda: shutil.rmtree(scratch, ignore_errors=True))
+    worker = worker_id(config)
+    if worker is not None:
+        servers = contextlib.ExitStack()
+        config.add_cleanup(servers.close)
+        servers.enter_context(own_servers(worker, scratch, os.environ))
     _removed[:] = make_hermetic(os.environ, scratch)
 
 

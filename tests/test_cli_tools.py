@@ -10,7 +10,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,17 +22,11 @@ import pytest
 from orchestrator.cli.commands import tools
 from tests._cli import CLI, run_command
 from tests._environment import emptied_redis, integration_redis_url
+from tests._ports import free_port
 from workers.runtime.process import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTNAME = "io-cli-tools@test"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _environment(**variables: str) -> dict[str, str]:
@@ -150,7 +143,7 @@ def test_no_live_workers_is_an_answer_with_a_hint() -> None:
 
 def test_unreachable_redis_is_a_clear_error_without_the_password() -> None:
     # given
-    port = _free_port()
+    port = free_port()
     # when
     result = _toolfleet("tools", TOOLFLEET_REDIS_URL=f"redis://:s3cret-pw@127.0.0.1:{port}/0")
     # then
@@ -177,7 +170,7 @@ def test_flower_help_shows_its_options_and_authentication() -> None:
 
 def test_flower_refuses_to_listen_beyond_loopback_without_authentication() -> None:
     # when
-    result = _toolfleet("flower", "--address", "0.0.0.0", "--port", str(_free_port()))
+    result = _toolfleet("flower", "--address", "0.0.0.0", "--port", str(free_port()))
     # then
     assert result.returncode == 2
     assert "refusing to serve Flower on 0.0.0.0 without authentication" in result.stderr
@@ -186,7 +179,7 @@ def test_flower_refuses_to_listen_beyond_loopback_without_authentication() -> No
 
 def test_flower_rejects_malformed_credentials_without_echoing_them() -> None:
     # when
-    result = _toolfleet("flower", "--port", str(_free_port()), FLOWER_BASIC_AUTH="only-a-s3cret")
+    result = _toolfleet("flower", "--port", str(free_port()), FLOWER_BASIC_AUTH="only-a-s3cret")
     # then
     assert result.returncode == 2
     assert "FLOWER_BASIC_AUTH must be USER:PASSWORD" in result.stderr
@@ -196,7 +189,7 @@ def test_flower_rejects_malformed_credentials_without_echoing_them() -> None:
 @pytest.mark.integration
 def test_flower_serves_the_workers_behind_basic_auth(redis_url: str, worker: WorkerProcess) -> None:
     # given
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "flower", "--port", str(port)],

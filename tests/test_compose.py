@@ -537,13 +537,28 @@ def test_the_image_runs_toolfleet_as_a_non_root_user() -> None:
     assert ("ENTRYPOINT", '["toolfleet"]') in instructions
     assert ("CMD", '["--help"]') in instructions
     runs = [rest for keyword, rest in instructions if keyword == "RUN"]
-    assert any(re.search(r"pip install .*\"?\.\[postgres(,otel)?\]\"?", run) for run in runs), runs
+    # the dependencies are the lock's, hash-checked, for the extras the image has; then the package alone
+    assert any(
+        re.search(r"uv export --locked .*--extra postgres --extra otel", run)
+        and re.search(r"pip install --require-hashes -r", run)
+        and re.search(r"pip install --no-deps \"?\.\[postgres,otel\]\"?", run)
+        for run in runs
+    ), runs
     assert not any(re.search(r"\[[^\]]*\bdev\b", run) for run in runs), "no development extras"
     users = [rest for keyword, rest in instructions if keyword == "USER"]
     assert users and users[-1] not in ("root", "0"), "the services run as a non-root user"
     copied = " ".join(rest for keyword, rest in instructions if keyword == "COPY")
-    for needed in ("pyproject.toml", "README.md", "workers", "orchestrator"):
+    for needed in ("pyproject.toml", "uv.lock", "README.md", "workers", "orchestrator"):
         assert needed in copied
+
+
+def test_the_image_installs_with_the_uv_the_makefile_pins() -> None:
+    # given: the uv version `make setup` installs
+    pinned = re.search(r"^UV_VERSION := (\S+)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert pinned, "the Makefile pins uv as UV_VERSION := X.Y.Z"
+    # then: the image exports its requirements with that same uv (one lock format, read by one uv)
+    runs = " ".join(rest for keyword, rest in _instructions() if keyword == "RUN")
+    assert re.findall(r"\buv==(\S+?)\"?\s", runs) == [pinned.group(1)]
 
 
 def test_the_build_context_leaves_out_what_the_image_does_not_need() -> None:
@@ -555,6 +570,7 @@ def test_the_build_context_leaves_out_what_the_image_does_not_need() -> None:
     assert patterns[0] == "*", "everything is excluded unless listed"
     assert {p.lstrip("!").rstrip("/") for p in patterns if p.startswith("!")} == {
         "pyproject.toml",
+        "uv.lock",
         "README.md",
         "workers",
         "orchestrator",

@@ -9,7 +9,6 @@ redis-py's exception kept as the cause. Nothing listens on the port used here.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from orchestrator import CeleryExecutor
 from orchestrator.saga._journal_records import CallRecord
 from orchestrator.saga._late import late_compensation
 from orchestrator.saga.journal import Journal
+from tests._ports import free_port
 from workers import InvocationContext, ToolExecutionRequest
 from workers.errors import RedisUnavailableError, ToolfleetError
 from workers.runtime.catalog import Catalog
@@ -28,16 +28,9 @@ from workers.settings import Settings
 PASSWORD = "hunter2-s3cret"
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 @pytest.fixture
 def url() -> str:
-    return f"redis://:{PASSWORD}@127.0.0.1:{_closed_port()}/0"
+    return f"redis://:{PASSWORD}@127.0.0.1:{free_port()}/0"
 
 
 @pytest.fixture

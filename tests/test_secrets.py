@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from orchestrator import (
 )
 from orchestrator.models._http import RetryPolicy
 from orchestrator.models.base import ChatRequest
+from tests._ports import free_port
 from workers.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,13 +161,6 @@ def test_settings_repr_masks_a_password_in_the_query_string() -> None:
     assert "PW-query-secret" not in repr(values)
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 @pytest.mark.parametrize(
     "argv",
     [["tools"], ["tools", "--json"], ["-v", "tools"], ["runs"]],
@@ -175,7 +168,7 @@ def _closed_port() -> int:
 )
 def test_cli_output_never_shows_a_password(argv: list[str]) -> None:
     # given: URLs with passwords, pointing at a port where nothing listens
-    port = _closed_port()
+    port = free_port()
     redis_url = f"redis://admin:PW-redis-secret@127.0.0.1:{port}/0"
     env = {
         **os.environ,

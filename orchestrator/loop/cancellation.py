@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 
 import redis
 
+from orchestrator._subscription import subscription
 from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY
 from workers.settings import redact_url
 
@@ -141,7 +142,7 @@ class _Listener(threading.Thread):
         while True:
             client = redis.Redis.from_url(self.redis_url, health_check_interval=30)
             try:
-                pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+                pubsub = subscription(client, ignore_subscribe_messages=True)
                 pubsub.subscribe(CANCEL_CHANNEL)
                 pause = RETRY_FIRST_S  # subscribed: a later loss is news again
                 for message in pubsub.listen():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,10 @@ from pathlib import Path
 
 import httpx
 
+from tests._ports import free_port
 from tests._processes import reap
 
 AUTH = ("ops", "flower-test-secret")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def start_flower(redis_url: str, port: int, log: Path, **variables: str) -> subprocess.Popen[bytes]:

@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,24 +21,17 @@ from typing import Any, Literal
 import pytest
 
 from orchestrator.executors._collector import ResultCollector
+from tests._ports import free_port
 from workers._devredis import redis_answers, redis_server_executable
 from workers.settings import Settings
 
 __all__ = [
     "PrivateRedis",
     "close_collector",
-    "free_port",
     "private_redis_fixture",
     "private_redis_in",
     "settings_for",
 ]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PrivateRedis:

@@ -17,9 +17,10 @@ import pytest
 
 from orchestrator.executors.celery import CeleryExecutor
 from tests._background import Background
+from tests._ports import free_port
 from tests._processes import reap
 from tests._waiting import wait_until
-from tests.integration._flower import AUTH, free_port, running_flower, start_flower
+from tests.integration._flower import AUTH, running_flower, start_flower
 from tests.integration.worker_processes import serving
 from workers import OutcomeKind, ToolExecution, ToolExecutionRequest
 from workers.calls.invocation import Invocation

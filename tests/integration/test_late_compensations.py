@@ -21,7 +21,7 @@ from orchestrator.cli.commands import sagas, show
 from orchestrator.cli.main import build_parser
 from orchestrator.saga._late import late_compensation
 from orchestrator.saga.journal import CallRecord, Journal
-from tests.integration.private_redis import free_port
+from tests._ports import free_port
 from workers.calls.invocation import InvocationContext
 from workers.protocol import (
     OutcomeKind,

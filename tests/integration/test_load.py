@@ -35,7 +35,7 @@ from orchestrator.saga.journal import Journal
 from orchestrator.saga.journal import compensations as compensations_table
 from orchestrator.saga.journal import invocations as invocations_table
 from orchestrator.saga.journal import tool_calls as tool_calls_table
-from tests._postgres import in_ci, postgres_error, postgres_unreachable
+from tests._postgres import in_ci, postgres_error, postgres_unreachable, postgres_url
 from tests.integration import load_tools
 from tests.integration.worker_processes import all_running, tool_worker
 from workers.runtime.process import WorkerProcess
@@ -44,9 +44,6 @@ from workers.settings import Settings
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOOLS_MODULE = "tests.integration.load_tools"
-POSTGRES_URL = os.environ.get(
-    "TOOLFLEET_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
 
 INVOCATIONS = 50
 ROUNDS = 4
@@ -96,10 +93,11 @@ def journal(tmp_path: Path) -> Iterator[tuple[Journal, str]]:
     Rows of this run are found (and deleted afterwards) by the unique service name the test gives.
     """
     name = f"load-{uuid.uuid4().hex[:12]}"
-    error = postgres_error(POSTGRES_URL)
+    postgres = postgres_url()
+    error = postgres_error(postgres)
     if error is not None and in_ci():
-        postgres_unreachable(POSTGRES_URL, error)
-    url = POSTGRES_URL if error is None else f"sqlite:///{tmp_path / 'journal.db'}"
+        postgres_unreachable(postgres, error)
+    url = postgres if error is None else f"sqlite:///{tmp_path / 'journal.db'}"
     chosen = Journal(url)
     try:
         yield chosen, name

@@ -36,6 +36,7 @@ from orchestrator import (
     ToolExecutionResultMessage,
 )
 from orchestrator.executors.celery import CallEvent
+from tests._ports import free_port
 from tests.integration.mcp_servers import PIXEL_BASE64, build
 from tests.integration.worker_processes import celery_executor, tool_worker
 from workers import Image, ImageContent, OutcomeKind, SearchBehavior, TextContent, ToolOutcome
@@ -55,9 +56,7 @@ class HttpMcpServer:
     """`mcp_servers.py http PORT web` in a subprocess, on a port that stays the same across restarts."""
 
     def __init__(self, log_path: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process: subprocess.Popen[bytes] | None = None

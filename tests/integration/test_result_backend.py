@@ -12,7 +12,7 @@ import pytest
 import redis
 from celery import Celery, states
 
-from tests.integration.private_redis import free_port
+from tests._ports import free_port
 from tests.integration.states import META, StateRecorder
 from workers.app import make_app
 from workers.protocol import PROGRESS_STATE

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import threading
 import uuid
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.executors.celery import CeleryExecutor
+from tests._ports import free_port
 from tests._waiting import wait_for
 from tests.integration import telemetry_tools
 from tests.integration.side_effects import process_client
@@ -30,12 +30,6 @@ pytestmark = pytest.mark.integration
 A, B = telemetry_tools.POOL_A, telemetry_tools.POOL_B
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _settled(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float] | None:
     samples = scrape(url)
     return samples if total(samples, "toolfleet_worker_compensation_runs_total") == 2 else None
@@ -46,7 +40,7 @@ def test_a_workers_metrics_count_the_calls_it_ran(
     kind: str, settings: Settings, redis_url: str, worker_logs: Path
 ) -> None:
     # Given: a worker of both pools serving its metrics
-    port = _free_port()
+    port = free_port()
     worker = tool_worker(
         redis_url,
         [A, B],
@@ -110,7 +104,7 @@ def test_a_pool_process_killed_mid_call_is_not_counted_in_flight_forever(
     settings: Settings, redis_url: str, worker_logs: Path
 ) -> None:
     # Given: a prefork worker serving its metrics, one of its processes running a long call
-    port = _free_port()
+    port = free_port()
     worker = tool_worker(
         redis_url,
         [A],

@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from orchestrator.loop import cancellation
+from tests._ports import free_port
 from tests._waiting import wait_for
-from tests.integration.private_redis import free_port
 
 
 def test_an_unreachable_redis_is_reported_once_without_its_password(

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from orchestrator import AiMessage, AiService, CeleryExecutor, ScriptedChatModel
 from orchestrator.executors.celery import CallEvent
@@ -92,8 +93,17 @@ def test_calls_queued_behind_busy_workers_survive_a_redis_restart(
         calls = [call(f"q{i}", "rf_queued", ledger=str(ledger), key=f"q{i}", seconds=1.0) for i in range(6)]
         batch = Background(lambda: timed_calls(executor, calls))
 
-        # When: Redis is restarted while the first 2 run
-        assert wait_until(lambda: count(ledger, "run") >= 2, 15), tally(ledger, "run")
+        # When: Redis is restarted while the first 2 run, once every call is published (started, or in
+        # the broker: queued, or reserved by the worker)
+        with redis.Redis.from_url(up.url) as broker:
+
+            def published() -> int:
+                return count(ledger, "run") + int(broker.llen(rft.NARROW_POOL)) + int(broker.hlen("unacked"))
+
+            assert wait_until(lambda: count(ledger, "run") >= 2 and published() == len(calls), 15), (
+                tally(ledger, "run"),
+                published(),
+            )
         fault = outage(up, min_down_s=1.0)
         results = batch.join(30)
     finally:

@@ -42,15 +42,22 @@ def serve_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 @pytest.fixture(scope="module")
+def replica_changes() -> dict[str, str | None]:
+    """Variables a module's replicas set (or, when None, remove) beyond `replica_env`'s: none here."""
+    return {}
+
+
+@pytest.fixture(scope="module")
 def replicas(
     redis_url: str,
     database_url: str,
     upstream: FakeOpenAi,
     serve_worker: WorkerProcess,
+    replica_changes: dict[str, str | None],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Replica, Replica]]:
     """Two replicas of one service, as behind a load balancer."""
-    env = replica_env(redis_url, database_url, upstream.base_url)
+    env = replica_env(redis_url, database_url, upstream.base_url, **replica_changes)
     with two_replicas(env, tmp_path_factory.mktemp("serve-replicas")) as pair:
         yield pair
 

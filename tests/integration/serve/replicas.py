@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 
 from tests._cli import TOOLFLEET
+from tests._ports import free_port
 from tests._waiting import wait_for
-from tests.integration.private_redis import free_port
 from tests.integration.worker_processes import REPO_ROOT
 
 __all__ = ["AGENT", "AGENTS_MODULE", "API_KEY", "Replica", "replica_env", "start_replica", "two_replicas"]

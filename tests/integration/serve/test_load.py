@@ -21,6 +21,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 CONVERSATIONS = 200
 
 
+@pytest.fixture(scope="module")
+def replica_changes() -> dict[str, str | None]:
+    """A heartbeat TTL of 10 s instead of the serve tests' 2 s. Under this load, on a two-core machine
+    running other tests beside, a replica's beat can come more than 2 s late; the other replica then
+    takes it for dead and recovers its live invocations (they end `failed`). How replicas judge each
+    other is the subject of tests/integration/serve/test_replica_faults.py, not of this one."""
+    return {"TOOLFLEET_HEARTBEAT_TTL_S": "10"}
+
+
 async def _converse(client: openai.AsyncOpenAI, n: int) -> tuple[str, str, float]:
     """One conversation's turn: its invocation id, its streamed answer, and how long it took."""
     started = time.perf_counter()

@@ -14,8 +14,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 
 from tests._cli import TOOLFLEET
+from tests._ports import free_port
 from tests._waiting import wait_for
-from tests.integration.private_redis import free_port
 from tests.integration.serve.replicas import Replica
 from tests.integration.ui.browser import attribute_of, text_of
 from tests.integration.ui.conftest import AGENT, FLOWER, finished, screenshot, start
