@@ -292,11 +292,17 @@ def test_a_recovered_saga_continues_the_trace_of_the_orchestrator_that_died(
     logs: Path,
     receiver: OtlpReceiver,
 ) -> None:
-    # Given: a traced orchestrator process SIGKILLed mid-compensation (its invocation's span never ends)
+    # Given: a traced orchestrator process SIGKILLed mid-compensation (its invocation's span never ends),
+    # once the spans of its two bookings have reached the receiver (its exporter sends every 50 ms, or
+    # later on a busy machine: a kill before that would lose them, which is not what is tested here)
     group = unique("traced")
     traced = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+
+    def bookings_exported() -> bool:
+        return len([s for s in receiver.spans if s.name == "execute_tool fault_book"]) >= 2
+
     kill_saga_driver_when(
-        lambda: text_client.llen(order_key(group)) >= 1,
+        lambda: text_client.llen(order_key(group)) >= 1 and bookings_exported(),
         [str(journal_file), group, "1.0", "2"],
         redis_url,
         logs,
