@@ -37,6 +37,7 @@ from orchestrator import (
 )
 from orchestrator.executors.celery import CallEvent
 from tests._ports import free_port
+from tests._waiting import wait_until
 from tests.integration.mcp_servers import PIXEL_BASE64, build
 from tests.integration.worker_processes import celery_executor, tool_worker
 from workers import Image, ImageContent, OutcomeKind, SearchBehavior, TextContent, ToolOutcome
@@ -134,6 +135,9 @@ def _call(name: str, /, **arguments: Any) -> ToolExecutionRequest:
 
 def _execute(executor: CeleryExecutor, name: str, /, **arguments: Any) -> ToolOutcome:
     return asyncio.run(executor.execute(_call(name, **arguments)))
+
+
+CALC_CONNECTED = "connected to MCP server 'calc'"  # the worker's log line of each session it opens
 
 
 def _pid(executor: CeleryExecutor, tool: str) -> int:
@@ -291,13 +295,21 @@ def test_a_call_past_the_server_timeout_times_out_at_its_deadline(executor: Cele
 # -- reconnection ---------------------------------------------------------------------------------
 
 
-def test_the_worker_starts_a_new_stdio_server_when_its_server_dies(executor: CeleryExecutor) -> None:
+def test_the_worker_starts_a_new_stdio_server_when_its_server_dies(
+    executor: CeleryExecutor, mcp_worker: WorkerProcess
+) -> None:
     # given: the stdio server the worker started
     before = _pid(executor, "calc_whoami")
+    assert mcp_worker.log_path is not None
+    connected = mcp_worker.log_path.read_text(errors="replace").count(CALC_CONNECTED)
 
-    # when: its process dies between two calls
+    # when: its process dies between two calls, and the worker has seen its session end and connected
+    # again (a call sent before the worker sees the end fails: the request that found the pipe closed
+    # is not sent again)
     os.kill(before, signal.SIGKILL)
-    time.sleep(0.5)
+    assert wait_until(
+        lambda: mcp_worker.log_path.read_text(errors="replace").count(CALC_CONNECTED) > connected, 10
+    )
 
     # then: the next call is served by a new server process
     after = _pid(executor, "calc_whoami")

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests._waiting import wait_until
 from workers import ToolProgressError, ToolProgressReporter, tool
 from workers.calls.invocation import Invocation
 from workers.calls.progress import ProgressReport, reporting
@@ -108,9 +109,9 @@ def test_a_held_report_is_sent_when_its_interval_has_passed() -> None:
     assert [r.fraction for r in sink.reports] == [0.1]
 
     # when: the tool goes quiet
-    time.sleep(0.2)
-
-    # then: the held one went out on its own, without waiting for the end of the call
+    # then: the held one goes out on its own once its interval has passed, without waiting for the end
+    # of the call
+    assert wait_until(lambda: len(sink.reports) == 2, 2.0), sink.reports
     assert [r.fraction for r in sink.reports] == [0.1, 0.2]
     reporter.close()
     assert len(sink.reports) == 2  # nothing left to send
