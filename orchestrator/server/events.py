@@ -12,23 +12,32 @@ finish_reason, usage), `invocation.failed` (error) or `invocation.cancelled`. An
 pauses for approvals adds `approval.requested` (the waiting calls) and `invocation.paused`; when it
 is resumed, on any replica, its stream goes on from `invocation.resumed` (the decisions), written by
 the process that took it (of several trying at once, one does).
+
+A stream followed over HTTP stays open through any quiet stretch (a tool that runs for minutes without
+a word): each read blocks for less than the Redis client's socket timeout, and after `KEEPALIVE_S`
+without an event a comment line (`: keep-alive`) goes out, which SSE clients ignore and proxies see as
+traffic.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["EVENTS_KEY", "EVENTS_TTL_S", "TERMINAL_TYPES", "EventLog", "sse"]
+__all__ = ["EVENTS_KEY", "EVENTS_TTL_S", "KEEPALIVE", "KEEPALIVE_S", "TERMINAL_TYPES", "EventLog", "sse"]
 
 EVENTS_KEY = "toolfleet:events:{}"
 EVENTS_TTL_S = 24 * 3600
 MAX_EVENTS = 100_000  # an invocation that streams more keeps its latest (approximately)
 TERMINAL_TYPES = frozenset({"invocation.completed", "invocation.failed", "invocation.cancelled"})
-READ_BLOCK_MS = 5_000
+KEEPALIVE_S = 15.0  # a followed stream's longest silence
+KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: ignored by clients, traffic for proxies
+MIN_BLOCK_MS = 100
 
 
 class EventLog:
@@ -61,21 +70,43 @@ class EventLog:
         entries: Any = await self.client.xrevrange(EVENTS_KEY.format(invocation_id), count=1)
         return json.loads(entries[0][1][b"event"]) if entries else None
 
-    async def follow(self, invocation_id: str, after: str = "0") -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """The events after stream id `after` ("0": all), waiting for new ones, until a terminal one."""
+    async def follow(
+        self, invocation_id: str, after: str = "0", *, keepalive_s: float = KEEPALIVE_S
+    ) -> AsyncIterator[str]:
+        """The events after stream id `after` ("0": all) as server-sent events, waiting for new ones
+        until a terminal one; `KEEPALIVE` after each `keepalive_s` without an event."""
         key = EVENTS_KEY.format(invocation_id)
         cursor = after
+        block_ms = self._block_ms(keepalive_s)
+        quiet_since = time.monotonic()
         while True:
-            batches: Any = await self.client.xread({key: cursor}, count=500, block=READ_BLOCK_MS)
+            try:
+                batches: Any = await self.client.xread({key: cursor}, count=500, block=block_ms)
+            except RedisTimeoutError:  # the reply came later than the socket timeout: nothing new yet
+                batches = []
             for _, entries in batches:
                 for raw_id, fields in entries:
                     cursor = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
                     event = json.loads(fields[b"event"])
-                    yield cursor, event
+                    yield sse(cursor, event)
                     if event.get("type") in TERMINAL_TYPES:
                         return
-            if not batches and not await self.client.exists(key):
-                return  # expired, or never was
+                quiet_since = time.monotonic()
+            if not batches:
+                if not await self.client.exists(key):
+                    return  # expired, or never was
+                if time.monotonic() - quiet_since >= keepalive_s:
+                    yield KEEPALIVE
+                    quiet_since = time.monotonic()
+
+    def _block_ms(self, keepalive_s: float) -> int:
+        """How long one read may block: within the keep-alive interval, and well within the client's
+        socket timeout (redis-py 8 sets 5 s by default), else the read fails before Redis answers."""
+        block_s = keepalive_s
+        socket_timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout")
+        if socket_timeout:
+            block_s = min(block_s, float(socket_timeout) / 2)
+        return max(MIN_BLOCK_MS, int(block_s * 1000))
 
 
 def sse(entry_id: str, event: dict[str, Any]) -> str:

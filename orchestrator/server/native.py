@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import uuid
-from collections.abc import AsyncIterator
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -20,11 +19,10 @@ from orchestrator.messages import UserMessage
 from orchestrator.saga.journal import Journal
 from orchestrator.server.approvals import cancel_paused_invocation
 from orchestrator.server.conversations import open_conversation, save_conversation
-from orchestrator.server.events import TERMINAL_TYPES, sse
+from orchestrator.server.events import TERMINAL_TYPES
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import (
     NOT_FOUND,
-    ServiceState,
     checked_id,
     find_agent,
     read_body,
@@ -77,7 +75,7 @@ async def start_invocation(name: str, request: Request) -> Response:
     headers = {"X-Invocation-Id": invocation_id}
     if "text/event-stream" in request.headers.get("accept", ""):
         return StreamingResponse(
-            _follow(state, invocation_id, "0"), media_type="text/event-stream", headers=headers
+            state.events.follow(invocation_id, "0"), media_type="text/event-stream", headers=headers
         )
     payload = {
         "id": invocation_id,
@@ -101,7 +99,7 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
         )
     if not await state.events.exists(checked_id(invocation_id)):
         raise ApiError(404, f"no events of invocation {invocation_id}", code=NOT_FOUND)
-    return StreamingResponse(_follow(state, invocation_id, after), media_type="text/event-stream")
+    return StreamingResponse(state.events.follow(invocation_id, after), media_type="text/event-stream")
 
 
 @router.get("/v1/invocations/{invocation_id}")
@@ -139,11 +137,6 @@ def _invocation_request(body: bytes) -> InvocationRequest:
         first: Any = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
         param = ".".join(str(p) for p in first["loc"]) or None
         raise ApiError(400, f"invalid request: {param}: {first['msg']}", param=param) from None
-
-
-async def _follow(state: ServiceState, invocation_id: str, after: str) -> AsyncIterator[str]:
-    async for entry_id, event in state.events.follow(invocation_id, after):
-        yield sse(entry_id, event)
 
 
 def _story(journal: Journal, invocation_id: str) -> dict[str, Any] | None:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
-from orchestrator.server.events import EVENTS_KEY, sse
+from orchestrator.server.events import EVENTS_KEY
 from orchestrator.server.ui import data
 from orchestrator.server.ui.auth import (
     LOGIN_COOKIE,
@@ -183,12 +183,10 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
         if after != "0" and not _STREAM_ID.match(after):
             return Response("not an event id", status_code=400, media_type="text/plain")
 
-        async def follow() -> AsyncIterator[str]:
-            async for entry_id, event in context.events.follow(checked, after):
-                yield sse(entry_id, event)
-
         return StreamingResponse(
-            follow(), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
+            context.events.follow(checked, after),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store"},
         )
 
     return await guarded(request, stream)
