@@ -22,6 +22,7 @@ from workers.calls.progress import reporting
 from workers.calls.retry import backoff_s, is_transient
 from workers.calls.runner import bound_outcome, call_identity, log_call, run_tool
 from workers.protocol import (
+    CALL_CANCELLED_KEY,
     IDEMPOTENCY_HEADER,
     CallTask,
     CompensationTask,
@@ -56,6 +57,13 @@ def _run_call(
             kind=OutcomeKind.TIMED_OUT,
             text=f"Tool '{definition.name}' did not start before its deadline",
             error_type="DeadlineExceeded",
+        )
+        raise failure_for(_logged(task, definition, request, outcome, started))
+    if _given_up(task):
+        outcome = ToolOutcome(
+            kind=OutcomeKind.EXECUTION_ERROR,
+            text=f"Tool '{definition.name}' was cancelled before it started",
+            error_type="ToolCancelled",
         )
         raise failure_for(_logged(task, definition, request, outcome, started))
     identity = None
@@ -104,6 +112,18 @@ def _run_call(
         invocation = envelope.invocation
         finish_or_compensate_late(task, definition, settings, request, invocation, outcome, deadline)
     return {**_logged(task, definition, request, outcome, started).to_json(), "worker": task.request.hostname}
+
+
+def _given_up(task: Task) -> bool:
+    """Whether the orchestrator gave the call up (cancelled it, or its deadline passed) before it
+    started: `abandon` marks it (`CALL_CANCELLED_KEY`) before revoking it, and Celery's revoke misses
+    a message a threads pool already holds. A mark that cannot be read counts as none: the call runs,
+    its deadline checked as before."""
+    try:
+        return bool(task.backend.client.exists(CALL_CANCELLED_KEY.format(task.request.id)))
+    except redis.RedisError as exc:
+        log.warning("could not read whether %s was cancelled: %s", task.request.id, exc)
+        return False
 
 
 def _logged(
