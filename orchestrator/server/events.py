@@ -22,6 +22,7 @@ traffic.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -29,7 +30,16 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-__all__ = ["EVENTS_KEY", "EVENTS_TTL_S", "KEEPALIVE", "KEEPALIVE_S", "TERMINAL_TYPES", "EventLog", "sse"]
+__all__ = [
+    "EVENTS_KEY",
+    "EVENTS_TTL_S",
+    "KEEPALIVE",
+    "KEEPALIVE_S",
+    "TERMINAL_TYPES",
+    "EventLog",
+    "sse",
+    "stream_position",
+]
 
 EVENTS_KEY = "toolfleet:events:{}"
 EVENTS_TTL_S = 24 * 3600
@@ -38,6 +48,8 @@ TERMINAL_TYPES = frozenset({"invocation.completed", "invocation.failed", "invoca
 KEEPALIVE_S = 15.0  # a followed stream's longest silence
 KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: ignored by clients, traffic for proxies
 MIN_BLOCK_MS = 100
+_STREAM_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
+_MAX_ID_PART = 2**64 - 1  # each part of a Redis stream id is an unsigned 64-bit number
 
 
 class EventLog:
@@ -107,6 +119,17 @@ class EventLog:
         if socket_timeout:
             block_s = min(block_s, float(socket_timeout) / 2)
         return max(MIN_BLOCK_MS, int(block_s * 1000))
+
+
+def stream_position(value: str) -> str | None:
+    """`value` as a position to follow a stream from: "0" (its start) or a stream id `<ms>-<seq>`
+    within Redis's range, in canonical form; None for anything else (a client's `Last-Event-ID`)."""
+    if value == "0":
+        return value
+    match = _STREAM_ID.fullmatch(value)
+    if match is None or max(int(match[1]), int(match[2])) > _MAX_ID_PART:
+        return None
+    return f"{int(match[1])}-{int(match[2])}"
 
 
 def sse(entry_id: str, event: dict[str, Any]) -> str:

@@ -4,7 +4,6 @@ their events streamed (and resumed on any replica), an invocation's journaled st
 from __future__ import annotations
 
 import dataclasses
-import re
 import uuid
 from datetime import datetime
 from enum import Enum
@@ -19,7 +18,7 @@ from orchestrator.messages import UserMessage
 from orchestrator.saga.journal import Journal
 from orchestrator.server.approvals import cancel_paused_invocation
 from orchestrator.server.conversations import open_conversation, save_conversation
-from orchestrator.server.events import TERMINAL_TYPES
+from orchestrator.server.events import TERMINAL_TYPES, stream_position
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import (
     NOT_FOUND,
@@ -32,8 +31,6 @@ from orchestrator.server.state import (
 __all__ = ["router"]
 
 router = APIRouter()
-
-_STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 
 class InvocationRequest(BaseModel):
@@ -92,12 +89,14 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
     """The invocation's events as server-sent events, from the start or after `Last-Event-ID`, until
     its last; any replica serves them."""
     state = service_state(request)
-    after = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    if after != "0" and not _STREAM_ID.match(after):
+    given = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    after = stream_position(given)
+    if after is None:
         raise ApiError(
-            400, f"Last-Event-ID {after!r} is not an event id of this service", param="Last-Event-ID"
+            400, f"Last-Event-ID {given!r} is not an event id of this service", param="Last-Event-ID"
         )
-    if not await state.events.exists(checked_id(invocation_id)):
+    invocation_id = checked_id(invocation_id)
+    if not await state.events.exists(invocation_id):
         raise ApiError(404, f"no events of invocation {invocation_id}", code=NOT_FOUND)
     return StreamingResponse(state.events.follow(invocation_id, after), media_type="text/event-stream")
 
@@ -118,10 +117,10 @@ async def cancel_invocation(invocation_id: str, request: Request) -> dict[str, A
     at a deadline), or a paused one, here; what succeeded is compensated, the journal says
     `cancelled`."""
     state = service_state(request)
-    checked = checked_id(invocation_id)
-    if await cancel_paused_invocation(state, checked):
-        return {"id": checked, "object": "invocation", "status": "cancelled"}
-    last = await state.events.last(checked)
+    invocation_id = checked_id(invocation_id)  # the canonical form from here on: the form ids are kept in
+    if await cancel_paused_invocation(state, invocation_id):
+        return {"id": invocation_id, "object": "invocation", "status": "cancelled"}
+    last = await state.events.last(invocation_id)
     if last is None:
         raise ApiError(404, f"no invocation {invocation_id} is known to this service", code=NOT_FOUND)
     if last.get("type") in TERMINAL_TYPES:

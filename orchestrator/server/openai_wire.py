@@ -72,10 +72,12 @@ def parse_request(body: bytes, max_messages: int) -> ChatCompletionRequest:
         raw = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:  # arrays or objects nested deeper than the parser goes
+        raise ApiError(400, "the request body is not valid JSON: nested too deeply") from None
     if not isinstance(raw, dict):
         raise ApiError(400, "the request body must be a JSON object")
     for name in ("tools", "functions", "tool_choice", "function_call"):
-        if raw.get(name):
+        if raw.get(name) is not None:  # an empty list too: refused as any other value
             raise ApiError(
                 400,
                 f"'{name}' is not accepted: the agent runs its own tools on its worker pools and "

@@ -11,7 +11,7 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from orchestrator.server.events import KEEPALIVE, EventLog
+from orchestrator.server.events import KEEPALIVE, EventLog, stream_position
 
 pytestmark = pytest.mark.integration
 
@@ -73,3 +73,25 @@ def test_a_read_blocks_within_the_keep_alive_and_half_the_socket_timeout(
 ) -> None:
     client = aioredis.Redis(socket_timeout=socket_timeout_s)
     assert EventLog(client)._block_ms(15.0) == block_ms
+
+
+@pytest.mark.parametrize(
+    ("given", "position"),
+    [
+        ("0", "0"),
+        ("1764500000012-0", "1764500000012-0"),
+        ("0001-02", "1-2"),
+        (f"{2**64 - 1}-{2**64 - 1}", f"{2**64 - 1}-{2**64 - 1}"),
+        (f"{2**64}-0", None),
+        (f"0-{2**64}", None),
+        ("1-", None),
+        ("-1", None),
+        ("1-2-3", None),
+        ("x; drop", None),
+        ("１-2", None),  # a digit, but not an ASCII one
+    ],
+)
+def test_a_position_to_follow_from_is_a_stream_id_in_redis_range_in_canonical_form(
+    given: str, position: str | None
+) -> None:
+    assert stream_position(given) == position

@@ -8,7 +8,6 @@ session's form token (`acted`).
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,7 +16,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
-from orchestrator.server.events import EVENTS_KEY
+from orchestrator.server.events import EVENTS_KEY, stream_position
 from orchestrator.server.ui import data
 from orchestrator.server.ui.auth import (
     LOGIN_COOKIE,
@@ -41,7 +40,6 @@ __all__ = ["Page", "acted", "common", "guarded", "router", "uuid_or_none"]
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 STREAM_WAIT_ROUNDS = 30  # of 0.1 s
-_STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 Page = Callable[[Request, UiContext, Session], Awaitable[Response]]
 Action = Callable[[Request, UiContext, Session, dict[str, str]], Awaitable[Response]]
@@ -179,8 +177,10 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
         checked = uuid_or_none(invocation_id)
         if checked is None or not await _stream_appears(context, checked):
             return Response("no events", status_code=404, media_type="text/plain")
-        after = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-        if after != "0" and not _STREAM_ID.match(after):
+        after = stream_position(
+            request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+        )
+        if after is None:
             return Response("not an event id", status_code=400, media_type="text/plain")
 
         return StreamingResponse(

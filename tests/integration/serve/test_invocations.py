@@ -114,18 +114,31 @@ def test_a_dropped_event_stream_resumes_on_the_other_replica(
     assert whole[-1][1]["type"] == "invocation.completed" and whole[-1][1]["content"].strip() == "done: 7"
 
 
-def test_cancel_stops_a_long_tool_at_once_and_compensates(replicas: tuple[Replica, Replica], ns: str) -> None:
+# The spellings of one UUID that parse as it: each is the invocation's id, in its canonical form.
+SPELLINGS = {
+    "canonical": str,
+    "upper-case": str.upper,
+    "braces": lambda i: "{" + i + "}",
+    "urn": lambda i: "urn:uuid:" + i,
+    "no-hyphens": lambda i: i.replace("-", ""),
+}
+
+
+@pytest.mark.parametrize("spelling", list(SPELLINGS))
+def test_cancel_stops_a_long_tool_at_once_and_compensates(
+    replicas: tuple[Replica, Replica], ns: str, spelling: str
+) -> None:
     # given: an invocation that booked, then naps 5 s, on the first replica
     invocation_id = _start(replicas[0], f"book {ns} trip; nap {ns} 5")
     wait_for(lambda: process_client().get(f"serve:{ns}:napping"), timeout_s=15, what="the nap started")
 
-    # when: the other replica is asked to cancel it
+    # when: the other replica is asked to cancel it, by its id as the client spells it
+    spelled = SPELLINGS[spelling](invocation_id)
     asked = time.monotonic()
-    response = httpx.post(
-        f"{replicas[1].base_url}/invocations/{invocation_id}/cancel", headers=AUTH, timeout=10
-    )
-    assert response.status_code == 202 and response.json()["status"] == "cancelling"
-    events = _read_all(replicas[1], invocation_id)
+    response = httpx.post(f"{replicas[1].base_url}/invocations/{spelled}/cancel", headers=AUTH, timeout=10)
+    assert response.status_code == 202, response.text
+    assert response.json() == {"id": invocation_id, "object": "invocation", "status": "cancelling"}
+    events = _read_all(replicas[1], spelled)
     stopped_in = time.monotonic() - asked
 
     # then: it ended cancelled well before the nap would have, its booking undone
@@ -154,6 +167,12 @@ def test_cancel_stops_a_long_tool_at_once_and_compensates(replicas: tuple[Replic
             "GET",
             "/invocations/00000000-0000-0000-0000-000000000000/events",
             {"Last-Event-ID": "x; drop"},
+            400,
+        ),
+        (
+            "GET",
+            "/invocations/00000000-0000-0000-0000-000000000000/events",
+            {"Last-Event-ID": f"{2**64}-0"},  # past the range of a Redis stream id
             400,
         ),
         ("POST", "/invocations/00000000-0000-0000-0000-000000000000/cancel", {}, 404),
