@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 class CallEvent:
     """A step of one dispatched task, for observers (`CeleryExecutor(on_call=...)`): `queued`,
     `started` (with the worker), then the outcome kind (`success`, `timed_out`, ...). `arguments` is
-    the call's JSON arguments, so an observer can tell calls of one tool apart."""
+    the call's JSON arguments, so an observer can tell calls of one tool apart; `call_id` the model's
+    id of the call (of a compensation: of the call it undoes)."""
 
     task_id: str
     task_name: str
@@ -29,6 +30,7 @@ class CallEvent:
     worker: str | None
     at: float
     arguments: str = ""
+    call_id: str | None = None
 
 
 _invocation_observer: contextvars.ContextVar[Callable[[CallEvent], None] | None] = contextvars.ContextVar(
@@ -49,14 +51,19 @@ def observe_calls(observer: Callable[[CallEvent], None]) -> Iterator[None]:
 
 
 def call_notifier(
-    on_call: Callable[[CallEvent], None] | None, task_id: str, task_name: str, pool: str, arguments: str = ""
+    on_call: Callable[[CallEvent], None] | None,
+    task_id: str,
+    task_name: str,
+    pool: str,
+    arguments: str = "",
+    call_id: str | None = None,
 ) -> Callable[[str, str | None], None] | None:
     observers = [o for o in (on_call, _invocation_observer.get()) if o is not None]
     if not observers:
         return None
 
     def notify(state: str, worker: str | None) -> None:
-        event = CallEvent(task_id, task_name, pool, state, worker, time.monotonic(), arguments)
+        event = CallEvent(task_id, task_name, pool, state, worker, time.monotonic(), arguments, call_id)
         for observer in observers:
             try:
                 observer(event)

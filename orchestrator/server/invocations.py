@@ -100,6 +100,7 @@ class Invocations:
         started = time.monotonic()
         pending: set[asyncio.Future[Any]] = set()
         last: list[asyncio.Future[Any] | None] = [None]  # the call event written last
+        tasks: dict[str, str] = {}  # each tool call's task, by call id, for its progress events
 
         async def wrap_up() -> None:  # before the last event: the call events, then the conversation
             await _settle(pending)
@@ -109,6 +110,8 @@ class Invocations:
                 log.warning("invocation %s: its conversation was not saved: %s", invocation_id, exc)
 
         def observed(event: CallEvent) -> None:  # called from the collector's thread too
+            if event.call_id is not None and not event.task_name.startswith(COMPENSATION_PREFIX):
+                tasks[event.call_id] = event.task_id
             payload = call_event(event)
             if payload is None:
                 return
@@ -148,7 +151,8 @@ class Invocations:
                     if isinstance(event, PartialResponse) and event.text:
                         await add(invocation_id, {"type": "text.delta", "text": event.text})
                     elif isinstance(event, ToolProgress):
-                        await add(invocation_id, progress_event(event))
+                        task_id = None if event.request_id is None else tasks.get(event.request_id)
+                        await add(invocation_id, progress_event(event, task_id))
                     elif isinstance(event, ToolExecuted):
                         await add(invocation_id, finished_event(event))
                     elif isinstance(event, ApprovalRequested):
@@ -188,6 +192,7 @@ def call_event(event: CallEvent) -> dict[str, Any] | None:
     name = event.task_name.split(".", 1)[-1]
     payload: dict[str, Any] = {
         "type": f"{kind}.{step}",
+        "call_id": event.call_id,
         "tool": name,
         "pool": event.pool,
         "task_id": event.task_id,
@@ -198,11 +203,12 @@ def call_event(event: CallEvent) -> dict[str, Any] | None:
     return payload
 
 
-def progress_event(event: ToolProgress) -> dict[str, Any]:
-    """A running call's progress report, as `tool_call.progress`."""
+def progress_event(event: ToolProgress, task_id: str | None) -> dict[str, Any]:
+    """A running call's progress report, as `tool_call.progress` (`task_id`: its call's task)."""
     return {
         "type": "tool_call.progress",
         "call_id": event.request_id,
+        "task_id": task_id,
         "tool": event.tool_name,
         "fraction": event.fraction,
         "message": event.message,
@@ -244,7 +250,7 @@ def completed_event(event: CompleteResponse, elapsed_s: float) -> dict[str, Any]
     return {
         "type": "invocation.paused" if paused else "invocation.completed",
         "content": result.content,
-        "finish_reason": None if result.finish_reason is None else str(result.finish_reason),
+        "finish_reason": None if result.finish_reason is None else str(result.finish_reason).lower(),
         "usage": None
         if usage is None
         else {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},

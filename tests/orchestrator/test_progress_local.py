@@ -99,9 +99,10 @@ def test_serve_writes_a_report_as_a_tool_call_progress_event() -> None:
     at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     event = ToolProgress("c1", "copy", 0.25, "part 1", {"part": 1}, at)
 
-    assert progress_event(event) == {
+    assert progress_event(event, "t-1") == {
         "type": "tool_call.progress",
         "call_id": "c1",
+        "task_id": "t-1",
         "tool": "copy",
         "fraction": 0.25,
         "message": "part 1",

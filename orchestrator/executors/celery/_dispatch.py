@@ -91,7 +91,7 @@ class Dispatcher:
             return no_worker_outcome(definition)
         collector = self.collector
         request = envelope.request if isinstance(envelope, CallTask) else envelope.execution.request
-        notify = call_notifier(on_call, task_id, task_name, pool, request.arguments)
+        notify = call_notifier(on_call, task_id, task_name, pool, request.arguments, request.id)
         redispatch = None
         if definition.options.idempotent and isinstance(envelope, CallTask):
             # A worker lost mid-call: the same message again, for another worker of the pool.

@@ -87,6 +87,11 @@ def test_an_invocation_streams_its_calls_and_its_answer(replicas: tuple[Replica,
     story = httpx.get(f"{replicas[1].base_url}/invocations/{invocation_id}", headers=AUTH, timeout=10).json()
     assert story["state"] == "succeeded" and story["final_answer"].strip() == "done: 5"
     assert [(c["tool"], c["state"], c["pool"]) for c in story["calls"]] == [("add", "succeeded", "serve")]
+    # every call event names the call and its task, as the journal does; the finish reason is lower case
+    [call] = story["calls"]
+    named = {(e["call_id"], e["task_id"]) for e in events if e["type"].startswith("tool_call.")}
+    assert named == {(call["call_id"], call["task_id"])}, (named, call)
+    assert events[-1]["finish_reason"] == "stop"
 
 
 def test_a_dropped_event_stream_resumes_on_the_other_replica(
