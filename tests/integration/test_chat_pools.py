@@ -4,12 +4,17 @@ store; the model is a local server speaking OpenAI's streamed wire format (tests
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from orchestrator import Journal
+from tests._cli import CLI, toolfleet
 from tests._fake_openai import FakeOpenAi
+from tests._waiting import wait_for
+from tests.integration import slow_weather_tools
 from tests.integration.private_redis import PrivateRedis
 from tests.integration.worker_processes import tool_worker
 from tests.test_chat import chat_env, run_chat
@@ -121,3 +126,51 @@ def test_an_empty_catalog_is_a_setup_error(tmp_path: Path) -> None:
         "toolfleet chat: no tools found: no live worker serves any tool at redis://"
     )
     assert result.stderr.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def slow_weather_worker(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
+    """A worker serving the pool of a weather tool that takes 30 s."""
+    worker = tool_worker(
+        redis_url,
+        [slow_weather_tools.POOL],
+        [slow_weather_tools.__name__],
+        worker_logs / "chat-slow-weather.log",
+        "chat-slow-weather@integration",
+    )
+    try:
+        worker.wait_ready(timeout_s=60)
+        yield worker
+    finally:
+        worker.stop()
+
+
+def test_a_question_cancelled_from_another_shell_ends_with_one_line_and_status_130(
+    slow_weather_worker: WorkerProcess, redis_url: str, tmp_path: Path
+) -> None:
+    env = _env(tmp_path, redis_url)
+    journal = Journal(env["TOOLFLEET_DATABASE_URL"])
+    with FakeOpenAi() as server:
+        # given: a question whose tool call runs for 30 s
+        chat = subprocess.Popen(
+            [*CLI, "chat", "--base-url", server.base_url, "What is the weather in Oslo?"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            [running] = wait_for(lambda: journal.invocations(), timeout_s=30, what="the chat's invocation")
+            wait_for(lambda: journal.calls(running.id), timeout_s=30, what="the weather call under way")
+            # when: another shell cancels it
+            cancelled = toolfleet("cancel", running.id, cwd=tmp_path, env=env)
+            assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+            out, err = chat.communicate(timeout=30)
+        finally:
+            if chat.poll() is None:
+                chat.kill()
+                chat.communicate()
+    # then: the chat says so in one line, no traceback, and exits as an interrupted command does
+    assert chat.returncode == 130, out + err
+    assert "Traceback" not in err and "CancelledError" not in err, err
+    assert err.strip().splitlines()[-1] == "toolfleet chat: the invocation was cancelled", err

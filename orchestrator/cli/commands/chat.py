@@ -30,6 +30,7 @@ HELP = "talk to a model from the terminal; its tool calls run on the worker pool
 
 DEFAULT_MODEL = "openai:gpt-4o-mini"
 EXIT_COMMAND = "/exit"
+CANCELLED_STATUS = 130  # a question cut short: interrupted here (Ctrl-C), or cancelled from elsewhere
 _CONNECT_TIMEOUT_S = 3.0
 DESCRIPTION = (
     'Ask one question (`toolfleet chat "question"`) or, without one, keep asking: a '
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             return session.loop(sys.stdin, prompt=sys.stdin.isatty())
         except KeyboardInterrupt:
             print(file=sys.stdout)
-            return 130
+            return CANCELLED_STATUS
 
 
 def _model(args: argparse.Namespace) -> ChatModel:
@@ -256,8 +257,8 @@ class _Session:
             if not question:
                 continue
             code = self._ask(question)
-            if code == 2:
-                return 2
+            if code in (2, CANCELLED_STATUS):
+                return code
             failed = failed or code != 0
             self.out.write("\n")
             self.out.flush()
@@ -268,6 +269,9 @@ class _Session:
 
         try:
             self.runner.run(self._stream(question))
+        except asyncio.CancelledError:  # cancelled from elsewhere (`toolfleet cancel`, the API)
+            self._fail("the invocation was cancelled")
+            return CANCELLED_STATUS
         except (ModelConnectionError, ModelAuthenticationError) as exc:
             self._fail(str(exc))
             return 2
