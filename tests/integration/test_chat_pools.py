@@ -150,26 +150,24 @@ def test_a_question_cancelled_from_another_shell_ends_with_one_line_and_status_1
 ) -> None:
     env = _env(tmp_path, redis_url)
     journal = Journal(env["TOOLFLEET_DATABASE_URL"])
+    # the slow tool by its module: the live catalog may offer the quick `get_weather` of pool `io` too
+    tools = ["--tools", slow_weather_tools.__name__, "--executor", "celery"]
     with FakeOpenAi() as server:
         # given: a question whose tool call runs for 30 s
-        chat = subprocess.Popen(
-            [*CLI, "chat", "--base-url", server.base_url, "What is the weather in Oslo?"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            [running] = wait_for(lambda: journal.invocations(), timeout_s=30, what="the chat's invocation")
-            wait_for(lambda: journal.calls(running.id), timeout_s=30, what="the weather call under way")
-            # when: another shell cancels it
-            cancelled = toolfleet("cancel", running.id, cwd=tmp_path, env=env)
-            assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
-            out, err = chat.communicate(timeout=30)
-        finally:
-            if chat.poll() is None:
-                chat.kill()
-                chat.communicate()
+        command = [*CLI, "chat", "--base-url", server.base_url, *tools, "What is the weather in Oslo?"]
+        with subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as chat:
+            try:
+                [running] = wait_for(journal.invocations, timeout_s=30, what="the chat's invocation")
+                wait_for(lambda: journal.calls(running.id), timeout_s=30, what="the weather call under way")
+                # when: another shell cancels it
+                cancelled = toolfleet("cancel", running.id, cwd=tmp_path, env=env)
+                assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+                out, err = chat.communicate(timeout=30)
+            finally:
+                if chat.poll() is None:
+                    chat.kill()
     # then: the chat says so in one line, no traceback, and exits as an interrupted command does
     assert chat.returncode == 130, out + err
     assert "Traceback" not in err and "CancelledError" not in err, err

@@ -119,31 +119,18 @@ def test_a_dropped_event_stream_resumes_on_the_other_replica(
     assert whole[-1][1]["type"] == "invocation.completed" and whole[-1][1]["content"].strip() == "done: 7"
 
 
-# The spellings of one UUID that parse as it: each is the invocation's id, in its canonical form.
-SPELLINGS = {
-    "canonical": str,
-    "upper-case": str.upper,
-    "braces": lambda i: "{" + i + "}",
-    "urn": lambda i: "urn:uuid:" + i,
-    "no-hyphens": lambda i: i.replace("-", ""),
-}
-
-
-@pytest.mark.parametrize("spelling", list(SPELLINGS))
-def test_cancel_stops_a_long_tool_at_once_and_compensates(
-    replicas: tuple[Replica, Replica], ns: str, spelling: str
-) -> None:
+def test_cancel_stops_a_long_tool_at_once_and_compensates(replicas: tuple[Replica, Replica], ns: str) -> None:
     # given: an invocation that booked, then naps 5 s, on the first replica
     invocation_id = _start(replicas[0], f"book {ns} trip; nap {ns} 5")
     wait_for(lambda: process_client().get(f"serve:{ns}:napping"), timeout_s=15, what="the nap started")
 
-    # when: the other replica is asked to cancel it, by its id as the client spells it
-    spelled = SPELLINGS[spelling](invocation_id)
+    # when: the other replica is asked to cancel it
     asked = time.monotonic()
-    response = httpx.post(f"{replicas[1].base_url}/invocations/{spelled}/cancel", headers=AUTH, timeout=10)
-    assert response.status_code == 202, response.text
-    assert response.json() == {"id": invocation_id, "object": "invocation", "status": "cancelling"}
-    events = _read_all(replicas[1], spelled)
+    response = httpx.post(
+        f"{replicas[1].base_url}/invocations/{invocation_id}/cancel", headers=AUTH, timeout=10
+    )
+    assert response.status_code == 202 and response.json()["status"] == "cancelling"
+    events = _read_all(replicas[1], invocation_id)
     stopped_in = time.monotonic() - asked
 
     # then: it ended cancelled well before the nap would have, its booking undone
@@ -159,6 +146,37 @@ def test_cancel_stops_a_long_tool_at_once_and_compensates(
     # and: an invocation that has ended cannot be cancelled again
     again = httpx.post(f"{replicas[0].base_url}/invocations/{invocation_id}/cancel", headers=AUTH, timeout=10)
     assert again.status_code == 409 and again.json()["error"]["type"] == "invalid_request_error"
+
+
+# Ways to spell one UUID that parse as it: each names the same invocation, answered in canonical form.
+SPELLINGS = {
+    "upper-case": str.upper,
+    "braces": lambda i: "{" + i + "}",
+    "urn": lambda i: "urn:uuid:" + i,
+    "no-hyphens": lambda i: i.replace("-", ""),
+}
+
+
+@pytest.mark.parametrize("spelling", list(SPELLINGS))
+def test_an_invocation_id_spelled_any_way_a_uuid_parses_names_that_invocation(
+    replicas: tuple[Replica, Replica], ns: str, spelling: str
+) -> None:
+    # given: an invocation that naps 2 s
+    invocation_id = _start(replicas[0], f"nap {ns} 2")
+    wait_for(lambda: process_client().get(f"serve:{ns}:napping"), timeout_s=15, what="the nap started")
+    spelled = SPELLINGS[spelling](invocation_id)
+
+    # when: the other replica is asked to cancel it by its id spelled another way
+    response = httpx.post(f"{replicas[1].base_url}/invocations/{spelled}/cancel", headers=AUTH, timeout=10)
+
+    # then: it is that invocation that is cancelled, named canonically; its events and its story are
+    # read by the same spelling
+    assert response.status_code == 202, response.text
+    assert response.json() == {"id": invocation_id, "object": "invocation", "status": "cancelling"}
+    events = _read_all(replicas[1], spelled)
+    assert events[-1][1]["type"] == "invocation.cancelled"
+    story = httpx.get(f"{replicas[0].base_url}/invocations/{spelled}", headers=AUTH, timeout=10).json()
+    assert (story["id"], story["state"]) == (invocation_id, "cancelled")
 
 
 @pytest.mark.parametrize(
