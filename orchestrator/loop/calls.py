@@ -90,15 +90,32 @@ async def run_batch(
 
 
 async def run_calls(config: LoopConfig, state: RunState, calls: Sequence[Call]) -> None:
-    """Run `calls` (those already started are awaited), concurrently or one by one."""
-    if config.concurrently:
-        for call in calls:
-            if call.task is None:
-                start_call(config, state, call)
-        await asyncio.gather(*(c.task for c in calls if c.task is not None))
-    else:
-        for call in calls:
-            await _run_call(config, state, call)
+    """Run `calls` (those already started are awaited), concurrently or one by one.
+
+    When the invocation is cancelled meanwhile, the saga keeps the calls that succeeded (request
+    order), so that it undoes them with the earlier turns' before the cancellation propagates, and the
+    journal marks those still in flight abandoned (their executor gave them up: a worker that still
+    finishes one undoes it)."""
+    try:
+        if config.concurrently:
+            for call in calls:
+                if call.task is None:
+                    start_call(config, state, call)
+            await asyncio.gather(*(c.task for c in calls if c.task is not None))
+        else:
+            for call in calls:
+                await _run_call(config, state, call)
+    except asyncio.CancelledError:
+        keep_successes(state, calls)
+        await state.saga.abandon([c.row for c in calls if c.row is not None and c.execution is None])
+        raise
+
+
+def keep_successes(state: RunState, calls: Sequence[Call]) -> None:
+    """Keep for the saga those of `calls` that succeeded, in their order (request order)."""
+    for call in calls:
+        if call.status is CallStatus.SUCCEEDED and call.definition is not None and call.execution is not None:
+            state.saga.keep(call.definition, call.execution, call.row)
 
 
 def start_call(config: LoopConfig, state: RunState, call: Call) -> None:
@@ -160,11 +177,15 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
             observer.ended = True  # a call abandoned at its deadline may report on: not heard
     if outcome.parameter_changes:
         state.parameters.merge(outcome.parameter_changes)
+    cancelled = False  # the invocation, while the outcome was journaled: the call is settled first
     if call.definition is not None:  # journaled before a handler may end the invocation
         # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
         abandoned = late and (outcome.kind in _ABANDONED or call.cancelled)
         progress = call.progress.to_json() if call.progress is not None else None
-        await state.saga.outcome(call.row, outcome, outcome.text, abandoned=abandoned, progress=progress)
+        try:
+            await state.saga.outcome(call.row, outcome, outcome.text, abandoned=abandoned, progress=progress)
+        except asyncio.CancelledError:
+            cancelled = True
     text, call.status = _settle(state, outcome, request, searched=searched)
     finished_at = datetime.now(UTC)
     call.execution = ToolExecution(
@@ -199,6 +220,8 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
     )
     if state.emit is not None:
         state.emit(ToolExecuted(call.execution))
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def _cancellable(state: RunState, call: Call, running: Awaitable[ToolOutcome]) -> ToolOutcome:

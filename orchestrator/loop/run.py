@@ -16,7 +16,15 @@ from typing import Any
 
 from orchestrator.approvals import ApprovalRecord
 from orchestrator.errors import OrchestratorError, RoundTripLimitError
-from orchestrator.loop.calls import Call, CallStatus, returns_immediately, run_batch, run_calls, start_call
+from orchestrator.loop.calls import (
+    Call,
+    CallStatus,
+    keep_successes,
+    returns_immediately,
+    run_batch,
+    run_calls,
+    start_call,
+)
 from orchestrator.loop.cancellation import cancellable
 from orchestrator.loop.config import LoopConfig
 from orchestrator.loop.pausing import needs_approval, pause, settle_waiting
@@ -149,9 +157,7 @@ async def _after_batch(
     """What follows a batch whose `fresh` calls just ran: their successes kept for the saga, a
     failure compensated, then a pause when calls wait for approval, else the results added to the
     conversation (and the invocation's `Result` when the batch returns at once)."""
-    for call in fresh:  # kept in request order, whatever order they finished in
-        if call.status is CallStatus.SUCCEEDED and call.definition is not None and call.execution is not None:
-            state.saga.keep(call.definition, call.execution, call.row)
+    keep_successes(state, fresh)  # in request order, whatever order they finished in
     for call in fresh:
         if call.status is CallStatus.RAISED and call.error is not None:
             raise call.error

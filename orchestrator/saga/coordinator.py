@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +111,18 @@ class Saga:
         _, cancelled = await to_the_end(self.journal.run(write))
         if cancelled:  # the outcome is journaled all the same: the saga reads it to undo the call
             raise asyncio.CancelledError
+
+    async def abandon(self, call_rows: Sequence[int]) -> None:
+        """Mark calls given up in flight (their invocation cancelled) abandoned, so that no row is left
+        `dispatched`: a worker that still finishes one undoes it, as after a deadline."""
+        if self.journal is None or not call_rows:
+            return
+
+        def write(journal: Journal) -> None:
+            for row in call_rows:
+                journal.set_call_state(row, CallState.ABANDONED)
+
+        await to_the_end(self.journal.run(write))
 
     def restore(self, steps: list[SagaStep], sequence: int) -> None:
         """Go on with a resumed invocation's saga: the steps it owes and the calls journaled so far."""

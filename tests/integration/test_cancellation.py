@@ -200,3 +200,40 @@ def test_a_cooperative_tool_given_up_at_its_deadline_stops_at_its_next_report(
     steps = _counter(ns, "steps")
     time.sleep(0.5)
     assert _counter(ns, "steps") == steps < 300
+
+
+def test_a_cancel_undoes_what_the_running_batch_completed_and_leaves_no_call_dispatched(
+    cancel_pools: None, settings: Settings, tmp_path: Path, ns: str
+) -> None:
+    # given: one response asking for a seat (compensable, done at once) and a long crawl, run together
+    journal_path = tmp_path / "journal.db"
+    service, model = _service(
+        settings, journal_path, ask(call("r1", "reserve", ns=ns), call("c1", "crawl", ns=ns, steps=300))
+    )
+    invocation_id = str(uuid.uuid4())
+    running = _cancelled_run(service, invocation_id)
+    journal = Journal(f"sqlite:///{journal_path}")
+
+    def reserved_while_crawling() -> bool:  # the seat's outcome journaled, the crawl under way
+        return bool(_counter(ns, "steps")) and _states(journal, invocation_id).get("r1") == "succeeded"
+
+    wait_for(reserved_while_crawling, timeout_s=20, what="the seat reserved while the crawl runs")
+
+    # when: the invocation is cancelled in the middle of that batch
+    assert service.cancel(invocation_id) is True
+    with pytest.raises(asyncio.CancelledError):
+        running.join(timeout_s=30)
+
+    # then: the seat the batch reserved is released, once; the crawl is abandoned, not left dispatched
+    wait_for(lambda: _counter(ns, "undone"), timeout_s=10, what="the reservation undone")
+    time.sleep(0.5)  # a second compensation would have run by now
+    assert (_counter(ns, "booked"), _counter(ns, "undone")) == (1, 1)
+    assert _states(journal, invocation_id) == {"r1": "compensated", "c1": "abandoned"}
+    record = journal.invocation(invocation_id)
+    assert record is not None and record.state == "cancelled"
+    assert len(model.requests) == 1
+
+
+def _states(journal: Journal, invocation_id: str) -> dict[str, str]:
+    """The state of each call of the invocation in the journal, by call id."""
+    return {str(c.call_id): str(c.state) for c in journal.calls(invocation_id)}

@@ -79,7 +79,7 @@ def _run_call(
             outcome = run_tool(definition, request, envelope.invocation, identity, log_outcome=False)
     else:  # most tools report nothing: no reporter, no context to set
         outcome = run_tool(definition, request, envelope.invocation, identity, log_outcome=False)
-    if outcome.error_type == "SoftTimeLimitExceeded":  # the pool's time limit: the deadline passed
+    if _past_its_deadline(outcome, deadline):
         outcome = ToolOutcome(
             kind=OutcomeKind.TIMED_OUT,
             text=f"Tool '{definition.name}' did not finish within its deadline",
@@ -112,6 +112,15 @@ def _run_call(
         invocation = envelope.invocation
         finish_or_compensate_late(task, definition, settings, request, invocation, outcome, deadline)
     return {**_logged(task, definition, request, outcome, started).to_json(), "worker": task.request.hostname}
+
+
+def _past_its_deadline(outcome: ToolOutcome, deadline: float | None) -> bool:
+    """Whether the call failed for want of time: the pool's time limit (the deadline), or a timeout
+    the tool raised once the deadline had passed (an MCP request's timeout is its tool's deadline,
+    and it fires a moment after it on the worker: whichever side's timer fires first, a timeout)."""
+    if outcome.error_type == "SoftTimeLimitExceeded":
+        return True
+    return deadline is not None and isinstance(outcome.exception, TimeoutError) and time.time() >= deadline
 
 
 def _given_up(task: Task) -> bool:
