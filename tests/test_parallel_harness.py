@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psutil
 import pytest
 import redis
 import sqlalchemy as sa
@@ -129,3 +130,29 @@ def test_the_lock_matches_pyproject_toml() -> None:
         [str(uv), "lock", "--check", "--offline"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert checked.returncode == 0, f"pyproject.toml changed since uv.lock: run `make lock`\n{checked.stderr}"
+
+
+def test_a_database_left_by_a_test_process_that_is_gone_is_dropped_and_a_live_ones_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: the databases of a test process that was killed, and of one that still runs (this one)
+    url = reachable_postgres()
+    monkeypatch.setenv(POSTGRES_VARIABLE, url)
+    base = sa.make_url(url).database
+    gone = next(pid for pid in range(4_000_000, 4_100_000) if not psutil.pid_exists(pid))
+    dead, live = f"{base}_gw7_{gone}", f"{base}_gw8_{os.getpid()}"
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            for name in (dead, live):
+                connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        # when: a test process of another run sets up
+        with own_servers("gw9", tmp_path, {}), admin.connect() as connection:
+            names = set(connection.execute(sa.text("select datname from pg_database")).scalars())
+        # then: the dead process's database is gone, the live one's kept
+        assert dead not in names and live in names
+    finally:
+        with admin.connect() as connection:
+            for name in (dead, live):
+                connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

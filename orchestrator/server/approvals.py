@@ -19,7 +19,7 @@ from orchestrator.errors import ApiError, ApprovalConflictError, ApprovalError, 
 from orchestrator.messages import UserMessage
 from orchestrator.saga.async_journal import JournalRunner
 from orchestrator.saga.journal import ApprovalRecord, InvocationState
-from orchestrator.server.conversations import open_conversation, save_conversation
+from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import ServiceState, checked_id, read_body, service_state
 
@@ -117,6 +117,7 @@ async def resume_in_background(state: ServiceState, invocation_id: str) -> bool:
         log.info("invocation %s waits for a replica serving agent %r", invocation_id, agent)
         return False
     place = state.admit()
+    conversation = None
     try:
         conversation_id = origin.get("conversation_id")
         conversation = await open_conversation(state, agent, conversation_id, [])
@@ -135,6 +136,8 @@ async def resume_in_background(state: ServiceState, invocation_id: str) -> bool:
         )
     except BaseException:
         place.release()
+        if conversation is not None:
+            await close_conversation(conversation)
         raise
     return True
 

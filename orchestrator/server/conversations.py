@@ -1,5 +1,7 @@
 """A turn's conversation: read once from the server's SQL memory at its start, written back at its
-end, on the memory store's async engine; or the request's own messages, kept nowhere."""
+end, on the memory store's async engine; or the request's own messages, kept nowhere. A kept
+conversation's turns run one at a time, in arrival order, across replicas (`turns.py`): a turn holds
+its conversation from before it reads the history until after it wrote it back."""
 
 from __future__ import annotations
 
@@ -10,8 +12,15 @@ from orchestrator.errors import ApiError
 from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory
 from orchestrator.messages import ChatMessage
 from orchestrator.server.state import ServiceState
+from orchestrator.server.turns import Turn, take_turn
 
-__all__ = ["MAX_CONVERSATION_ID", "Conversation", "open_conversation", "save_conversation"]
+__all__ = [
+    "MAX_CONVERSATION_ID",
+    "Conversation",
+    "close_conversation",
+    "open_conversation",
+    "save_conversation",
+]
 
 MAX_CONVERSATION_ID = 200
 
@@ -23,6 +32,7 @@ class Conversation:
 
     memory: MessageWindowChatMemory
     key: str | None = None
+    turn: Turn | None = None  # held for a kept conversation until the turn ends
 
 
 async def open_conversation(
@@ -36,11 +46,16 @@ async def open_conversation(
             message = f"conversation_id is longer than {MAX_CONVERSATION_ID} characters"
             raise ApiError(400, message, param="conversation_id")
         key = f"{agent}/{conversation_id}"
-        window = MessageWindowChatMemory(
-            state.serve.history_messages, id=key, store=InMemoryChatMemoryStore()
-        )
-        window.set_messages(await state.memory_store.aget_messages(key))
-        return Conversation(window, key)
+        turn = await take_turn(state.redis, key, state.serve.turn_wait_s)
+        try:
+            window = MessageWindowChatMemory(
+                state.serve.history_messages, id=key, store=InMemoryChatMemoryStore()
+            )
+            window.set_messages(await state.memory_store.aget_messages(key))
+        except BaseException:
+            await turn.release()
+            raise
+        return Conversation(window, key, turn)
     window = MessageWindowChatMemory(
         len(history) + state.serve.history_messages, store=InMemoryChatMemoryStore()
     )
@@ -49,13 +64,24 @@ async def open_conversation(
 
 
 async def save_conversation(state: ServiceState, conversation: Conversation) -> None:
-    """Write a kept conversation back after its turn, even while the turn's caller is cancelled."""
-    if conversation.key is not None:
-        saving = asyncio.ensure_future(
-            state.memory_store.aupdate_messages(conversation.key, conversation.memory.messages())
-        )
-        try:
-            await asyncio.shield(saving)
-        except asyncio.CancelledError:
-            await saving
-            raise
+    """Write a kept conversation back after its turn, even while the turn's caller is cancelled; then
+    the next turn of the conversation goes on."""
+    try:
+        if conversation.key is not None:
+            saving = asyncio.ensure_future(
+                state.memory_store.aupdate_messages(conversation.key, conversation.memory.messages())
+            )
+            try:
+                await asyncio.shield(saving)
+            except asyncio.CancelledError:
+                await saving
+                raise
+    finally:
+        await close_conversation(conversation)
+
+
+async def close_conversation(conversation: Conversation) -> None:
+    """End the turn without writing it (its request refused or abandoned before it ran): the next
+    turn of the conversation goes on. Idempotent."""
+    if conversation.turn is not None:
+        await conversation.turn.release()

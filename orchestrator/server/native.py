@@ -17,7 +17,7 @@ from orchestrator.errors import ApiError
 from orchestrator.messages import UserMessage
 from orchestrator.saga.journal import Journal
 from orchestrator.server.approvals import cancel_paused_invocation
-from orchestrator.server.conversations import open_conversation, save_conversation
+from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
 from orchestrator.server.events import TERMINAL_TYPES, stream_position
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import (
@@ -52,6 +52,7 @@ async def start_invocation(name: str, request: Request) -> Response:
     service = find_agent(state, name, param=None)
     invocation_id = str(uuid.uuid4())
     place = state.admit()
+    conversation = None
     try:
         conversation = await open_conversation(state, name, body.conversation_id, [])
         run = Run(
@@ -68,6 +69,8 @@ async def start_invocation(name: str, request: Request) -> Response:
         )
     except BaseException:
         place.release()
+        if conversation is not None:
+            await close_conversation(conversation)
         raise
     headers = {"X-Invocation-Id": invocation_id}
     if "text/event-stream" in request.headers.get("accept", ""):

@@ -18,7 +18,7 @@ from orchestrator.errors import ApiError
 from orchestrator.models.base import PartialResponse
 from orchestrator.result import CompleteResponse, Result
 from orchestrator.server import openai_wire, readiness
-from orchestrator.server.conversations import open_conversation, save_conversation
+from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
 from orchestrator.server.error_shape import api_error_body, error_body, invocation_failure
 from orchestrator.server.state import (
     Place,
@@ -121,13 +121,18 @@ async def chat_completions(request: Request) -> Response:
         question, memory=conversation.memory, parameters=parameters, invocation_id=invocation_id
     )
     chunks = _chunks(events, completion_id, body.model, invocation_id, include_usage)
-    # The place is held until the stream ends (the conversation saved), or the client leaves before
-    # the stream starts.
+    # The place (and the conversation's turn) is held until the stream ends (the conversation saved),
+    # or the client leaves before the stream starts.
+
+    async def let_go() -> None:
+        place.release()
+        await close_conversation(conversation)
+
     return StreamingResponse(
         _holding(chunks, place, lambda: save_conversation(state, conversation)),
         media_type="text/event-stream",
         headers=headers,
-        background=BackgroundTask(place.release),
+        background=BackgroundTask(let_go),
     )
 
 

@@ -19,6 +19,7 @@ SERVE_ENVIRONMENT = {
     "max_messages": "TOOLFLEET_SERVE_MAX_MESSAGES",
     "max_invocations": "TOOLFLEET_SERVE_MAX_INVOCATIONS",
     "drain_grace_s": "TOOLFLEET_SERVE_DRAIN_GRACE_S",
+    "turn_wait_s": "TOOLFLEET_SERVE_TURN_WAIT_S",
     "history_messages": "TOOLFLEET_SERVE_HISTORY_MESSAGES",
 }
 
@@ -70,6 +71,7 @@ class ServeSettings:
     max_invocations: int = 256
     drain_grace_s: float = 30.0
     history_messages: int = 100
+    turn_wait_s: float = 30.0  # how long a turn waits for the earlier turns of its conversation
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_messages", "max_invocations", "history_messages"):
@@ -77,10 +79,11 @@ class ServeSettings:
                 raise SettingsError(
                     f"{SERVE_ENVIRONMENT[name]} must be at least 1, got {getattr(self, name)}"
                 )
-        if self.drain_grace_s < 0:
-            raise SettingsError(
-                f"{SERVE_ENVIRONMENT['drain_grace_s']} must be at least 0, got {self.drain_grace_s:g}"
-            )
+        for name in ("drain_grace_s", "turn_wait_s"):
+            if getattr(self, name) < 0:
+                raise SettingsError(
+                    f"{SERVE_ENVIRONMENT[name]} must be at least 0, got {getattr(self, name):g}"
+                )
         if not 0 <= self.port <= 65535:
             raise SettingsError(f"--port must be between 0 and 65535, got {self.port}")
         if not self.agents:
@@ -108,8 +111,9 @@ class ServeSettings:
         for name in ("max_body_bytes", "max_messages", "max_invocations", "history_messages"):
             if env.get(SERVE_ENVIRONMENT[name]):
                 values[name] = _number(env, name, int)
-        if env.get(SERVE_ENVIRONMENT["drain_grace_s"]):
-            values["drain_grace_s"] = _number(env, "drain_grace_s", float)
+        for name in ("drain_grace_s", "turn_wait_s"):
+            if env.get(SERVE_ENVIRONMENT[name]):
+                values[name] = _number(env, name, float)
         keys = tuple(k.strip() for k in env.get(SERVE_ENVIRONMENT["api_keys"], "").split(",") if k.strip())
         specs = parse_agents([*agents, env.get(SERVE_ENVIRONMENT["agents"], "")])
         return cls(
