@@ -6,9 +6,11 @@ import json
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 
 from orchestrator._database_url import database_engine, shared_loop_engines
@@ -116,8 +118,19 @@ def _read_messages(connection: Connection, memory_id: str) -> list[ChatMessage]:
 
 
 def _write_messages(connection: Connection, memory_id: str, messages: Sequence[ChatMessage]) -> None:
+    """One statement that writes the row whether or not it exists (PostgreSQL and SQLite's `INSERT ...
+    ON CONFLICT DO UPDATE`): two first writes of one memory id at once are no primary-key violation."""
     payload = json.dumps(messages_to_json(messages), ensure_ascii=False)
     now = datetime.now(UTC)
+    dialect = connection.dialect.name
+    if dialect in _UPSERTS:
+        insert = _UPSERTS[dialect](memory_table).values(memory_id=memory_id, messages=payload, updated_at=now)
+        connection.execute(
+            insert.on_conflict_do_update(
+                index_elements=[memory_table.c.memory_id], set_={"messages": payload, "updated_at": now}
+            )
+        )
+        return
     updated = connection.execute(
         sa.update(memory_table)
         .where(memory_table.c.memory_id == memory_id)
@@ -127,6 +140,9 @@ def _write_messages(connection: Connection, memory_id: str, messages: Sequence[C
         connection.execute(
             sa.insert(memory_table).values(memory_id=memory_id, messages=payload, updated_at=now)
         )
+
+
+_UPSERTS: dict[str, Any] = {"postgresql": postgresql_insert, "sqlite": sqlite_insert}
 
 
 class ChatMemory(Protocol):

@@ -31,11 +31,12 @@ def _on_redis(redis_url: str, scenario: Callable[[aioredis.Redis, str], Awaitabl
 
 def test_turns_go_one_at_a_time_in_the_order_they_arrived(redis_url: str) -> None:
     async def scenario(client: aioredis.Redis, conversation: str) -> None:
+        queue = TURNS_KEY.format(conversation)
         order: list[int] = []
-        running = 0
+        running = released = 0
 
         async def turn(n: int) -> None:
-            nonlocal running
+            nonlocal running, released
             held = await take_turn(client, conversation, 10)
             running += 1
             assert running == 1, "two turns of one conversation at once"
@@ -43,14 +44,16 @@ def test_turns_go_one_at_a_time_in_the_order_they_arrived(redis_url: str) -> Non
             await asyncio.sleep(0.02)
             running -= 1
             await held.release()
+            released += 1
 
         tasks = []
-        for n in range(10):  # each arrives after the one before has queued
+        for n in range(10):  # each arrives once the one before is in the queue
             tasks.append(asyncio.create_task(turn(n)))
-            await asyncio.sleep(0.005)
+            while await client.llen(queue) + released < n + 1:
+                await asyncio.sleep(0.001)
         await asyncio.gather(*tasks)
         assert order == list(range(10))
-        assert await client.llen(TURNS_KEY.format(conversation)) == 0
+        assert await client.llen(queue) == 0
 
     _on_redis(redis_url, scenario)
 

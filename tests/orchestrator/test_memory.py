@@ -4,6 +4,7 @@ an `AiService` per memory id."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -505,3 +506,32 @@ def test_memory_configuration_errors() -> None:
             chat_memory=MessageWindowChatMemory(2),
             chat_memory_provider=lambda memory_id: MessageWindowChatMemory(2),
         )
+
+
+def test_first_writes_of_one_memory_id_at_once_all_succeed_and_one_is_kept(
+    sql_url: str, stores: Callable[[str], SqlChatMemoryStore]
+) -> None:
+    # given: ten stores (as ten replicas) about to write a memory id that has no row yet
+    memory_id = f"race-{uuid.uuid4().hex}"
+    writers = [stores(sql_url) for _ in range(10)]
+    ready = threading.Barrier(len(writers))
+    errors: list[BaseException] = []
+
+    def write(n: int) -> None:
+        ready.wait()
+        try:
+            writers[n].update_messages(memory_id, [UserMessage(f"turn {n}")])
+        except BaseException as exc:  # the primary key raced: what this test is about
+            errors.append(exc)
+
+    # when: they write at once
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(len(writers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    # then: none failed, and the row holds one of the writes, whole
+    assert errors == []
+    [kept] = writers[0].get_messages(memory_id)
+    assert isinstance(kept, UserMessage) and kept.text in {f"turn {n}" for n in range(len(writers))}
