@@ -3,6 +3,7 @@ carried, a lost worker, a revoked or time-limited task, or any other exception."
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from orchestrator.executors._collector import LOST, NO_WORKER
@@ -44,6 +45,12 @@ def outcome_of_meta(meta: dict[str, Any], definition: ToolDefinition, timeout_s:
         )
     result = meta.get("result")
     carried = outcome_from_failure(result)
+    if carried is not None and carried.kind is OutcomeKind.TIMED_OUT and carried.error_type == "TimeoutError":
+        # The worker's side of the deadline fired first (its time limit, or a timeout past it): the
+        # same words as when this side's does, whichever wins the race.
+        return dataclasses.replace(
+            carried, text=f"Tool '{name}' did not finish within {seconds_text(timeout_s)} s"
+        )
     if carried is not None:
         return carried
     exc_type = str(result.get("exc_type")) if isinstance(result, dict) else "Exception"

@@ -74,3 +74,23 @@ def test_a_refused_compensation_is_a_failed_compensation_naming_the_worker() -> 
         "The compensation of tool 'shout' is not served by worker 'w2@host' of pool 'files' "
         "(its workers serve different tools: 'w2@host' serves shout)"
     )
+
+
+def test_a_call_the_worker_timed_out_reads_as_one_the_orchestrator_timed_out() -> None:
+    # given: the failure a worker stores when its side of the call's deadline fired first
+    carried = {"kind": "timed_out", "text": "Tool 'shout' did not finish within its deadline"}
+    meta = {
+        "status": "FAILURE",
+        "result": {
+            "exc_type": "TimedOut",
+            "exc_message": [
+                "Tool 'shout' did not finish within its deadline",
+                {**carried, "error_type": "TimeoutError"},
+            ],
+            "exc_module": "workers._failures",
+        },
+    }
+
+    # then: the model reads the words it reads when the orchestrator's deadline fires first
+    outcome = _outcome(meta, DEFINITION, 0.3)
+    assert (outcome.kind, outcome.text) == (OutcomeKind.TIMED_OUT, "Tool 'shout' did not finish within 0.3 s")
