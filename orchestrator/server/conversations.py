@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from orchestrator.errors import ApiError
 from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory
 from orchestrator.messages import ChatMessage
+from orchestrator.saga.async_journal import to_the_end
 from orchestrator.server.state import ServiceState
 from orchestrator.server.turns import Turn, take_turn
 
@@ -68,14 +69,10 @@ async def save_conversation(state: ServiceState, conversation: Conversation) -> 
     the next turn of the conversation goes on."""
     try:
         if conversation.key is not None:
-            saving = asyncio.ensure_future(
-                state.memory_store.aupdate_messages(conversation.key, conversation.memory.messages())
-            )
-            try:
-                await asyncio.shield(saving)
-            except asyncio.CancelledError:
-                await saving
-                raise
+            saving = state.memory_store.aupdate_messages(conversation.key, conversation.memory.messages())
+            _, cancelled = await to_the_end(saving)
+            if cancelled:
+                raise asyncio.CancelledError
     finally:
         await close_conversation(conversation)
 

@@ -18,11 +18,12 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
 from orchestrator.errors import ApiError
+from orchestrator.saga.async_journal import to_the_end
 
 __all__ = ["LEASE_S", "TURNS_KEY", "Turn", "take_turn"]
 
@@ -54,7 +55,7 @@ class Turn:
     queue: str
     ticket: str
     renewing: asyncio.Task[None] | None = None
-    released: bool = field(default=False)
+    released: bool = False
 
     async def release(self) -> None:
         """Leave the queue (the next turn goes on); idempotent, and done even while cancelled."""
@@ -63,12 +64,9 @@ class Turn:
         self.released = True
         if self.renewing is not None:
             self.renewing.cancel()
-        leaving = asyncio.ensure_future(self._leave())
-        try:
-            await asyncio.shield(leaving)
-        except asyncio.CancelledError:
-            await leaving
-            raise
+        _, cancelled = await to_the_end(self._leave())
+        if cancelled:
+            raise asyncio.CancelledError
 
     async def _leave(self) -> None:
         try:
