@@ -6,16 +6,21 @@
 
   var progress = {}; // call id -> its latest tool_call.progress event
 
-  function applyProgress(root) {
+  // Show the latest reports on the calls' bars; whether call `shown` (if given) has a bar to show it on.
+  function applyProgress(root, shown) {
+    var found = false;
     var calls = root.querySelectorAll("[data-call-id]");
     Array.prototype.forEach.call(calls, function (call) {
-      var report = progress[call.getAttribute("data-call-id")];
+      var id = call.getAttribute("data-call-id");
+      var report = progress[id];
       if (!report) return;
       var bar = call.querySelector("progress");
+      if (bar && id === shown) found = true;
       if (bar && typeof report.fraction === "number") bar.value = report.fraction;
       var text = call.querySelector(".progress-message");
       if (text && typeof report.message === "string") text.textContent = report.message;
     });
+    return found;
   }
 
   function isActive(box) {
@@ -74,11 +79,16 @@
       return;
     }
     var source = new EventSource(box.getAttribute("data-events"));
+    var caughtUp = 0;
     source.addEventListener("tool_call.progress", function (message) {
       var report = JSON.parse(message.data);
       if (report.call_id) {
         progress[report.call_id] = report;
-        applyProgress(box);
+        // a report for a call the page shows no bar for: the page is behind; fetch it again (once a second)
+        if (!applyProgress(box, report.call_id) && Date.now() - caughtUp > 1000) {
+          caughtUp = Date.now();
+          refresh();
+        }
       }
     });
     [
