@@ -25,6 +25,7 @@ CELERY = str(Path(sys.executable).parent / "celery")
 OUT_OF_RANGE = [
     ("heartbeat_ttl_s", "-1", "a number >= 0.1"),
     ("heartbeat_ttl_s", "0", "a number >= 0.1"),
+    ("invocation_heartbeat_s", "0", "a number >= 0.01"),
     ("max_fanout", "0", "an integer >= 1"),
     ("max_fanout", "-3", "an integer >= 1"),
     ("default_tool_timeout_s", "0", "a number > 0"),

@@ -31,6 +31,7 @@ class Settings:
     visibility_timeout_s: float | None = None
     result_expires_s: int = 24 * 3600
     heartbeat_ttl_s: float = 6.0
+    invocation_heartbeat_s: float = 10.0  # how often a running invocation's owner beats in the journal
     liveness_check_interval_s: float = 0.5
     max_fanout: int = 64
     max_argument_bytes: int = 1 << 20
@@ -99,6 +100,7 @@ _LOWER_BOUNDS: dict[str, tuple[float, bool]] = {
     "visibility_timeout_s": (0, False),
     "result_expires_s": (1, True),
     "heartbeat_ttl_s": (0.1, True),
+    "invocation_heartbeat_s": (0.01, True),
     "liveness_check_interval_s": (0, False),
     "max_fanout": (1, True),
     "max_argument_bytes": (1, True),

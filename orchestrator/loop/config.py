@@ -33,6 +33,7 @@ from orchestrator.saga.async_journal import AsyncJournal, JournalRunner, journal
 from orchestrator.saga.journal import Journal
 from orchestrator.search import ToolSearchStrategy
 from workers.protocol import ToolExecutionRequest
+from workers.settings import Settings
 from workers.tools.specification import ToolSpecification
 
 __all__ = [
@@ -129,6 +130,7 @@ class LoopConfig:
     compensate_on_rejection: bool = False  # a rejected call counts as a failed one for the saga
     handlers: Mapping[Mode, EdgeHandlers] = field(init=False)  # those of each edge, defaults filled in
     cancel_redis_url: str | None = field(init=False)  # where cancel requests come from (worker pools)
+    heartbeat_s: float = field(init=False)  # how often a journaled invocation beats (settings)
     static_providers: tuple[ToolProvider, ...] = field(init=False)  # asked once, at the start
     dynamic_providers: tuple[ToolProvider, ...] = field(init=False)  # asked before every model call
     search_tool: ToolSpecification | None = field(init=False)  # the search tool the model sees
@@ -144,6 +146,7 @@ class LoopConfig:
             "search_tool": self.tool_search.search_tool() if self.tool_search is not None else None,
             "journal_runner": journal_runner(self.journal),
             "cancel_redis_url": _redis_url_of(self.executor),
+            "heartbeat_s": _heartbeat_of(self.executor) if self.journal is not None else 0.0,
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
@@ -165,6 +168,14 @@ class LoopConfig:
 
 def _is_dynamic(provider: ToolProvider) -> bool:
     return bool(getattr(provider, "is_dynamic", False))
+
+
+def _heartbeat_of(executor: ToolExecutor) -> float:
+    """How often a journaled invocation beats: the executor's settings, else the environment's."""
+    from orchestrator.executors.celery import CeleryExecutor
+
+    settings = executor.settings if isinstance(executor, CeleryExecutor) else Settings.from_env()
+    return settings.invocation_heartbeat_s
 
 
 def _redis_url_of(executor: ToolExecutor) -> str | None:

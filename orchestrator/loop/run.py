@@ -42,6 +42,7 @@ from orchestrator.models.base import (
 from orchestrator.result import Result, ToolExecuted
 from orchestrator.saga import rollback_reason, rolled_back_text
 from orchestrator.saga.async_journal import to_the_end
+from orchestrator.saga.journal import owner_id
 from orchestrator.saga.states import InvocationState
 from orchestrator.telemetry import model_called, trace_carrier, traced_invocation
 
@@ -49,7 +50,6 @@ __all__ = ["RoundTripLimitError", "resume_invocation", "run_invocation"]
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_INTERVAL_S = 10.0
 ROLLED_BACK_STATUS = "rolled_back"
 
 
@@ -78,7 +78,7 @@ async def resume_invocation(
 
 async def _run(config: LoopConfig, state: RunState, body: Coroutine[Any, Any, Result]) -> Result:
     journal = state.saga.journal
-    beating = asyncio.ensure_future(_heartbeat(state)) if journal is not None else None
+    beating = asyncio.ensure_future(_heartbeat(state, config.heartbeat_s)) if journal is not None else None
     try:
         with cancellable(str(state.context.invocation_id), config.cancel_redis_url):
             result = await body
@@ -290,14 +290,15 @@ async def _end_abnormally(config: LoopConfig, state: RunState, error: BaseExcept
         await to_the_end(state.saga.end(InvocationState.FAILED, f"{type(error).__name__}: {error}"))
 
 
-async def _heartbeat(state: RunState) -> None:
-    """Keep the journal's heartbeat fresh, so `toolfleet recover` never takes over a live saga."""
+async def _heartbeat(state: RunState, every_s: float) -> None:
+    """Keep the journal's heartbeat fresh (every `every_s`), so that recovery never takes over a live
+    saga; a beat of an invocation another process took over writes nothing."""
     journal = state.saga.journal
     assert journal is not None
-    invocation_id = str(state.context.invocation_id)
+    invocation_id, owner = str(state.context.invocation_id), owner_id()
     while True:
-        await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+        await asyncio.sleep(every_s)
         try:
-            await journal.run(lambda j: j.heartbeat(invocation_id))
+            await journal.run(lambda j: j.heartbeat(invocation_id, owner=owner))
         except Exception as exc:  # a journal hiccup must not end the invocation
             log.warning("journal heartbeat failed: %s", exc)

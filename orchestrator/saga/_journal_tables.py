@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 import sqlalchemy as sa
 
-__all__ = ["approvals", "compensations", "invocations", "metadata", "tool_calls"]
+__all__ = ["approvals", "compensations", "invocations", "metadata", "owned_update", "owner_id", "tool_calls"]
 
 metadata = sa.MetaData()
 
@@ -95,3 +98,16 @@ approvals = sa.Table(
     sa.Column("decided_at", sa.DateTime(timezone=True)),
     sa.UniqueConstraint("invocation_id", "call_id", name="uq_toolfleet_approvals_call"),
 )
+
+
+def owner_id() -> str:
+    """Who runs an invocation: host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owned_update(invocation_id: str, owner: str | None, state: str | None) -> sa.Update:
+    """An update of the invocation's row, only while `owner` owns it and it is in `state` (if given)."""
+    update = sa.update(invocations).where(invocations.c.id == invocation_id)
+    if owner is not None:
+        update = update.where(invocations.c.owner == owner)
+    return update if state is None else update.where(invocations.c.state == str(state))

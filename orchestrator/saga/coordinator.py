@@ -22,7 +22,7 @@ from typing import Any
 from orchestrator.executors.base import ToolExecutor, idempotency_key
 from orchestrator.saga.async_journal import JournalRunner, to_the_end
 from orchestrator.saga.compensation import run_compensation
-from orchestrator.saga.journal import Journal
+from orchestrator.saga.journal import Journal, owner_id
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
 from workers.calls.invocation import Invocation
 from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
@@ -143,7 +143,9 @@ class Saga:
 
             def plan(journal: Journal) -> None:
                 rows = {c.id: c for c in journal.calls(self.invocation_id)}
-                journal.set_invocation_state(self.invocation_id, InvocationState.COMPENSATING)
+                journal.set_invocation_state(
+                    self.invocation_id, InvocationState.COMPENSATING, owner=owner_id()
+                )
                 journal.plan_compensations(
                     self.invocation_id, [rows[s.call_row] for s in steps if s.call_row in rows], reason
                 )
@@ -191,7 +193,10 @@ class Saga:
             else []
         )
         if not owed:
-            journal.set_invocation_state(self.invocation_id, state, error, final_answer=answer)
+            if not journal.set_invocation_state(
+                self.invocation_id, state, error, final_answer=answer, owner=owner_id()
+            ):
+                self._taken_over(journal, state)
             return
         calls = {c.id: c for c in journal.calls(self.invocation_id)}
         for step in self.steps:
@@ -204,9 +209,22 @@ class Saga:
         )
         text = f"{len(owed)} compensation(s) owed, `toolfleet recover` retries them: {listed}"
         log.error("invocation %s ended with %s", self.invocation_id, text)
-        journal.set_invocation_state(
+        if not journal.set_invocation_state(
             self.invocation_id,
             InvocationState.COMPENSATING,
             f"{error}; {text}" if error else text,
             final_answer=answer,
+            owner=owner_id(),
+        ):
+            self._taken_over(journal, InvocationState.COMPENSATING)
+
+    def _taken_over(self, journal: Journal, state: InvocationState | str) -> None:
+        """The invocation's end was not written: another process (a recovery) owns it now."""
+        record = journal.invocation(self.invocation_id)
+        log.error(
+            "invocation %s ended %s here, but %s took it over (its journal says %s): its end is not written",
+            self.invocation_id,
+            InvocationState(state).value,
+            record.owner if record is not None else "nobody",
+            record.state.value if record is not None else "nothing",
         )

@@ -7,8 +7,6 @@ leaves enough for `toolfleet recover` to finish its work, and operators can read
 from __future__ import annotations
 
 import json
-import os
-import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
@@ -31,6 +29,7 @@ from orchestrator.saga._journal_records import (
 )
 from orchestrator.saga._journal_tables import compensations as compensations
 from orchestrator.saga._journal_tables import invocations as invocations
+from orchestrator.saga._journal_tables import owned_update, owner_id
 from orchestrator.saga._journal_tables import tool_calls as tool_calls
 from orchestrator.saga.states import ApprovalState, CallState, CompensationState, InvocationState
 from workers.calls.invocation import InvocationContext
@@ -56,11 +55,6 @@ MAX_ANSWER_CHARS = 100_000  # a final answer is journaled up to this length
 # The states of an invocation whose owner may have stopped: recovery may take it over.
 _UNFINISHED = (InvocationState.RUNNING.value, InvocationState.COMPENSATING.value)
 _T = TypeVar("_T")
-
-
-def owner_id() -> str:
-    """Who runs an invocation: host and process."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class Journal(JournalApprovals):
@@ -157,8 +151,11 @@ class Journal(JournalApprovals):
         error: str | None = None,
         *,
         final_answer: str | None = None,
-    ) -> None:
-        """Write the invocation's state; at its end, its error or the model's final answer."""
+        owner: str | None = None,
+        expected: InvocationState | None = None,
+    ) -> bool:
+        """Write the invocation's state (at its end, its error or final answer), only while `owner`
+        owns it (no recoverer took it over) and it is in state `expected`, if given; whether written."""
         state = InvocationState(state)
         values: dict[str, Any] = {"state": state.value, "heartbeat_at": utc_now()}
         if state.finished:
@@ -167,14 +164,14 @@ class Journal(JournalApprovals):
             values["error"] = error[:4000]
         if final_answer is not None:
             values["final_answer"] = final_answer[:MAX_ANSWER_CHARS]
+        update = owned_update(invocation_id, owner, expected).values(**values)
         with self._tx() as tx:
-            tx.execute(sa.update(invocations).where(invocations.c.id == invocation_id).values(**values))
+            return bool(tx.execute(update).rowcount)
 
-    def heartbeat(self, invocation_id: str) -> None:
+    def heartbeat(self, invocation_id: str, *, owner: str | None = None) -> None:
+        """The invocation's owner is alive; with `owner`, only while the invocation is still its."""
         with self._tx() as tx:
-            tx.execute(
-                sa.update(invocations).where(invocations.c.id == invocation_id).values(heartbeat_at=utc_now())
-            )
+            tx.execute(owned_update(invocation_id, owner, None).values(heartbeat_at=utc_now()))
 
     def claim(self, invocation_id: str, stale_before: datetime) -> bool:
         """Take over an unfinished invocation whose owner stopped beating; atomic across recoverers."""

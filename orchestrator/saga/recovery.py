@@ -31,13 +31,21 @@ from orchestrator.saga.states import ApprovalState, CallState, InvocationState
 from orchestrator.telemetry import approvals_waited, continued_trace, traced_recovery
 from workers.calls.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolOutcome
+from workers.settings import Settings
 from workers.tools import ToolDefinition
 
-__all__ = ["Recovered", "cancel_paused", "recover"]
+__all__ = ["Recovered", "cancel_paused", "recover", "stale_after_floor"]
 
 log = logging.getLogger(__name__)
 
 STALE_AFTER_S = 60.0  # seconds without heartbeat after which an invocation's orchestrator counts as gone
+MISSED_BEATS = 3  # an invocation is stale only after this many of its owner's heartbeats went missing
+
+
+def stale_after_floor(settings: Settings) -> float:
+    """The least staleness recovery may take an invocation at: three heartbeat intervals, so that an
+    owner whose beat is merely late is never taken over."""
+    return round(MISSED_BEATS * settings.invocation_heartbeat_s, 6)  # 3 × 0.1 is 0.3, not 0.30000000000000004
 
 
 @dataclass
@@ -122,7 +130,7 @@ async def _recover_one(
     if report.failed:  # still owed: left compensating, so the next `recover` retries them
         state_error += f"; compensations still owed: {', '.join(report.failed)}"
     state = InvocationState.COMPENSATING if report.failed or unsettled else InvocationState.FAILED
-    await journal.run(lambda j: j.set_invocation_state(invocation_id, state, state_error))
+    await _write_end(journal, invocation_id, state, state_error)
     return report
 
 
@@ -151,8 +159,25 @@ async def cancel_paused(
         await _compensate(journal, executor, definitions or {}, todo, invocation, report)
     owed = f"; compensations still owed: {', '.join(report.failed)}" if report.failed else ""
     state = InvocationState.COMPENSATING if report.failed else InvocationState.CANCELLED
-    await journal.run(lambda j: j.set_invocation_state(invocation_id, state, reason + owed))
+    await _write_end(journal, invocation_id, state, reason + owed)
     return report
+
+
+async def _write_end(journal: JournalRunner, invocation_id: str, state: InvocationState, error: str) -> None:
+    """Write how a recovery ended, only over what it claimed: the invocation still `compensating` and
+    this process's (another recoverer that took it over since writes its own end)."""
+    owner = owner_id()
+
+    def write(j: Journal) -> bool:
+        return j.set_invocation_state(
+            invocation_id, state, error, owner=owner, expected=InvocationState.COMPENSATING
+        )
+
+    if not await journal.run(write):
+        log.error(
+            "invocation %s: another process took it over during its recovery; its end is theirs",
+            invocation_id,
+        )
 
 
 async def _compensate(

@@ -28,6 +28,7 @@ from orchestrator.loop.cancellation import listen_for_cancels
 from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
+from orchestrator.saga.recovery import stale_after_floor
 from orchestrator.server import approvals, native, routes
 from orchestrator.server.error_shape import api_error_body, error_body
 from orchestrator.server.events import EventLog
@@ -68,7 +69,14 @@ def create_app(
             invocations=Invocations(client, events),
         )
         app.state.toolfleet = state
-        watch = ReplicaWatch(client, state.journal, recovery_executor, events, settings.heartbeat_ttl_s)
+        watch = ReplicaWatch(
+            client,
+            state.journal,
+            recovery_executor,
+            events,
+            settings.heartbeat_ttl_s,
+            stale_after_s=stale_after_floor(settings),
+        )
         watch.housekeeping = lambda: approvals.resume_decided(state)
         listen_for_cancels(settings.redis_url)  # whatever executor the agents use
         background = [asyncio.create_task(watch.run())]

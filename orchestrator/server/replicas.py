@@ -50,6 +50,9 @@ class ReplicaWatch:
     executor: Callable[[], ToolExecutor]
     events: EventLog
     ttl_s: float
+    # How long an invocation's own journal heartbeat must have been silent too before it is taken over:
+    # a replica whose Redis beat lapsed while its invocations still beat is slow, not dead.
+    stale_after_s: float = 0.0
     owner: str = field(default_factory=owner_id)
     # Run with each look for dead replicas (the approvals this replica goes on with, for one).
     housekeeping: Callable[[], Awaitable[object]] | None = None
@@ -115,24 +118,30 @@ class ReplicaWatch:
         reports: list[Recovered] = []
         try:
             for owner in dead:
-                reports += await self._recover_owner(owner)
-                await self.client.srem(REPLICAS_KEY, owner)
+                recovered, left = await self._recover_owner(owner)
+                reports += recovered
+                if not left:  # forgotten once none of its invocations is left to take over
+                    await self.client.srem(REPLICAS_KEY, owner)
         finally:
             await self.client.eval(_RELEASE, 1, RECOVERY_LOCK_KEY, token)
         return reports
 
-    async def _recover_owner(self, owner: str) -> list[Recovered]:
+    async def _recover_owner(self, owner: str) -> tuple[list[Recovered], int]:
+        """Recover the dead replica's invocations whose journal heartbeat is stale too; those recovered,
+        and how many of its invocations are left (their heartbeat still fresh: looked at again later)."""
         unfinished = await self.journal.run(lambda journal: journal.unfinished(0.0))
-        ids = [record.id for record in unfinished if record.owner == owner]
+        mine = [record for record in unfinished if record.owner == owner]
+        stale = await self.journal.run(lambda journal: journal.unfinished(self.stale_after_s))
+        ids = [record.id for record in stale if record.owner == owner]
         reports: list[Recovered] = []
         for invocation_id in ids:
             log.warning("replica %s stopped: recovering its invocation %s", owner, invocation_id)
             for report in await recover(
-                self.journal, self.executor(), stale_after_s=0.0, invocation_id=invocation_id
+                self.journal, self.executor(), stale_after_s=self.stale_after_s, invocation_id=invocation_id
             ):
                 reports.append(report)
                 await self.events.add(invocation_id, _ended(owner, report))
-        return reports
+        return reports, len(mine) - len(ids)
 
 
 def _ended(owner: str, report: Recovered) -> dict[str, object]:

@@ -19,6 +19,11 @@ from tests._cli import environment, toolfleet
 from tests._waiting import wait_until
 from tests.integration.worker_processes import REPO_ROOT
 
+# Orchestrators here beat in the journal every 0.1 s, so that `recover` may take over one killed as soon
+# as 0.3 s after its last beat (three intervals, the least it accepts).
+INVOCATION_HEARTBEAT_S = "0.1"
+STALE_AFTER = "0.3"
+
 
 def orchestrator_env(redis_url: str, journal_file: Path | None = None) -> dict[str, str | None]:
     """The changes to the caller's environment (None: removed); the SQL log in `journal_file` if given."""
@@ -28,6 +33,7 @@ def orchestrator_env(redis_url: str, journal_file: Path | None = None) -> dict[s
         "TOOLFLEET_DATABASE_URL": None if journal_file is None else f"sqlite:///{journal_file}",
         "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
         "TOOLFLEET_HEARTBEAT_TTL_S": "2",
+        "TOOLFLEET_INVOCATION_HEARTBEAT_S": INVOCATION_HEARTBEAT_S,
         "TOOLFLEET_BROKER_URL": None,
         "TOOLFLEET_RESULT_BACKEND": None,
         "OTEL_EXPORTER_OTLP_ENDPOINT": None,  # traced only where a test says so

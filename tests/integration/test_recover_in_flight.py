@@ -24,7 +24,7 @@ from celery import Celery
 
 from orchestrator.saga.journal import CallRecord, Journal
 from tests._waiting import wait_until
-from tests.integration.orchestrator_processes import kill_driver_when, toolfleet_on
+from tests.integration.orchestrator_processes import STALE_AFTER, kill_driver_when, toolfleet_on
 from tests.integration.recover_tools import POOL, k, release
 from tests.integration.worker_processes import tool_worker
 from workers.protocol import META_PREFIX, call_state_key, call_task_id, compensation_task_id
@@ -127,7 +127,7 @@ class Stage:
             journal.engine.dispose()
 
     def recover(self) -> subprocess.CompletedProcess[str]:
-        done = self.toolfleet("recover", "--stale-after", "0", "--tools", TOOLS_MODULE)
+        done = self.toolfleet("recover", "--stale-after", STALE_AFTER, "--tools", TOOLS_MODULE)
         assert done.returncode == 0, done.stdout + done.stderr
         return done
 

@@ -26,7 +26,12 @@ from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import fault_tools
 from tests.integration.fault_tools import HEAVY_POOL, POOL, k, order_key
-from tests.integration.orchestrator_processes import failed_saga_row, kill_driver_when, toolfleet_on
+from tests.integration.orchestrator_processes import (
+    STALE_AFTER,
+    failed_saga_row,
+    kill_driver_when,
+    toolfleet_on,
+)
 from tests.integration.saga_driver import booking_keys
 from tests.integration.scripts import ask, call, saga_service
 from tests.integration.worker_processes import tool_worker
@@ -37,7 +42,7 @@ from workers.settings import Settings
 pytestmark = pytest.mark.integration
 
 TOOLS_MODULE = "tests.integration.fault_tools"
-RECOVER = ["recover", "--stale-after", "0", "--tools", TOOLS_MODULE]  # every stale invocation, now
+RECOVER = ["recover", "--stale-after", STALE_AFTER, "--tools", TOOLS_MODULE]  # every stale invocation, now
 LATE_TEXT = "Tool 'fault_late' did not finish within 0.3 s"
 # Few, fast retries of a failing compensation: for the worker and the orchestrator alike.
 RETRY_ENV = {"TOOLFLEET_COMPENSATION_RETRIES": "1", "TOOLFLEET_RETRY_BACKOFF_S": "0.01"}
@@ -249,7 +254,7 @@ def test_orchestrator_killed_mid_compensation_is_finished_by_recover(
     assert count(text_client, a, "comp_starts") == 0
 
     recovered = toolfleet_on(
-        ["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], redis_url, journal_file
+        ["recover", "--stale-after", STALE_AFTER, "--tools", TOOLS_MODULE], redis_url, journal_file
     )
 
     # Then: recover completes the saga and exits 0
@@ -518,7 +523,7 @@ def test_recover_waits_for_a_compensation_that_is_still_running(
 
     # When: `toolfleet recover` runs while that compensation still runs on its (live) worker
     recovered = toolfleet_on(
-        ["recover", "--stale-after", "0", "--tools", TOOLS_MODULE], redis_url, journal_file
+        ["recover", "--stale-after", STALE_AFTER, "--tools", TOOLS_MODULE], redis_url, journal_file
     )
 
     # Then: it waits for it instead of running it again, and reports it compensated

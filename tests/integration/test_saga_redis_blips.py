@@ -30,7 +30,7 @@ from orchestrator.saga.journal import Journal
 from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import saga_blip_tools as blip
-from tests.integration.orchestrator_processes import failed_saga_row, toolfleet_on
+from tests.integration.orchestrator_processes import STALE_AFTER, failed_saga_row, toolfleet_on
 from tests.integration.private_redis import PrivateRedis, private_redis_in, settings_for
 from tests.integration.scripts import ask, call, saga_service
 from tests.integration.worker_processes import tool_worker
@@ -343,7 +343,7 @@ def test_a_compensation_that_cannot_run_is_listed_and_completed_by_recover(
     # the credit that stands alone
     start_worker(blip.GONE_POOL)
     recovered = toolfleet_on(
-        ["recover", "--stale-after", "0", "--tools", TOOLS_MODULE],
+        ["recover", "--stale-after", STALE_AFTER, "--tools", TOOLS_MODULE],
         private_redis.url,
         journal_file,
         timeout_s=90,

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from orchestrator.cli.commands._command import add_command, refuse
-from orchestrator.saga.recovery import STALE_AFTER_S
+from orchestrator.saga.recovery import STALE_AFTER_S, stale_after_floor
 from workers.settings import Settings
 
 HELP = "complete the compensations of invocations whose orchestrator stopped mid-saga"
@@ -25,7 +25,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         type=float,
         default=STALE_AFTER_S,
         metavar="S",
-        help=f"seconds without heartbeat (default {STALE_AFTER_S:g})",
+        help=(
+            f"seconds without heartbeat (default {STALE_AFTER_S:g}; at least three of the invocations' "
+            "heartbeat intervals, TOOLFLEET_INVOCATION_HEARTBEAT_S)"
+        ),
     )
     parser.add_argument("--invocation", default=None, help="recover this invocation id only")
     parser.add_argument(
@@ -43,6 +46,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from workers.errors import ToolfleetError
     from workers.runtime.worker import load_tools
 
+    floor = stale_after_floor(settings)
+    if args.stale_after < floor:
+        return refuse(
+            "recover",
+            ValueError(
+                f"--stale-after {args.stale_after:g} is below {floor:g} s, three heartbeat intervals "
+                f"(TOOLFLEET_INVOCATION_HEARTBEAT_S={settings.invocation_heartbeat_s:g}): a live "
+                "invocation would be taken over"
+            ),
+        )
     try:
         tools = load_tools(args.tools.split(","))
     except ToolfleetError as exc:

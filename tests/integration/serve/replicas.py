@@ -35,6 +35,7 @@ def replica_env(redis_url: str, database_url: str, upstream: str, **changes: str
             "TOOLFLEET_DATABASE_URL": database_url,
             "TOOLFLEET_API_KEYS": f"old-key,{API_KEY}",
             "TOOLFLEET_HEARTBEAT_TTL_S": "2",
+            "TOOLFLEET_INVOCATION_HEARTBEAT_S": "0.5",  # a dead replica's invocations are stale after 1.5 s
             "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
             "SERVE_TEST_UPSTREAM": upstream,
         }

@@ -1,0 +1,88 @@
+"""A replica is taken for dead by its Redis heartbeat, but its invocations are taken over only once their
+own journal heartbeat is stale too: a replica whose Redis beat lapsed under load while its invocations
+still beat is slow, not dead, and stays known until what it ran is recovered."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+import sqlalchemy as sa
+
+from orchestrator import LocalExecutor
+from orchestrator.saga.async_journal import AsyncJournal
+from orchestrator.saga.journal import Journal, invocations, utc_now
+from orchestrator.server.events import EventLog
+from orchestrator.server.replicas import REPLICAS_KEY, ReplicaWatch
+from workers.calls.invocation import Invocation, InvocationContext
+
+pytestmark = pytest.mark.integration
+
+GHOST = f"ghost-host:{uuid.uuid4().hex[:8]}"  # a replica whose Redis heartbeat has expired
+
+
+def run_by_the_ghost(journal: Journal, beat_s_ago: float) -> str:
+    """An invocation the ghost replica runs, its last journal beat `beat_s_ago` seconds ago."""
+    context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="default", user_message="book")
+    invocation_id = str(context.invocation_id)
+    journal.start_invocation(context, Invocation(context).to_json())
+    beat(journal, invocation_id, beat_s_ago)
+    return invocation_id
+
+
+def beat(journal: Journal, invocation_id: str, s_ago: float) -> None:
+    with journal.engine.begin() as connection:
+        connection.execute(
+            sa.update(invocations)
+            .where(invocations.c.id == invocation_id)
+            .values(owner=GHOST, heartbeat_at=utc_now() - timedelta(seconds=s_ago))
+        )
+
+
+def test_a_dead_replicas_invocation_still_beating_is_left_until_its_beat_is_stale(
+    redis_url: str, journal_file: Path, journal: Journal
+) -> None:
+    # given: the ghost is a known replica without a Redis heartbeat; its invocation beat just now
+    invocation_id = run_by_the_ghost(journal, beat_s_ago=0.0)
+    redis.Redis.from_url(redis_url).sadd(REPLICAS_KEY, GHOST)
+
+    async def look() -> list[str]:
+        client = aioredis.Redis.from_url(redis_url)
+        executor = LocalExecutor()
+        watch = ReplicaWatch(
+            client,
+            AsyncJournal(f"sqlite:///{journal_file}"),
+            lambda: executor,
+            EventLog(client),
+            ttl_s=2.0,
+            stale_after_s=1.5,
+        )
+        try:
+            return [report.invocation_id for report in await watch.recover_dead()]
+        finally:
+            executor.close()
+            await client.aclose()
+
+    # when: a live replica looks for dead ones
+    taken = asyncio.run(look())
+
+    # then: it takes nothing, and still knows the ghost
+    assert taken == []
+    record = journal.invocation(invocation_id)
+    assert record is not None and (record.state, record.owner) == ("running", GHOST)
+    assert redis.Redis.from_url(redis_url).sismember(REPLICAS_KEY, GHOST)
+
+    # when: the invocation's beat is stale too (2 s, past 1.5 s), and the replica looks again
+    beat(journal, invocation_id, 2.0)
+    taken = asyncio.run(look())
+
+    # then: it is recovered, and the ghost forgotten
+    assert taken == [invocation_id]
+    record = journal.invocation(invocation_id)
+    assert record is not None and record.state == "failed"
+    assert not redis.Redis.from_url(redis_url).sismember(REPLICAS_KEY, GHOST)

@@ -1,0 +1,187 @@
+"""Who may take over an invocation, and who writes its end: recovery never takes a live invocation
+(its owner beats every `TOOLFLEET_INVOCATION_HEARTBEAT_S`, and `recover` refuses a staleness below
+three beats), and once another process has taken an invocation over, neither its first owner nor an
+earlier recoverer writes over it.
+
+In-process (`LocalExecutor`, a SQLite journal); "another process" is a journal row whose owner names
+another host, as a claim from there leaves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel
+from orchestrator.cli import main
+from orchestrator.executors.base import Settled
+from orchestrator.saga.journal import Journal, invocations
+from orchestrator.saga.recovery import recover
+from tests.orchestrator._service import call
+from tests.orchestrator.test_recovery_settled import SettledExecutor, left_in_flight
+from workers import compensate_for, tool
+
+ELSEWHERE = "another-host:4242"
+
+
+def taken_over_by(journal: Journal, invocation_id: str, owner: str) -> None:
+    """What a recoverer on another host leaves when it claims the invocation."""
+    with journal.engine.begin() as connection:
+        connection.execute(
+            sa.update(invocations)
+            .where(invocations.c.id == invocation_id)
+            .values(owner=owner, state="compensating")
+        )
+
+
+class Desk:
+    """A booking that holds until the test lets it go, and its undo."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.undone = 0
+
+    @tool("Books a seat")
+    def book(self) -> str:
+        self.started.set()
+        assert self.release.wait(30), "the test never let the booking go"
+        return "booked"
+
+    @compensate_for("book")
+    def unbook(self) -> None:
+        self.undone += 1
+
+
+def booking_service(desk: Desk, journal: Journal, executor: LocalExecutor) -> AiService:
+    script: list[AiMessage | str] = [AiMessage(tool_execution_requests=[call("book", "b1")]), "booked"]
+    return AiService(
+        chat_model=ScriptedChatModel(script),
+        tools=[desk],
+        executor=executor,
+        compensate_on_tool_errors=True,
+        journal=journal,
+    )
+
+
+@pytest.mark.parametrize(("stale_after", "heartbeat"), [("1", None), ("29.9", "10"), ("0.2", "0.1")])
+def test_recover_refuses_a_staleness_below_three_heartbeats_in_one_line(
+    stale_after: str,
+    heartbeat: str | None,
+    journal_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # given: the invocations' heartbeat interval (10 s unless set)
+    monkeypatch.setenv("TOOLFLEET_DATABASE_URL", f"sqlite:///{journal_file}")
+    if heartbeat is None:
+        monkeypatch.delenv("TOOLFLEET_INVOCATION_HEARTBEAT_S", raising=False)
+    else:
+        monkeypatch.setenv("TOOLFLEET_INVOCATION_HEARTBEAT_S", heartbeat)
+    interval = float(heartbeat or 10)
+
+    # when
+    status = main(["recover", "--stale-after", stale_after])
+
+    # then: status 2, one line naming the least staleness it takes
+    error = capsys.readouterr().err
+    assert status == 2
+    assert error.splitlines() == [
+        f"toolfleet recover: --stale-after {float(stale_after):g} is below {3 * interval:g} s, three "
+        f"heartbeat intervals (TOOLFLEET_INVOCATION_HEARTBEAT_S={interval:g}): a live invocation would be "
+        "taken over"
+    ]
+    assert not journal_file.exists() or Journal(f"sqlite:///{journal_file}").invocations() == []
+
+
+def test_recover_takes_a_staleness_of_three_heartbeats(
+    journal_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TOOLFLEET_DATABASE_URL", f"sqlite:///{journal_file}")
+    monkeypatch.setenv("TOOLFLEET_INVOCATION_HEARTBEAT_S", "0.1")
+    assert main(["recover", "--stale-after", "0.3"]) == 0
+    assert capsys.readouterr().out == "Nothing to recover: no stale unfinished invocation.\n"
+
+
+def test_a_live_invocation_beats_often_enough_that_recovery_never_takes_it(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: invocations beat every 0.1 s; one books a seat that holds
+    monkeypatch.setenv("TOOLFLEET_INVOCATION_HEARTBEAT_S", "0.1")
+    desk, executor = Desk(), LocalExecutor()
+    service = booking_service(desk, journal, executor)
+    answers: list[str] = []
+    runner = threading.Thread(target=lambda: answers.append(service.chat("book").content or ""))
+    runner.start()
+    try:
+        assert desk.started.wait(10)
+        [record] = journal.invocations()
+
+        # when: the invocation has run past the staleness recovery is asked for (1 s, over 3 beats)
+        time.sleep(1.5)
+        reports = asyncio.run(recover(journal, executor, stale_after_s=1.0))
+    finally:
+        desk.release.set()
+        runner.join(30)
+        executor.close()
+
+    # then: recovery took nothing; the invocation ended as it would have, nothing undone
+    assert reports == []
+    assert answers == ["booked"]
+    ended = journal.invocation(record.id)
+    assert ended is not None and ended.state == "succeeded"
+    assert desk.undone == 0
+
+
+def test_an_owner_whose_invocation_was_taken_over_does_not_write_its_end(journal: Journal) -> None:
+    # given: an invocation whose booking holds
+    desk, executor = Desk(), LocalExecutor()
+    service = booking_service(desk, journal, executor)
+    runner = threading.Thread(target=service.chat, args=("book",))
+    runner.start()
+    try:
+        assert desk.started.wait(10)
+        [record] = journal.invocations()
+
+        # when: another host's recoverer takes it over, then the booking (and the invocation) ends here
+        taken_over_by(journal, record.id, ELSEWHERE)
+    finally:
+        desk.release.set()
+        runner.join(30)
+        executor.close()
+
+    # then: the journal is the recoverer's: not `succeeded` over its record
+    after = journal.invocation(record.id)
+    assert after is not None
+    assert (after.state, after.owner, after.finished_at) == ("compensating", ELSEWHERE, None)
+
+
+class HandedOverExecutor(SettledExecutor):
+    """Settles the call as failed, and meanwhile another host's recoverer takes the invocation over."""
+
+    def __init__(self, journal: Journal, invocation_id: str) -> None:
+        super().__init__(Settled("failed", "t-1", {"status": "FAILURE", "result": None}))
+        self.journal, self.invocation_id = journal, invocation_id
+
+    async def settle(self, key: str, definition: object) -> Settled:
+        taken_over_by(self.journal, self.invocation_id, ELSEWHERE)
+        return self.settled
+
+
+def test_a_recovery_overtaken_by_another_does_not_write_its_end(journal: Journal) -> None:
+    # given: an invocation left with a call in flight
+    invocation_id = left_in_flight(journal)
+
+    # when: this process recovers it, and another takes it over while it settles the call
+    [report] = asyncio.run(recover(journal, HandedOverExecutor(journal, invocation_id), stale_after_s=0))
+
+    # then: the end is the other's to write; this one wrote none
+    assert report.nothing_to_undo == ["credit (c1)"]
+    after = journal.invocation(invocation_id)
+    assert after is not None
+    assert (after.state, after.owner, after.error) == ("compensating", ELSEWHERE, None)
