@@ -154,6 +154,10 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
     strategy = config.tool_search
     tool = state.tools.get(request.name)
     searched = strategy is not None and request.name == config.search_tool_name and tool is None
+    if tool is None and not searched and config.catalog is not None:  # it may be refilling
+        found = await config.catalog.lost(request.name)
+        if found is not None:
+            tool = state.tools[request.name] = found
     if searched:
         assert strategy is not None
         outcome = _search(state, strategy, call)

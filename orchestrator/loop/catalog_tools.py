@@ -6,6 +6,11 @@ serves. The catalog is read at most every `CATALOG_MAX_AGE_S` per executor (ever
 executor shares the copy), off the event loop, so a pool that starts serves its tools from the next
 invocation after that, and the tools of a pool whose workers all left disappear from what the model
 sees.
+
+A catalog refills after an outage of Redis longer than the workers' heartbeat TTL: the workers' entries
+expire, and each worker writes its own again at its next beat. A call of a name the catalog served
+before (or made while it is empty) is therefore not taken for a hallucination at once: the catalog is
+read again until the name is back, for up to the heartbeat TTL (`refill_wait_s`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CATALOG_MAX_AGE_S = 1.0
+REFILL_POLL_S = 0.1  # how often a refilling catalog is read again for a name it lost
 
 
 @runtime_checkable
@@ -45,10 +51,18 @@ class CatalogSource(Protocol):
 class LiveCatalogTools:
     """The tools of one executor's live catalog, as a copy at most `max_age_s` old."""
 
-    def __init__(self, source: CatalogSource, max_age_s: float = CATALOG_MAX_AGE_S) -> None:
+    def __init__(
+        self, source: CatalogSource, max_age_s: float = CATALOG_MAX_AGE_S, refill_wait_s: float | None = None
+    ) -> None:
         # Weak: the copy is kept per executor, in a dictionary that must not keep the executor alive.
         self._source = weakref.ref(source)
         self.max_age_s = max_age_s
+        # How long a lost name is waited for: the workers' heartbeat TTL, when the source has settings.
+        settings = getattr(source, "settings", None)
+        self.refill_wait_s = (
+            refill_wait_s if refill_wait_s is not None else getattr(settings, "heartbeat_ttl_s", 6.0)
+        )
+        self._served: set[str] = set()  # every name the catalog has served
         self._lock = threading.Lock()
         self._definitions: list[ToolDefinition] | None = None
         self._read_at = -1e9  # the last successful read
@@ -80,6 +94,25 @@ class LiveCatalogTools:
                 raise OrchestratorError(self._error or "The live worker catalog has not been read yet")
             return list(self._definitions)
 
+    async def lost(self, name: str) -> ToolDefinition | None:
+        """Tool `name`, missing from the copy an invocation was given: waited for while the catalog
+        refills (for a name it served before, or while it is empty), for up to `refill_wait_s`; None
+        for a name it never served, or one that is not back in time."""
+        deadline = time.monotonic() + self.refill_wait_s
+        while True:
+            definitions = await asyncio.to_thread(self._read_now)
+            found = next((d for d in definitions if d.name == name), None)
+            if found is not None or time.monotonic() >= deadline:
+                return found
+            if definitions and name not in self._served:
+                return None  # a catalog that has tools, and never had this one: a name made up
+            await asyncio.sleep(REFILL_POLL_S)
+
+    def _read_now(self) -> list[ToolDefinition]:
+        with self._lock:
+            self._read()
+            return list(self._definitions or [])
+
     async def refresh(self) -> None:
         """Read the catalog in a thread if the copy is due, so the event loop never waits on Redis."""
         if self._due():
@@ -106,6 +139,7 @@ class LiveCatalogTools:
                 log.warning("%s; using the copy read %.1f s ago", self._error, age_s)
             return
         self._definitions = definitions
+        self._served.update(d.name for d in definitions)
         self._read_at = self._tried_at
         self.reads += 1
 

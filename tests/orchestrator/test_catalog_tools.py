@@ -12,6 +12,7 @@ import asyncio
 import gc
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable
 
@@ -261,3 +262,80 @@ def test_a_service_with_tool_providers_chooses_its_tools_itself() -> None:
     assert result.content == "no tool hello"
     assert _shown(model, 0) == {"goodbye"}
     assert executor.reads == 0
+
+
+class RefillingExecutor(CatalogExecutor):
+    """A catalog that serves nothing for its first `empty_reads` reads, then `served` again: workers
+    writing their entries back at their next beat, after a Redis outage longer than their TTL."""
+
+    def __init__(self, served: list[object], empty_reads: int) -> None:
+        super().__init__(served)
+        self.empty_reads = empty_reads
+
+    def catalog_definitions(self) -> list[ToolDefinition]:
+        served = super().catalog_definitions()
+        return [] if self.reads <= self.empty_reads else served
+
+
+def _calls(name: str) -> Callable[[ChatRequest], AiMessage | str]:
+    """A model that calls `name` whatever it is shown (as one that saw it in an earlier turn would)."""
+
+    def answer(request: ChatRequest) -> AiMessage | str:
+        last = request.messages[-1]
+        if isinstance(last, ToolExecutionResultMessage):
+            return last.text
+        return AiMessage(tool_execution_requests=[ToolExecutionRequest("c1", name, '{"name": "Ada"}')])
+
+    return answer
+
+
+def test_a_call_made_while_the_catalog_refills_waits_for_its_tool() -> None:
+    # given: a catalog empty for its first three reads (the invocation is given the empty copy)
+    executor = RefillingExecutor([hello], empty_reads=3)
+    service = AiService(chat_model=ScriptedChatModel(_calls("hello")), executor=executor)
+
+    # when: the model calls `hello` meanwhile
+    result = service.chat("hello")
+
+    # then: the call waited for the catalog and ran; no hallucination
+    assert result.content == "hello Ada"
+    assert executor.reads == 4
+
+
+def test_a_name_the_catalog_never_served_is_a_hallucination_at_once() -> None:
+    # given: a catalog serving `hello`, which waits up to 30 s for a lost name
+    executor = CatalogExecutor([hello])
+    catalog = live_catalog_of(executor)
+    assert catalog is not None
+    catalog.refill_wait_s = 30.0
+    service = AiService(chat_model=ScriptedChatModel(_calls("hellp")), executor=executor)
+
+    # when: the model calls a name the catalog never had
+    started = time.monotonic()
+    with pytest.raises(OrchestratorError, match="hellp"):
+        service.chat("hellp")
+
+    # then: it is not waited for (one read more, to be sure)
+    assert time.monotonic() - started < 5
+    assert executor.reads == 2
+
+
+def test_a_lost_name_not_back_within_the_wait_is_a_hallucination() -> None:
+    # given: a catalog that served `hello`, then lost it for good
+    executor = CatalogExecutor([hello, goodbye])
+    catalog = live_catalog_of(executor)
+    assert catalog is not None
+    catalog.current()
+    executor.served = discover_tools(goodbye)
+    catalog.max_age_s, catalog.refill_wait_s = 0.0, 0.5
+    service = AiService(chat_model=ScriptedChatModel(_calls("hello")), executor=executor)
+
+    # when
+    started = time.monotonic()
+    with pytest.raises(OrchestratorError, match="hello"):
+        service.chat("hello")
+
+    # then: it was waited for, read again about every REFILL_POLL_S, no longer than the wait
+    waited = time.monotonic() - started
+    assert 0.5 <= waited < 3
+    assert executor.reads >= 4

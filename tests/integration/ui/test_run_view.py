@@ -114,10 +114,14 @@ def test_a_running_call_progresses_on_screen_without_a_reload(
 def test_a_page_that_fell_behind_its_running_call_catches_up_on_the_next_progress_report(
     service: Replica, browser: WebDriver
 ) -> None:
+    def fraction(selector: str) -> float:  # 0 while there is no bar, or no report on it yet
+        value = attribute_of(browser, selector, "value")
+        return float(value) if value else 0.0
+
     # given: a page following a call that reports 16 steps over 8 seconds
     invocation_id = start(service, "crawl 16 8")
     browser.get(f"{service.root}/ui/invocations/{invocation_id}")
-    wait_for(lambda: attribute_of(browser, "li.call progress", "value"), timeout_s=30, what="a first report")
+    wait_for(lambda: fraction("li.call progress") or None, timeout_s=30, what="a first report")
 
     # when: the page loses the call (as one rendered before the call's first events would show it)
     browser.execute_script(
@@ -125,12 +129,12 @@ def test_a_page_that_fell_behind_its_running_call_catches_up_on_the_next_progres
     )
 
     # then: a later progress report of the call brings the call and its bar back while it still runs
-    value = wait_for(
-        lambda: attribute_of(browser, ".story[data-state='running'] li.call progress", "value"),
+    back = wait_for(
+        lambda: fraction(".story[data-state='running'] li.call progress") or None,
         timeout_s=20,
         what="the running call's bar to come back",
     )
-    assert 0 < float(value) < 1
+    assert 0 < back < 1
     finished(service, invocation_id)
 
 
