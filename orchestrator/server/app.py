@@ -14,7 +14,6 @@ import hmac
 import logging
 from collections.abc import AsyncIterator, Mapping
 
-import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -29,9 +28,9 @@ from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.recovery import stale_after_floor
-from orchestrator.server import approvals, native, routes
+from orchestrator.server import approvals, completions, native, routes
 from orchestrator.server.error_shape import api_error_body, error_body
-from orchestrator.server.events import EventLog
+from orchestrator.server.events import EventLog, service_redis
 from orchestrator.server.invocations import Invocations
 from orchestrator.server.replicas import ReplicaWatch
 from orchestrator.server.settings import ServeSettings
@@ -54,7 +53,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        client = aioredis.Redis.from_url(settings.redis_url)
+        client = service_redis(settings.redis_url)
         events = EventLog(client)
         recovery_executor = functools.cache(lambda: CeleryExecutor(settings=settings))
         memory_store = SqlChatMemoryStore(settings.database_url)
@@ -107,6 +106,7 @@ def create_app(
     _install_error_handlers(app)
     app.add_middleware(_BearerKeys)
     app.include_router(routes.router)
+    app.include_router(completions.router)
     app.include_router(native.router)
     app.include_router(approvals.router)
     mount_ui(app, ui or UiSettings())

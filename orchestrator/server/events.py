@@ -52,6 +52,20 @@ _STREAM_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
 _MAX_ID_PART = 2**64 - 1  # each part of a Redis stream id is an unsigned 64-bit number
 
 
+REDIS_CONNECTIONS = 1000  # a replica's connections to Redis at most; more requests wait for one
+REDIS_WAIT_S = 30.0  # ... for up to this long
+
+
+def service_redis(url: str) -> aioredis.Redis:
+    """A replica's Redis client. Every stream followed holds a connection while its read blocks, and
+    every event written takes one: past `REDIS_CONNECTIONS` they wait their turn (redis-py's own pool
+    would refuse the 101st at once, failing the invocation that wrote)."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S
+    )
+    return aioredis.Redis(connection_pool=pool)
+
+
 class EventLog:
     """The event streams of every invocation, in one Redis."""
 

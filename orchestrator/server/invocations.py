@@ -1,5 +1,6 @@
-"""The invocations one replica runs in the background (the native API), writing their events to the
-shared event log, and their cancellation from any replica.
+"""The invocations one replica runs in the background (the native API's, and the chat completions',
+whose handler listens to its own), writing their events to the shared event log, and their
+cancellation from any replica.
 
 A cancel request may reach any replica: it is published on `CANCEL_CHANNEL` (and remembered under
 `CANCELLED_KEY`, for an invocation that starts on a replica just after), and the process running the
@@ -20,6 +21,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from orchestrator.errors import ApiError
 from orchestrator.executors import CallEvent, observe_calls
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
@@ -54,6 +56,9 @@ class Run:
     parameters: Mapping[str, Any] | None
     conversation_id: str | None = None
     resuming: bool = False  # go on with a paused invocation whose calls are all decided
+    # Told every event of the stream as it comes, then how the invocation ended: its CompleteResponse
+    # (once the conversation is saved), or the exception it ended with (CancelledError when cancelled).
+    listener: Callable[[object], None] | None = None
 
 
 class Invocations:
@@ -63,6 +68,7 @@ class Invocations:
         self.client = client
         self.events = events
         self.running: dict[str, asyncio.Task[None]] = {}
+        self.past_grace = asyncio.Event()  # set when a drain's grace has run out
 
     def start(self, run: Run, finish: Callable[[], Awaitable[None]], on_end: Callable[[], object]) -> None:
         """Run the invocation as a task of this replica; `finish()` is awaited when it ends (before its
@@ -84,6 +90,7 @@ class Invocations:
             return
         log.warning("draining %d invocations (%.0f s grace)", len(tasks), grace_s)
         _, pending = await asyncio.wait(tasks, timeout=grace_s)
+        self.past_grace.set()
         for task in pending:
             task.cancel()
         if pending:
@@ -96,6 +103,7 @@ class Invocations:
 
     async def _run(self, run: Run, finish: Callable[[], Awaitable[None]]) -> None:
         invocation_id, add = run.invocation_id, self.events.add
+        tell = run.listener or (lambda _: None)
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         pending: set[asyncio.Future[Any]] = set()
@@ -122,7 +130,12 @@ class Invocations:
                 async def in_turn() -> None:
                     if before is not None:
                         await asyncio.wait([before])  # how it ended is its own to report
-                    await add(invocation_id, payload)
+                    try:
+                        await add(invocation_id, payload)
+                    except Exception as exc:  # the invocation goes on; its stream lacks this step
+                        log.warning(
+                            "invocation %s: event %s not written: %s", invocation_id, payload["type"], exc
+                        )
 
                 future = last[0] = asyncio.ensure_future(in_turn())
                 pending.add(future)
@@ -148,6 +161,8 @@ class Invocations:
                     )
                 )
                 async for event in stream:
+                    if not isinstance(event, CompleteResponse):
+                        tell(event)
                     if isinstance(event, PartialResponse) and event.text:
                         await add(invocation_id, {"type": "text.delta", "text": event.text})
                     elif isinstance(event, ToolProgress):
@@ -165,13 +180,16 @@ class Invocations:
                     elif isinstance(event, CompleteResponse):
                         await wrap_up()
                         await add(invocation_id, completed_event(event, time.monotonic() - started))
-        except asyncio.CancelledError:
+                        tell(event)
+        except asyncio.CancelledError as exc:
             await wrap_up()
             await add(invocation_id, {"type": "invocation.cancelled", "invocation_id": invocation_id})
+            tell(exc)
         except Exception as exc:
-            failure = invocation_failure(exc, invocation_id)
+            failure = exc if isinstance(exc, ApiError) else invocation_failure(exc, invocation_id)
             await wrap_up()
             await add(invocation_id, {"type": "invocation.failed", "error": failure.message})
+            tell(failure)
 
 
 async def _settle(pending: set[asyncio.Future[Any]]) -> None:

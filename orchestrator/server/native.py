@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator.errors import ApiError
 from orchestrator.messages import UserMessage
 from orchestrator.saga.journal import Journal
+from orchestrator.saga.states import ApprovalState
 from orchestrator.server.approvals import cancel_paused_invocation
 from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
 from orchestrator.server.events import TERMINAL_TYPES, stream_position
@@ -106,7 +107,8 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
 
 @router.get("/v1/invocations/{invocation_id}")
 async def invocation_story(invocation_id: str, request: Request) -> dict[str, Any]:
-    """The invocation as the journal tells it: its state, answer, calls and compensations."""
+    """The invocation as the journal tells it: its state, answer, calls and compensations, and the
+    calls waiting for approval (`waiting`)."""
     checked = checked_id(invocation_id)
     story = await service_state(request).journal.run(lambda journal: _story(journal, checked))
     if story is None:
@@ -154,7 +156,9 @@ def _story(journal: Journal, invocation_id: str) -> dict[str, Any] | None:
         row["compensation"] = None if compensation is None else _plain(compensation)
         calls.append(row)
     story = _plain(record, exclude=("sealed_invocation_json", "cipher", "owner"))
-    story.update(object="invocation", calls=calls)
+    # The calls waiting for a person are not run yet, so not among `calls`: what waits, by itself.
+    waiting = [a.to_json() for a in journal.approvals(invocation_id, state=ApprovalState.PENDING)]
+    story.update(object="invocation", calls=calls, waiting=waiting)
     return story
 
 

@@ -225,6 +225,17 @@ def paused_text(result: Result) -> str | None:
     )
 
 
+def paused_object(result: Result) -> dict[str, Any]:
+    """The `toolfleet` object of a paused chat completion: the invocation, what waits, where to decide."""
+    return {
+        "invocation_id": result.invocation_id,
+        "state": "paused",
+        "pending_approvals": [approval.to_json() for approval in result.pending_approvals],
+        "decide": f"/v1/invocations/{result.invocation_id}/approvals",
+        "events": f"/v1/invocations/{result.invocation_id}/events",
+    }
+
+
 def _finish(reason: FinishReason | None) -> str:
     return _FINISH_REASONS.get(reason, "stop") if reason is not None else "stop"
 

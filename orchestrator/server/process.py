@@ -22,6 +22,8 @@ __all__ = ["serve_until_signalled"]
 
 log = logging.getLogger(__name__)
 
+ANSWER_AFTER_GRACE_S = 3.0
+
 
 class _DrainingServer(uvicorn.Server):
     """uvicorn's server, marking the replica as draining on the first signal and not raising the
@@ -53,7 +55,9 @@ def serve_until_signalled(app: FastAPI, serve: ServeSettings) -> None:
         port=serve.port,
         log_level="warning",
         log_config=None,  # uvicorn's lines go to the root logger, in the format of TOOLFLEET_LOG_FORMAT
-        timeout_graceful_shutdown=max(1, round(serve.drain_grace_s)),
+        # Past the grace, the requests still waiting on an invocation answer that the replica shut down
+        # (a 503, or an error chunk and [DONE]): uvicorn gives them a moment more to write it.
+        timeout_graceful_shutdown=max(1, round(serve.drain_grace_s + ANSWER_AFTER_GRACE_S)),
         server_header=False,
     )
     _DrainingServer(config, app).run()

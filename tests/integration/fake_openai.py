@@ -73,8 +73,9 @@ def _completion(reply: Reply, model: str) -> dict[str, Any]:
 def _chunks(reply: Reply, model: str) -> Iterator[dict[str, Any]]:
     base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": model}
     if reply.content:
-        for word in reply.content.split(" "):
-            yield {**base, "choices": [{"index": 0, "delta": {"content": word + " "}}]}
+        for number, word in enumerate(reply.content.split(" ")):  # the pieces add up to the content
+            piece = word if number == 0 else f" {word}"
+            yield {**base, "choices": [{"index": 0, "delta": {"content": piece}}]}
     for index, call in enumerate(reply.tool_calls):
         function = {"name": call.name, "arguments": json.dumps(call.arguments)}
         delta = {"tool_calls": [{"index": index, "id": call.id, "type": "function", "function": function}]}

@@ -48,6 +48,15 @@ def nap(ns: str, seconds: float) -> str:
     return f"slept {seconds:g} s"
 
 
+@tool(
+    "Always raises (an error the model is not meant to see, unless the handler sends it)",
+    pool=POOL,
+    timeout=10,
+)
+def crash(ns: str) -> str:
+    raise RuntimeError(f"the printer of {ns} caught fire")
+
+
 class Desk:
     """Bookings that are undone when a later call of the batch fails."""
 
@@ -70,7 +79,7 @@ def assistant() -> AiService:
     model = OpenAiChatModel("gpt-4o-mini", api_key="sk-upstream", base_url=os.environ["SERVE_TEST_UPSTREAM"])
     return AiService(
         chat_model=model,
-        tools=[add, nap, Desk()],
+        tools=[add, nap, crash, Desk()],
         executor=CeleryExecutor(),
         journal=Journal(os.environ["TOOLFLEET_DATABASE_URL"]),
         compensate_on_tool_errors=True,

@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
 from fastapi import FastAPI, Request
 
 from orchestrator.saga.async_journal import AsyncJournal, JournalRunner
-from orchestrator.server.events import EventLog
+from orchestrator.server.events import EventLog, service_redis
 from orchestrator.server.ui.settings import UiSettings
 from workers.settings import Settings
 
@@ -39,7 +38,7 @@ class UiContext:
     @classmethod
     def open(cls, ui: UiSettings, settings: Settings) -> UiContext:
         """A context of its own: a journal on the database, a Redis client (`toolfleet ui`)."""
-        client = aioredis.Redis.from_url(settings.redis_url)
+        client = service_redis(settings.redis_url)
         journal = AsyncJournal(settings.database_url, keys=settings.journal_keys)
         return cls(ui, settings, journal, EventLog(client), owned=[journal, client])
 

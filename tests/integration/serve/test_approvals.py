@@ -4,7 +4,9 @@ the last event read, shows the approved call run once and the answer."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -114,19 +116,76 @@ def test_an_approval_posted_to_the_other_replica_resumes_the_invocation_there(
     assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == [b"2500"]
 
 
-def test_a_chat_completion_that_pauses_says_which_calls_wait_and_where_to_decide(
-    bank_replicas: tuple[Replica, Replica], ns: str
+def _completion(replica: Replica, ns: str, *, stream: bool) -> tuple[httpx.Response, dict[str, Any]]:
+    """A banker chat completion on `replica`: the response, and the completion it tells (streamed: its
+    chunks' content joined, and its finish chunk's `toolfleet` object)."""
+    body = {"model": BANKER, "messages": [{"role": "user", "content": ns}], "stream": stream}
+    response = httpx.post(f"{replica.base_url}/chat/completions", json=body, headers=AUTH, timeout=30)
+    assert response.status_code == 200, response.text
+    if not stream:
+        told = response.json()
+        return response, {"content": told["choices"][0]["message"]["content"], **told}
+    chunks = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+    assert response.text.rstrip().endswith("data: [DONE]")
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    [finish] = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    return response, {"content": content, "choices": finish["choices"], "toolfleet": finish.get("toolfleet")}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_chat_completion_that_pauses_says_what_waits_and_an_approval_anywhere_resumes_it(
+    bank_replicas: tuple[Replica, Replica], ns: str, stream: bool
 ) -> None:
-    response = httpx.post(
-        f"{bank_replicas[0].base_url}/chat/completions",
-        json={"model": BANKER, "messages": [{"role": "user", "content": ns}]},
+    first, second = bank_replicas
+    # given: a chat completion whose call waits for approval
+    response, told = _completion(first, ns, stream=stream)
+
+    # then: it says it paused, what waits and where to decide, in text and as data
+    invocation_id = response.headers["X-Invocation-Id"]
+    assert told["content"].startswith(
+        "Waiting for approval: wire (call wire-1). Decide with POST /v1/invocations/"
+    )
+    assert told["choices"][0]["finish_reason"] == "stop"
+    if not stream:
+        assert response.headers["X-Invocation-State"] == "paused"
+    paused = told["toolfleet"]
+    assert (paused["invocation_id"], paused["state"]) == (invocation_id, "paused")
+    assert paused["decide"] == f"/v1/invocations/{invocation_id}/approvals"
+    [waiting] = paused["pending_approvals"]
+    assert (waiting["tool"], waiting["call_id"], waiting["state"]) == ("wire", "wire-1", "pending")
+    assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == []
+
+    # and: the invocation's story, on either replica, tells it paused, with its agent and what waits
+    story = httpx.get(f"{second.base_url}/invocations/{invocation_id}", headers=AUTH, timeout=30).json()
+    assert (story["state"], story["service_name"] or BANKER) == ("paused", BANKER)
+    assert [(w["tool"], w["call_id"]) for w in story["waiting"]] == [("wire", "wire-1")]
+    before = _read_until(second, invocation_id, None, "invocation.paused")
+    assert before[0][1] == {
+        "type": "invocation.started",
+        "invocation_id": invocation_id,
+        "agent": BANKER,
+        "conversation_id": None,
+    }
+
+    # when: the call is approved on the other replica
+    decided = httpx.post(
+        f"{second.base_url}/invocations/{invocation_id}/approvals",
+        json={
+            "decisions": [
+                {"call_id": "wire-1", "decision": "approve", "arguments_hash": waiting["arguments_hash"]}
+            ]
+        },
         headers=AUTH,
         timeout=30,
     )
-    assert response.status_code == 200, response.text
-    content = response.json()["choices"][0]["message"]["content"]
-    assert content.startswith("Waiting for approval: wire (call wire-1). Decide with POST /v1/invocations/")
-    assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == []
+    assert decided.status_code == 202, decided.text
+
+    # then: the invocation goes on to its end, the call run once
+    after = _read_until(second, invocation_id, before[-1][0], "invocation.completed")
+    assert after[-1][1]["content"] == "banker: wired 2500"
+    assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == [b"2500"]
+    story = httpx.get(f"{first.base_url}/invocations/{invocation_id}", headers=AUTH, timeout=30).json()
+    assert (story["state"], story["waiting"]) == ("succeeded", [])
 
 
 def test_a_paused_invocation_cancelled_on_the_other_replica_ends_its_stream_and_never_runs_the_call(

@@ -4,6 +4,7 @@ its heartbeat window, nothing done left standing without its compensation; one t
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -82,40 +83,55 @@ def test_sigterm_drains_then_exits_zero(
     env = replica_env(redis_url, database_url, upstream.base_url, TOOLFLEET_SERVE_DRAIN_GRACE_S="2")
     replica = start_replica(env, tmp_path / "drain.log")
     try:
-        # given: a short and a long invocation running, and a chat completion in flight
+        # given: a short and a long invocation running, and chat completions in flight: a short one, and
+        # two past the grace (one waiting for its answer, one streamed)
         short = _start(replica, f"nap {ns}-short 0.5")
         long = _start(replica, f"book {ns} stay; nap {ns} 8")
         completion: dict[str, httpx.Response] = {}
-        asking = threading.Thread(
-            target=lambda: completion.setdefault(
-                "response",
-                httpx.post(
-                    f"{replica.base_url}/chat/completions",
-                    json={"model": AGENT, "messages": [{"role": "user", "content": f"nap {ns}-chat 0.5"}]},
-                    headers={"Authorization": f"Bearer {API_KEY}"},
-                    timeout=30,
-                ),
+
+        def ask(name: str, text: str, stream: bool) -> threading.Thread:
+            body = {"model": AGENT, "messages": [{"role": "user", "content": text}], "stream": stream}
+            url, headers = f"{replica.base_url}/chat/completions", {"Authorization": f"Bearer {API_KEY}"}
+            asking = threading.Thread(
+                target=lambda: completion.setdefault(
+                    name, httpx.post(url, json=body, headers=headers, timeout=30)
+                )
             )
-        )
-        asking.start()
-        wait_for(
-            lambda: process_client().get(f"serve:{ns}:napping"), timeout_s=15, what="the long nap started"
-        )
-        wait_for(
-            lambda: process_client().get(f"serve:{ns}-chat:napping"), timeout_s=15, what="the chat's nap"
-        )
+            asking.start()
+            return asking
+
+        askers = [
+            ask("short", f"nap {ns}-chat 0.5", False),
+            ask("waiting", f"nap {ns}-waiting 8", False),
+            ask("streamed", f"nap {ns}-streamed 8", True),
+        ]
+        for part in ("", "-chat", "-waiting", "-streamed"):
+            key = f"serve:{ns}{part}:napping"
+            wait_for(lambda key=key: process_client().get(key), timeout_s=15, what=f"the nap of {key}")
 
         # when: the replica is told to stop
         replica.process.send_signal(signal.SIGTERM)
         status = replica.process.wait(timeout=20)
-        asking.join(timeout=10)
+        for asking in askers:
+            asking.join(timeout=10)
     finally:
         replica.stop(signal.SIGKILL)
 
     # then: it exited 0; what could finish did, the rest was cancelled and compensated
     assert status == 0, replica.log()
-    assert completion["response"].status_code == 200
-    assert completion["response"].json()["choices"][0]["message"]["content"].startswith("done: slept 0.5 s")
+    assert "Traceback" not in replica.log()
+    assert completion["short"].status_code == 200
+    assert completion["short"].json()["choices"][0]["message"]["content"].startswith("done: slept 0.5 s")
+    # and: past the grace, the waiting client was answered 503, the streaming one an error, then [DONE]
+    waiting = completion["waiting"]
+    assert waiting.status_code == 503, waiting.text
+    assert waiting.json()["error"]["code"] == "service_unavailable"
+    streamed = completion["streamed"]
+    assert streamed.status_code == 200
+    data = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    error = json.loads(data[-2])["error"]
+    assert error["code"] == "service_unavailable" and "shut down" in error["message"]
     with_other = start_replica(env, tmp_path / "reader.log")
     try:
         short_events = _read_all(with_other, short)

@@ -2,7 +2,8 @@
 
 The script reads the conversation the agent sends, so what the served agent answers shows what it
 was given. A user message of commands is a plan: steps separated by `;`, each step one batch of
-calls separated by `&`; a call is `add A B`, `nap NS SECONDS`, `book NS WHAT` or `refuse NS`. The
+calls separated by `&`; a call is `add A B`, `nap NS SECONDS`, `book NS WHAT`, `refuse NS` or
+`crash NS`. The
 model asks for the next step's calls after each step's results, and when the plan is done answers
 `done: <the last step's results, joined by " | ">`. Any other user message is answered
 `heard: <every user message of the conversation, joined by " | ">`.
@@ -16,7 +17,7 @@ from tests.integration.fake_openai import Reply, ToolCall
 
 __all__ = ["script"]
 
-COMMANDS = {"add", "nap", "book", "refuse"}
+COMMANDS = {"add", "nap", "book", "refuse", "crash"}
 
 
 def script(body: dict[str, Any]) -> Reply:
@@ -46,7 +47,7 @@ def _call(call_id: str, command: str, *args: str) -> ToolCall:
         return ToolCall(call_id, "nap", {"ns": args[0], "seconds": float(args[1])})
     if command == "book":
         return ToolCall(call_id, "book", {"ns": args[0], "what": args[1]})
-    return ToolCall(call_id, "refuse", {"ns": args[0]})
+    return ToolCall(call_id, command, {"ns": args[0]})  # refuse, crash
 
 
 def _text(content: Any) -> str:

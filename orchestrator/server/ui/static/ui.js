@@ -105,7 +105,13 @@
       });
     });
     source.onerror = function () {
-      if (source.readyState === EventSource.CLOSED) poll(box, refresh, 2000); // no stream: poll
+      // No stream (yet: a page opened as its invocation starts on a busy replica): catch up, and
+      // follow it again a moment later.
+      if (source.readyState !== EventSource.CLOSED) return;
+      refresh();
+      setTimeout(function () {
+        if (isActive(box)) follow(box);
+      }, 2000);
     };
   }
 

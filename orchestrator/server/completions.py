@@ -1,0 +1,199 @@
+"""Chat completions in OpenAI's shape: each one an invocation the replica runs in the background, as
+the native API's are, so that it journals its agent, has an event stream and can be resumed by any
+replica once the calls it paused for are decided; the handler listens to its own invocation.
+
+Streamed or not, an invocation runs the same way (the stream's handler defaults), so one agent gives
+one outcome for one request. The answer comes back as one completion, or as chunks; a paused
+invocation says so (`X-Invocation-State: paused`, and a `toolfleet` object naming what waits). A
+client that leaves before the end cancels the invocation (what it did is compensated); past a drain's
+grace, a waiting client gets a 503 and a streaming one an error chunk, then `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from orchestrator.errors import ApiError
+from orchestrator.models.base import FinishReason, PartialResponse
+from orchestrator.result import CompleteResponse, Result
+from orchestrator.server import openai_wire
+from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
+from orchestrator.server.error_shape import api_error_body
+from orchestrator.server.invocations import Invocations, Run
+from orchestrator.server.state import find_agent, read_body, service_state
+
+__all__ = ["router"]
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+PAUSED = "paused"  # the X-Invocation-State of an invocation waiting for approvals
+
+
+@router.post("/v1/chat/completions", response_model=None)
+async def chat_completions(request: Request) -> Response:
+    """One invocation of the agent named by `model`; the final answer comes back as a completion, or
+    as chunks when `stream` is true."""
+    state = service_state(request)
+    body = openai_wire.parse_request(
+        await read_body(request, state.serve.max_body_bytes), state.serve.max_messages
+    )
+    service = find_agent(state, body.model)
+    history, question = openai_wire.conversation_of(body.messages)
+    conversation_id = (body.metadata or {}).get("conversation_id") or request.headers.get("x-conversation-id")
+    invocation_id = str(uuid.uuid4())
+    heard = Heard(state.invocations, invocation_id)
+    place = state.admit()  # refused here, before anything starts, with the error's own status
+    conversation = None
+    try:
+        conversation = await open_conversation(state, body.model, conversation_id, history)
+        run = Run(
+            invocation_id,
+            body.model,
+            service,
+            question,
+            conversation.memory,
+            {"user": body.user} if body.user else None,
+            conversation_id=conversation_id,
+            listener=heard.put,
+        )
+        saved = conversation
+        state.invocations.start(run, finish=lambda: save_conversation(state, saved), on_end=place.release)
+    except BaseException:
+        place.release()
+        if conversation is not None:
+            await close_conversation(conversation)
+        raise
+    head = (f"chatcmpl-{invocation_id}", body.model)
+    headers = {"X-Invocation-Id": invocation_id}
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(
+            _chunks(heard.events(), head, include_usage), media_type="text/event-stream", headers=headers
+        )
+    result = await _result(heard.events())
+    payload = openai_wire.completion(
+        *head, openai_wire.paused_text(result) or result.content, result.finish_reason, result.token_usage
+    )
+    if result.finish_reason is FinishReason.APPROVAL_REQUIRED:
+        headers["X-Invocation-State"] = PAUSED
+        payload["toolfleet"] = openai_wire.paused_object(result)
+    return JSONResponse(payload, headers=headers)
+
+
+class Heard:
+    """What one invocation's run tells its chat completion handler, as the events of a stream."""
+
+    def __init__(self, invocations: Invocations, invocation_id: str) -> None:
+        self.invocations = invocations
+        self.invocation_id = invocation_id
+        self.queue: asyncio.Queue[object] = asyncio.Queue()
+
+    def put(self, item: object) -> None:
+        self.queue.put_nowait(item)
+
+    async def events(self) -> AsyncIterator[object]:
+        """The stream's events up to its `CompleteResponse`; how it failed, raised as an `ApiError`.
+        Left before its end (the client went away), the invocation is cancelled."""
+        ended = False
+        try:
+            while True:
+                item = await self._next()
+                if isinstance(item, BaseException):
+                    ended = True
+                    raise self._refusal(item)
+                yield item
+                if isinstance(item, CompleteResponse):
+                    ended = True
+                    return
+        finally:
+            task = self.invocations.running.get(self.invocation_id)
+            if not ended and task is not None:
+                task.cancel()
+
+    async def _next(self) -> object:
+        """The next item, unless a drain's grace runs out first (the drain then cancels the run)."""
+        if not self.queue.empty():
+            return self.queue.get_nowait()
+        got = asyncio.ensure_future(self.queue.get())
+        grace = asyncio.ensure_future(self.invocations.past_grace.wait())
+        try:
+            await asyncio.wait({got, grace}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            grace.cancel()
+            if not got.done():
+                got.cancel()
+        if got.done() and not got.cancelled():
+            return got.result()
+        return asyncio.CancelledError()
+
+    def _refusal(self, error: BaseException) -> ApiError:
+        if isinstance(error, ApiError):
+            return error
+        if self.invocations.past_grace.is_set():
+            return ApiError(
+                503,
+                f"this replica shut down before the invocation {self.invocation_id} ended: it was "
+                "cancelled, and what it did is undone",
+                code="service_unavailable",
+                headers={"Retry-After": "1"},
+            )
+        log.info("invocation %s was cancelled (%s)", self.invocation_id, type(error).__name__)
+        return ApiError(
+            409, f"the invocation {self.invocation_id} was cancelled", code="invocation_cancelled"
+        )
+
+
+async def _result(events: AsyncIterator[object]) -> Result:
+    async with contextlib.aclosing(events):  # type: ignore[type-var]
+        async for event in events:
+            if isinstance(event, CompleteResponse):
+                return event.result
+    raise AssertionError("a stream of events ends with its CompleteResponse or raises")
+
+
+async def _chunks(
+    events: AsyncIterator[object], head: tuple[str, str], include_usage: bool
+) -> AsyncIterator[str]:
+    """The invocation's text as `chat.completion.chunk` events, then `[DONE]`; an error mid-stream is
+    sent as an error event (the status line is gone by then)."""
+    yield _sse(openai_wire.delta_chunk(*head, {"role": "assistant", "content": ""}))
+    async with contextlib.aclosing(events):  # type: ignore[type-var]
+        try:
+            async for event in events:
+                if isinstance(event, PartialResponse) and event.text:
+                    yield _sse(openai_wire.delta_chunk(*head, {"content": event.text}))
+                elif isinstance(event, CompleteResponse):
+                    yield from_the_end(head, event.result, include_usage)
+        except ApiError as exc:
+            yield _sse(api_error_body(exc))
+    yield "data: [DONE]\n\n"
+
+
+def from_the_end(head: tuple[str, str], result: Result, include_usage: bool) -> str:
+    """The stream's last chunks: what a paused invocation waits for, its finish, and its usage."""
+    chunks = []
+    paused = openai_wire.paused_text(result)
+    if paused:
+        chunks.append(openai_wire.delta_chunk(*head, {"content": paused}))
+    finish = openai_wire.finish_chunk(*head, result.finish_reason)
+    if paused:
+        finish["toolfleet"] = openai_wire.paused_object(result)
+    chunks.append(finish)
+    if include_usage:
+        chunks.append(openai_wire.usage_chunk(*head, result.token_usage))
+    return "".join(_sse(chunk) for chunk in chunks)
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
