@@ -20,8 +20,9 @@ from workers.telemetry.tracing import FLUSH_TIMEOUT_S
 
 pytestmark = pytest.mark.integration
 
-# What a stop may take beyond the flush's bound: an idle replica exits in under a second.
-STOP_MARGIN_S = 3.0
+# What a stop may take beyond the flush's bound: an idle replica exits in under a second of it alone
+# (2.5 s in all), in up to 3.3 s of it with the suite's four processes on two cores.
+STOP_MARGIN_S = 6.0
 # What the command prints itself as it starts (not log records): the agents it serves, and where.
 NOTICE = "toolfleet serve: "
 
