@@ -32,7 +32,11 @@ async def events_of(start: Callable[[Emit], Awaitable[Result | None]]) -> AsyncI
     finally:
         if not task.done():  # the consumer stopped: cancel it, and wait while it undoes what it did
             task.cancel()
-            await asyncio.wait({task})
+            while not task.done():
+                try:
+                    await asyncio.wait({task})
+                except asyncio.CancelledError:  # cancelled again (a drain, then a shutdown): still wait
+                    continue
 
 
 def _final_response(result: Result) -> ChatResponse:

@@ -116,7 +116,11 @@ async def to_the_end(step: Awaitable[_T]) -> tuple[_T, bool]:
     """`step` run to its end even if the caller cancels meanwhile (a saga's outcome must be journaled
     and what it owes undone, once it has begun): its result, and whether the caller cancelled."""
     task = asyncio.ensure_future(step)
-    try:
-        return await asyncio.shield(task), False
-    except asyncio.CancelledError:
-        return await task, True
+    cancelled = False
+    while True:  # however often the caller is cancelled meanwhile (a drain, then a shutdown)
+        try:
+            return await asyncio.shield(task), cancelled
+        except asyncio.CancelledError:
+            if task.done():  # the step itself was cancelled, not its caller
+                raise
+            cancelled = True

@@ -12,7 +12,6 @@ grace, a waiting client gets a 503 and a streaming one an error chunk, then `[DO
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
@@ -28,6 +27,7 @@ from orchestrator.result import CompleteResponse, Result
 from orchestrator.server import openai_wire
 from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
 from orchestrator.server.error_shape import api_error_body
+from orchestrator.server.events import KEEPALIVE, KEEPALIVE_S
 from orchestrator.server.invocations import Invocations, Run
 from orchestrator.server.state import find_agent, read_body, service_state
 
@@ -79,9 +79,9 @@ async def chat_completions(request: Request) -> Response:
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            _chunks(heard.events(), head, include_usage), media_type="text/event-stream", headers=headers
+            _chunks(heard, head, include_usage), media_type="text/event-stream", headers=headers
         )
-    result = await _result(heard.events())
+    result = await _result(heard)
     payload = openai_wire.completion(
         *head, openai_wire.paused_text(result) or result.content, result.finish_reason, result.token_usage
     )
@@ -91,35 +91,43 @@ async def chat_completions(request: Request) -> Response:
     return JSONResponse(payload, headers=headers)
 
 
-class Heard:
-    """What one invocation's run tells its chat completion handler, as the events of a stream."""
+class Quiet:
+    """Nothing happened for a keep-alive interval (a quiet tool): a streaming client is told so."""
 
-    def __init__(self, invocations: Invocations, invocation_id: str) -> None:
+
+class Heard:
+    """What one invocation's run tells its chat completion handler, as the events of a stream, with
+    a `Quiet` after each `keepalive_s` without one."""
+
+    def __init__(
+        self, invocations: Invocations, invocation_id: str, keepalive_s: float = KEEPALIVE_S
+    ) -> None:
         self.invocations = invocations
         self.invocation_id = invocation_id
+        self.keepalive_s = keepalive_s
         self.queue: asyncio.Queue[object] = asyncio.Queue()
+        self.ended = False  # the run told its end (or the drain took it)
 
     def put(self, item: object) -> None:
         self.queue.put_nowait(item)
 
     async def events(self) -> AsyncIterator[object]:
-        """The stream's events up to its `CompleteResponse`; how it failed, raised as an `ApiError`.
-        Left before its end (the client went away), the invocation is cancelled."""
-        ended = False
-        try:
-            while True:
-                item = await self._next()
-                if isinstance(item, BaseException):
-                    ended = True
-                    raise self._refusal(item)
-                yield item
-                if isinstance(item, CompleteResponse):
-                    ended = True
-                    return
-        finally:
-            task = self.invocations.running.get(self.invocation_id)
-            if not ended and task is not None:
-                task.cancel()
+        """The stream's events up to its `CompleteResponse`; how it failed, raised as an `ApiError`."""
+        while True:
+            item = await self._next()
+            if isinstance(item, BaseException):
+                self.ended = True
+                raise self._refusal(item)
+            yield item
+            if isinstance(item, CompleteResponse):
+                self.ended = True
+                return
+
+    def leave(self) -> None:
+        """The client is gone (or the handler ended): an invocation that has not ended is cancelled."""
+        task = self.invocations.running.get(self.invocation_id)
+        if not self.ended and task is not None:
+            task.cancel()
 
     async def _next(self) -> object:
         """The next item, unless a drain's grace runs out first (the drain then cancels the run)."""
@@ -128,14 +136,14 @@ class Heard:
         got = asyncio.ensure_future(self.queue.get())
         grace = asyncio.ensure_future(self.invocations.past_grace.wait())
         try:
-            await asyncio.wait({got, grace}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({got, grace}, timeout=self.keepalive_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
             grace.cancel()
             if not got.done():
                 got.cancel()
         if got.done() and not got.cancelled():
             return got.result()
-        return asyncio.CancelledError()
+        return asyncio.CancelledError() if self.invocations.past_grace.is_set() else Quiet()
 
     def _refusal(self, error: BaseException) -> ApiError:
         if isinstance(error, ApiError):
@@ -154,30 +162,35 @@ class Heard:
         )
 
 
-async def _result(events: AsyncIterator[object]) -> Result:
-    async with contextlib.aclosing(events):  # type: ignore[type-var]
-        async for event in events:
+async def _result(heard: Heard) -> Result:
+    try:
+        async for event in heard.events():
             if isinstance(event, CompleteResponse):
                 return event.result
-    raise AssertionError("a stream of events ends with its CompleteResponse or raises")
+        raise AssertionError("a stream of events ends with its CompleteResponse or raises")
+    finally:
+        heard.leave()
 
 
-async def _chunks(
-    events: AsyncIterator[object], head: tuple[str, str], include_usage: bool
-) -> AsyncIterator[str]:
+async def _chunks(heard: Heard, head: tuple[str, str], include_usage: bool) -> AsyncIterator[str]:
     """The invocation's text as `chat.completion.chunk` events, then `[DONE]`; an error mid-stream is
-    sent as an error event (the status line is gone by then)."""
-    yield _sse(openai_wire.delta_chunk(*head, {"role": "assistant", "content": ""}))
-    async with contextlib.aclosing(events):  # type: ignore[type-var]
+    sent as an error event (the status line is gone by then). Closed early (the client left), the
+    invocation is cancelled."""
+    try:
+        yield _sse(openai_wire.delta_chunk(*head, {"role": "assistant", "content": ""}))
         try:
-            async for event in events:
+            async for event in heard.events():
                 if isinstance(event, PartialResponse) and event.text:
                     yield _sse(openai_wire.delta_chunk(*head, {"content": event.text}))
+                elif isinstance(event, Quiet):
+                    yield KEEPALIVE  # a comment line: clients skip it, proxies see the stream alive
                 elif isinstance(event, CompleteResponse):
                     yield from_the_end(head, event.result, include_usage)
         except ApiError as exc:
             yield _sse(api_error_body(exc))
-    yield "data: [DONE]\n\n"
+        yield "data: [DONE]\n\n"
+    finally:
+        heard.leave()
 
 
 def from_the_end(head: tuple[str, str], result: Result, include_usage: bool) -> str:

@@ -160,27 +160,30 @@ class Invocations:
                         invocation_id=invocation_id,
                     )
                 )
-                async for event in stream:
-                    if not isinstance(event, CompleteResponse):
-                        tell(event)
-                    if isinstance(event, PartialResponse) and event.text:
-                        await add(invocation_id, {"type": "text.delta", "text": event.text})
-                    elif isinstance(event, ToolProgress):
-                        task_id = None if event.request_id is None else tasks.get(event.request_id)
-                        await add(invocation_id, progress_event(event, task_id))
-                    elif isinstance(event, ToolExecuted):
-                        await add(invocation_id, finished_event(event))
-                    elif isinstance(event, ApprovalRequested):
-                        await add(invocation_id, approval_event(event))
-                    elif isinstance(event, InvocationResumed):
-                        decided = [a.to_json() for a in event.approvals]
-                        await add(
-                            invocation_id, {"type": "invocation.resumed", **origin, "approvals": decided}
-                        )
-                    elif isinstance(event, CompleteResponse):
-                        await wrap_up()
-                        await add(invocation_id, completed_event(event, time.monotonic() - started))
-                        tell(event)
+                # closed however this stops (cancelled while writing an event, too): the stream then
+                # cancels its invocation and waits while it undoes what it did
+                async with contextlib.aclosing(stream):  # type: ignore[type-var]
+                    async for event in stream:
+                        if not isinstance(event, CompleteResponse):
+                            tell(event)
+                        if isinstance(event, PartialResponse) and event.text:
+                            await add(invocation_id, {"type": "text.delta", "text": event.text})
+                        elif isinstance(event, ToolProgress):
+                            task_id = None if event.request_id is None else tasks.get(event.request_id)
+                            await add(invocation_id, progress_event(event, task_id))
+                        elif isinstance(event, ToolExecuted):
+                            await add(invocation_id, finished_event(event))
+                        elif isinstance(event, ApprovalRequested):
+                            await add(invocation_id, approval_event(event))
+                        elif isinstance(event, InvocationResumed):
+                            decided = [a.to_json() for a in event.approvals]
+                            await add(
+                                invocation_id, {"type": "invocation.resumed", **origin, "approvals": decided}
+                            )
+                        elif isinstance(event, CompleteResponse):
+                            await wrap_up()
+                            await add(invocation_id, completed_event(event, time.monotonic() - started))
+                            tell(event)
         except asyncio.CancelledError as exc:
             await wrap_up()
             await add(invocation_id, {"type": "invocation.cancelled", "invocation_id": invocation_id})

@@ -41,7 +41,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-@tool("Sleeps `seconds`, then says so", pool=POOL, timeout=30)
+@tool("Sleeps `seconds`, then says so", pool=POOL, timeout=90)
 def nap(ns: str, seconds: float) -> str:
     process_client().incr(f"serve:{ns}:napping")
     time.sleep(seconds)

@@ -140,4 +140,4 @@ def test_sigterm_drains_then_exits_zero(
         with_other.stop()
     assert short_events[-1][1]["type"] == "invocation.completed"
     assert long_events[-1][1]["type"] == "invocation.cancelled"
-    assert process_client().lrange(f"serve:{ns}:undone", 0, -1) == [b"stay"]
+    assert process_client().lrange(f"serve:{ns}:undone", 0, -1) == [b"stay"], long_events

@@ -1,0 +1,80 @@
+"""A saga step (a compensation, the journal's last write) runs to its end however often its caller is
+cancelled meanwhile (a drain cancels an invocation, then the shutdown cancels it again): `to_the_end`,
+and a stream whose reader is cancelled (`events_of`), which waits while its invocation undoes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from orchestrator.loop.streaming import events_of
+from orchestrator.saga.async_journal import to_the_end
+
+
+def test_a_step_runs_to_its_end_through_two_cancels_of_its_caller() -> None:
+    async def scenario() -> tuple[list[str], tuple[str, bool] | None]:
+        done: list[str] = []
+        told: list[tuple[str, bool]] = []
+
+        async def compensation() -> str:
+            await asyncio.sleep(0.3)
+            done.append("undone")
+            return "undone"
+
+        async def invocation() -> None:
+            told.append(await to_the_end(compensation()))
+
+        running = asyncio.ensure_future(invocation())
+        await asyncio.sleep(0.05)
+        running.cancel()  # the drain
+        await asyncio.sleep(0.05)
+        running.cancel()  # the shutdown
+        await asyncio.wait([running])
+        return done, told[0] if told else None
+
+    done, told = asyncio.run(scenario())
+
+    assert done == ["undone"]
+    assert told == ("undone", True)
+
+
+def test_a_step_cancelled_itself_is_a_cancellation() -> None:
+    async def scenario() -> None:
+        async def step() -> None:
+            raise asyncio.CancelledError
+
+        await to_the_end(step())
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(scenario())
+
+
+def test_a_stream_closed_by_two_cancels_of_its_reader_waits_while_its_invocation_undoes_its_work() -> None:
+    async def scenario() -> list[str]:
+        undone: list[str] = []
+
+        async def invocation(emit: Callable[[Any], None]) -> None:
+            emit("started")
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                await asyncio.sleep(0.3)  # compensating
+                undone.append("book")
+                raise
+
+        async def reader() -> None:
+            async for _ in events_of(invocation):
+                pass
+
+        reading = asyncio.ensure_future(reader())
+        await asyncio.sleep(0.05)
+        reading.cancel()  # the drain
+        await asyncio.sleep(0.05)
+        reading.cancel()  # the shutdown
+        await asyncio.wait([reading])
+        return undone  # as the reader ended: the process may exit now
+
+    assert asyncio.run(scenario()) == ["book"]
