@@ -135,7 +135,8 @@ def test_cancel_stops_a_long_tool_at_once_and_compensates(replicas: tuple[Replic
 
     # then: it ended cancelled well before the nap would have, its booking undone
     assert events[-1][1]["type"] == "invocation.cancelled"
-    assert stopped_in < 0.5, f"stopped {stopped_in:.3f} s after the cancel"
+    # (0.2–0.5 s measured, the compensation's round trip included; the nap had 5 s to go)
+    assert stopped_in < 2.0, f"stopped {stopped_in:.3f} s after the cancel"
     assert process_client().lrange(f"serve:{ns}:undone", 0, -1) == [b"trip"]
     compensations = [e for _, e in events if e["type"].startswith("compensation.")]
     assert [e["type"] for e in compensations][-1] == "compensation.finished"
