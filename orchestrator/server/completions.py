@@ -22,14 +22,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from orchestrator.errors import ApiError
-from orchestrator.models.base import FinishReason, PartialResponse
-from orchestrator.result import CompleteResponse, Result
+from orchestrator.models.base import PartialResponse
+from orchestrator.result import CompleteResponse
 from orchestrator.server import openai_wire
+from orchestrator.server.answers import Ending, Quiet, Told
+from orchestrator.server.attached import Attached
 from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
 from orchestrator.server.error_shape import api_error_body
 from orchestrator.server.events import KEEPALIVE, KEEPALIVE_S
+from orchestrator.server.idempotency import IdempotencyKey, key_of
 from orchestrator.server.invocations import Invocations, Run
-from orchestrator.server.state import find_agent, read_body, service_state
+from orchestrator.server.state import Place, ServiceState, find_agent, read_body, service_state
 
 __all__ = ["router"]
 
@@ -43,56 +46,67 @@ PAUSED = "paused"  # the X-Invocation-State of an invocation waiting for approva
 @router.post("/v1/chat/completions", response_model=None)
 async def chat_completions(request: Request) -> Response:
     """One invocation of the agent named by `model`; the final answer comes back as a completion, or
-    as chunks when `stream` is true."""
+    as chunks when `stream` is true. With an `Idempotency-Key` the request sent again attaches to the
+    invocation the first one started."""
     state = service_state(request)
-    body = openai_wire.parse_request(
-        await read_body(request, state.serve.max_body_bytes), state.serve.max_messages
-    )
+    raw = await read_body(request, state.serve.max_body_bytes)
+    body = openai_wire.parse_request(raw, state.serve.max_messages)
     service = find_agent(state, body.model)
     history, question = openai_wire.conversation_of(body.messages)
     conversation_id = (body.metadata or {}).get("conversation_id") or request.headers.get("x-conversation-id")
     invocation_id = str(uuid.uuid4())
-    heard = Heard(state.invocations, invocation_id)
-    place = state.admit()  # refused here, before anything starts, with the error's own status
-    conversation = None
-    try:
-        conversation = await open_conversation(state, body.model, conversation_id, history)
-        run = Run(
-            invocation_id,
-            body.model,
-            service,
-            question,
-            conversation.memory,
-            {"user": body.user} if body.user else None,
-            conversation_id=conversation_id,
-            listener=heard.put,
-        )
-        saved = conversation
-        state.invocations.start(run, finish=lambda: save_conversation(state, saved), on_end=place.release)
-    except BaseException:
-        place.release()
-        if conversation is not None:
-            await close_conversation(conversation)
-        raise
+    key = key_of(request, state.redis, "chat.completions", raw)
+    told: Told
+    if key is not None and (first := await key.claim(invocation_id)) != invocation_id:
+        invocation_id = first
+        told = Attached(state.events, key, invocation_id, state.serve.turn_wait_s)
+    else:
+        heard = told = Heard(state.invocations, invocation_id, keeps_running=key is not None)
+        place = state.admit() if key is None else await _admitted(state, key, invocation_id)
+        conversation = None
+        try:
+            conversation = await open_conversation(state, body.model, conversation_id, history)
+            run = Run(
+                invocation_id,
+                body.model,
+                service,
+                question,
+                conversation.memory,
+                {"user": body.user} if body.user else None,
+                conversation_id=conversation_id,
+                listener=heard.put,
+            )
+            saved = conversation
+            state.invocations.start(run, finish=lambda: save_conversation(state, saved), on_end=place.release)
+        except BaseException:
+            place.release()
+            if conversation is not None:
+                await close_conversation(conversation)
+            if key is not None:
+                await key.release(invocation_id)
+            raise
     head = (f"chatcmpl-{invocation_id}", body.model)
     headers = {"X-Invocation-Id": invocation_id}
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            _chunks(heard, head, include_usage), media_type="text/event-stream", headers=headers
+            _chunks(told, head, include_usage), media_type="text/event-stream", headers=headers
         )
-    result = await _result(heard)
-    payload = openai_wire.completion(
-        *head, openai_wire.paused_text(result) or result.content, result.finish_reason, result.token_usage
-    )
-    if result.finish_reason is FinishReason.APPROVAL_REQUIRED:
+    ending = await _ending(told)
+    payload = openai_wire.completion(*head, ending.text(), ending.finish, ending.usage)
+    if ending.waiting is not None:
         headers["X-Invocation-State"] = PAUSED
-        payload["toolfleet"] = openai_wire.paused_object(result)
+        payload["toolfleet"] = openai_wire.waiting_object(invocation_id, ending.waiting)
     return JSONResponse(payload, headers=headers)
 
 
-class Quiet:
-    """Nothing happened for a keep-alive interval (a quiet tool): a streaming client is told so."""
+async def _admitted(state: ServiceState, key: IdempotencyKey, invocation_id: str) -> Place:
+    """A place for the first request with a key; refused, the key is let go for its retry."""
+    try:
+        return state.admit()
+    except ApiError:
+        await key.release(invocation_id)
+        raise
 
 
 class Heard:
@@ -100,11 +114,17 @@ class Heard:
     a `Quiet` after each `keepalive_s` without one."""
 
     def __init__(
-        self, invocations: Invocations, invocation_id: str, keepalive_s: float = KEEPALIVE_S
+        self,
+        invocations: Invocations,
+        invocation_id: str,
+        keepalive_s: float = KEEPALIVE_S,
+        *,
+        keeps_running: bool = False,
     ) -> None:
         self.invocations = invocations
         self.invocation_id = invocation_id
         self.keepalive_s = keepalive_s
+        self.keeps_running = keeps_running  # an Idempotency-Key: its client may come back for it
         self.queue: asyncio.Queue[object] = asyncio.Queue()
         self.ended = False  # the run told its end (or the drain took it)
 
@@ -112,21 +132,23 @@ class Heard:
         self.queue.put_nowait(item)
 
     async def events(self) -> AsyncIterator[object]:
-        """The stream's events up to its `CompleteResponse`; how it failed, raised as an `ApiError`."""
+        """The stream's events up to its `Ending`; how it failed, raised as an `ApiError`."""
         while True:
             item = await self._next()
             if isinstance(item, BaseException):
                 self.ended = True
                 raise self._refusal(item)
-            yield item
             if isinstance(item, CompleteResponse):
                 self.ended = True
+                yield Ending.of(item.result)
                 return
+            yield item
 
     def leave(self) -> None:
-        """The client is gone (or the handler ended): an invocation that has not ended is cancelled."""
+        """The client is gone (or the handler ended): an invocation that has not ended is cancelled,
+        unless its request has an Idempotency-Key (its client may send it again, to any replica)."""
         task = self.invocations.running.get(self.invocation_id)
-        if not self.ended and task is not None:
+        if not self.ended and not self.keeps_running and task is not None:
             task.cancel()
 
     async def _next(self) -> object:
@@ -162,49 +184,48 @@ class Heard:
         )
 
 
-async def _result(heard: Heard) -> Result:
+async def _ending(told: Told) -> Ending:
     try:
-        async for event in heard.events():
-            if isinstance(event, CompleteResponse):
-                return event.result
-        raise AssertionError("a stream of events ends with its CompleteResponse or raises")
+        async for event in told.events():
+            if isinstance(event, Ending):
+                return event
+        raise AssertionError("an invocation's events end with its Ending or raise")
     finally:
-        heard.leave()
+        told.leave()
 
 
-async def _chunks(heard: Heard, head: tuple[str, str], include_usage: bool) -> AsyncIterator[str]:
+async def _chunks(told: Told, head: tuple[str, str], include_usage: bool) -> AsyncIterator[str]:
     """The invocation's text as `chat.completion.chunk` events, then `[DONE]`; an error mid-stream is
     sent as an error event (the status line is gone by then). Closed early (the client left), the
-    invocation is cancelled."""
+    invocation is cancelled (unless the request has an Idempotency-Key)."""
     try:
         yield _sse(openai_wire.delta_chunk(*head, {"role": "assistant", "content": ""}))
         try:
-            async for event in heard.events():
+            async for event in told.events():
                 if isinstance(event, PartialResponse) and event.text:
                     yield _sse(openai_wire.delta_chunk(*head, {"content": event.text}))
                 elif isinstance(event, Quiet):
                     yield KEEPALIVE  # a comment line: clients skip it, proxies see the stream alive
-                elif isinstance(event, CompleteResponse):
-                    yield from_the_end(head, event.result, include_usage)
+                elif isinstance(event, Ending):
+                    yield from_the_end(head, event, include_usage)
         except ApiError as exc:
             yield _sse(api_error_body(exc))
         yield "data: [DONE]\n\n"
     finally:
-        heard.leave()
+        told.leave()
 
 
-def from_the_end(head: tuple[str, str], result: Result, include_usage: bool) -> str:
+def from_the_end(head: tuple[str, str], ending: Ending, include_usage: bool) -> str:
     """The stream's last chunks: what a paused invocation waits for, its finish, and its usage."""
     chunks = []
-    paused = openai_wire.paused_text(result)
-    if paused:
-        chunks.append(openai_wire.delta_chunk(*head, {"content": paused}))
-    finish = openai_wire.finish_chunk(*head, result.finish_reason)
-    if paused:
-        finish["toolfleet"] = openai_wire.paused_object(result)
+    if ending.waiting is not None:
+        chunks.append(openai_wire.delta_chunk(*head, {"content": ending.text()}))
+    finish = openai_wire.finish_chunk(*head, ending.finish)
+    if ending.waiting is not None:
+        finish["toolfleet"] = openai_wire.waiting_object(ending.invocation_id, ending.waiting)
     chunks.append(finish)
     if include_usage:
-        chunks.append(openai_wire.usage_chunk(*head, result.token_usage))
+        chunks.append(openai_wire.usage_chunk(*head, ending.usage))
     return "".join(_sse(chunk) for chunk in chunks)
 
 

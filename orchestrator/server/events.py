@@ -101,6 +101,15 @@ class EventLog:
     ) -> AsyncIterator[str]:
         """The events after stream id `after` ("0": all) as server-sent events, waiting for new ones
         until a terminal one; `KEEPALIVE` after each `keepalive_s` without an event."""
+        async for entry in self.entries(invocation_id, after, keepalive_s=keepalive_s):
+            yield KEEPALIVE if entry is None else sse(*entry)
+
+    async def entries(
+        self, invocation_id: str, after: str = "0", *, keepalive_s: float = KEEPALIVE_S
+    ) -> AsyncIterator[tuple[str, dict[str, Any]] | None]:
+        """The events after stream id `after` ("0": all), each with its id, waiting for new ones until
+        a terminal one; None after each `keepalive_s` without an event. Ends at once for a stream
+        that does not exist (expired, or never was)."""
         key = EVENTS_KEY.format(invocation_id)
         cursor = after
         block_ms = self._block_ms(keepalive_s)
@@ -114,7 +123,7 @@ class EventLog:
                 for raw_id, fields in entries:
                     cursor = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
                     event = json.loads(fields[b"event"])
-                    yield sse(cursor, event)
+                    yield cursor, event
                     if event.get("type") in TERMINAL_TYPES:
                         return
                 quiet_since = time.monotonic()
@@ -122,7 +131,7 @@ class EventLog:
                 if not await self.client.exists(key):
                     return  # expired, or never was
                 if time.monotonic() - quiet_since >= keepalive_s:
-                    yield KEEPALIVE
+                    yield None
                     quiet_since = time.monotonic()
 
     def _block_ms(self, keepalive_s: float) -> int:

@@ -172,6 +172,7 @@ class Invocations:
                             task_id = None if event.request_id is None else tasks.get(event.request_id)
                             await add(invocation_id, progress_event(event, task_id))
                         elif isinstance(event, ToolExecuted):
+                            await _settle(pending)  # after the call's queued and started, in order
                             await add(invocation_id, finished_event(event))
                         elif isinstance(event, ApprovalRequested):
                             await add(invocation_id, approval_event(event))

@@ -20,9 +20,11 @@ from orchestrator.saga.states import ApprovalState
 from orchestrator.server.approvals import cancel_paused_invocation
 from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
 from orchestrator.server.events import TERMINAL_TYPES, stream_position
+from orchestrator.server.idempotency import key_of
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import (
     NOT_FOUND,
+    ServiceState,
     checked_id,
     find_agent,
     read_body,
@@ -49,12 +51,17 @@ async def start_invocation(name: str, request: Request) -> Response:
     """Start one invocation of agent `name`: its id at once (202), or, with `Accept:
     text/event-stream`, its events as they happen."""
     state = service_state(request)
-    body = _invocation_request(await read_body(request, state.serve.max_body_bytes))
+    raw = await read_body(request, state.serve.max_body_bytes)
+    body = _invocation_request(raw)
     service = find_agent(state, name, param=None)
     invocation_id = str(uuid.uuid4())
-    place = state.admit()
+    key = key_of(request, state.redis, f"agents/{name}/invocations", raw)
+    if key is not None and (first := await key.claim(invocation_id)) != invocation_id:
+        return _started(request, state, name, first)  # sent again: the first one's invocation
+    place = None
     conversation = None
     try:
+        place = state.admit()
         conversation = await open_conversation(state, name, body.conversation_id, [])
         run = Run(
             invocation_id,
@@ -69,10 +76,19 @@ async def start_invocation(name: str, request: Request) -> Response:
             run, finish=lambda: save_conversation(state, conversation), on_end=place.release
         )
     except BaseException:
-        place.release()
+        if place is not None:
+            place.release()
         if conversation is not None:
             await close_conversation(conversation)
+        if key is not None:
+            await key.release(invocation_id)  # refused before it started: its retry starts afresh
         raise
+    return _started(request, state, name, invocation_id)
+
+
+def _started(request: Request, state: ServiceState, name: str, invocation_id: str) -> Response:
+    """The answer to a request that started (or, sent again with its Idempotency-Key, names) an
+    invocation: its id (202), or its events from the first."""
     headers = {"X-Invocation-Id": invocation_id}
     if "text/event-stream" in request.headers.get("accept", ""):
         return StreamingResponse(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -218,21 +218,31 @@ def paused_text(result: Result) -> str | None:
     OpenAI's shape has no place for it, so the text names the calls and where to decide them."""
     if result.finish_reason is not FinishReason.APPROVAL_REQUIRED:
         return None
-    calls = ", ".join(f"{a.tool} (call {a.call_id})" for a in result.pending_approvals)
+    return waiting_text(str(result.invocation_id), [a.to_json() for a in result.pending_approvals])
+
+
+def waiting_text(invocation_id: str, approvals: Sequence[Mapping[str, Any]]) -> str:
+    """The text of a paused completion, from its waiting calls as JSON (`ApprovalRecord.to_json()`)."""
+    calls = ", ".join(f"{a['tool']} (call {a['call_id']})" for a in approvals)
     return (
-        f"Waiting for approval: {calls}. Decide with POST /v1/invocations/{result.invocation_id}/approvals "
+        f"Waiting for approval: {calls}. Decide with POST /v1/invocations/{invocation_id}/approvals "
         "or `toolfleet approve`."
     )
 
 
 def paused_object(result: Result) -> dict[str, Any]:
     """The `toolfleet` object of a paused chat completion: the invocation, what waits, where to decide."""
+    return waiting_object(str(result.invocation_id), [a.to_json() for a in result.pending_approvals])
+
+
+def waiting_object(invocation_id: str, approvals: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`paused_object`, from the waiting calls as JSON."""
     return {
-        "invocation_id": result.invocation_id,
+        "invocation_id": invocation_id,
         "state": "paused",
-        "pending_approvals": [approval.to_json() for approval in result.pending_approvals],
-        "decide": f"/v1/invocations/{result.invocation_id}/approvals",
-        "events": f"/v1/invocations/{result.invocation_id}/events",
+        "pending_approvals": list(approvals),
+        "decide": f"/v1/invocations/{invocation_id}/approvals",
+        "events": f"/v1/invocations/{invocation_id}/events",
     }
 
 

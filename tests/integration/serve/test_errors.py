@@ -137,13 +137,21 @@ def test_beyond_the_replicas_capacity_is_429_with_retry_after(edge: Replica, ns:
         # when: another request comes
         response = _post(edge, _ask("hi"))
 
+        # and: one with an Idempotency-Key
+        keyed = _post(edge, _ask("hi"), **{"Idempotency-Key": f"{ns}-key"})
+
         # then: it is refused for now, saying when to retry
         error = _error(response, 429)
         assert error["type"] == "rate_limit_error"
         assert response.headers["Retry-After"] == "1"
+        assert keyed.status_code == 429
     finally:
         napping.join()
     assert _post(edge, _ask("hi")).status_code == 200  # the place is free again
+    # and: the keyed request, refused before it started anything, starts afresh when sent again
+    again = _post(edge, _ask("hi"), **{"Idempotency-Key": f"{ns}-key"})
+    assert again.status_code == 200, again.text
+    assert again.json()["choices"][0]["message"]["content"].startswith("heard: hi")
 
 
 def test_an_unexpected_failure_is_500_without_its_details(edge: Replica) -> None:

@@ -1,0 +1,79 @@
+"""`Idempotency-Key`: a request sent again (a client's retry after a dropped connection, to any
+replica) attaches to the invocation the first one started instead of starting another.
+
+The key is the client's (the header, as Stripe's and OpenAI's APIs take it), scoped by the request's
+credentials and route, and held in Redis for as long as the invocation's events are (a day): a SET NX
+decides which request is first, atomically across replicas. The first request's body is held as a
+digest: the same key with another body is a 409. A first request refused before its invocation
+started (at capacity, its conversation busy) lets the key go, so that its retry starts afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import redis.asyncio as aioredis
+from starlette.requests import Request
+
+from orchestrator.errors import ApiError
+from orchestrator.server.events import EVENTS_TTL_S
+
+__all__ = ["HEADER", "IdempotencyKey", "key_of"]
+
+HEADER = "Idempotency-Key"
+KEY = "toolfleet:idempotency:{}"
+MAX_KEY_CHARS = 255
+
+
+class IdempotencyKey:
+    """One request's key: which invocation it names (`claim`), and letting it go (`release`)."""
+
+    def __init__(self, client: aioredis.Redis, name: str, body: bytes) -> None:
+        self.client = client
+        self.name = name
+        self.digest = hashlib.sha256(body).hexdigest()
+
+    async def claim(self, invocation_id: str) -> str:
+        """`invocation_id` if this request is the first with its key (it starts the invocation), else
+        the invocation the first one started; a 409 if that one was sent with another body."""
+        value = json.dumps({"invocation_id": invocation_id, "body": self.digest})
+        for _ in range(3):  # the held key may expire or be let go between the two reads
+            if await self.client.set(self.name, value, nx=True, ex=EVENTS_TTL_S):
+                return invocation_id
+            raw = await self.client.get(self.name)
+            if raw is None:
+                continue
+            held = json.loads(raw)
+            if held["body"] != self.digest:
+                raise ApiError(
+                    409,
+                    f"this {HEADER} was sent with another request body: a key names one request",
+                    param=HEADER,
+                    code="idempotency_key_reused",
+                )
+            return str(held["invocation_id"])
+        raise ApiError(409, f"this {HEADER} is being taken and let go: retry", param=HEADER)
+
+    async def holds(self, invocation_id: str) -> bool:
+        """Whether the key still names `invocation_id` (its first request did not let it go)."""
+        raw = await self.client.get(self.name)
+        return raw is not None and json.loads(raw)["invocation_id"] == invocation_id
+
+    async def release(self, invocation_id: str) -> None:
+        """Let the key go: its first request was refused before `invocation_id` started."""
+        if await self.holds(invocation_id):
+            await self.client.delete(self.name)
+
+
+def key_of(request: Request, client: aioredis.Redis, route: str, body: bytes) -> IdempotencyKey | None:
+    """The request's `Idempotency-Key` (None without one); a 400 for one that is empty, too long, or
+    not printable ASCII."""
+    given = request.headers.get(HEADER)
+    if given is None:
+        return None
+    if not given or len(given) > MAX_KEY_CHARS or not (given.isascii() and given.isprintable()):
+        raise ApiError(400, f"{HEADER} must be 1 to {MAX_KEY_CHARS} printable ASCII characters", param=HEADER)
+    credentials = request.headers.get("authorization", "")
+    scope = hashlib.sha256(f"{credentials}\0{route}\0{given}".encode()).hexdigest()
+    return IdempotencyKey(client, KEY.format(scope), body)
