@@ -5,8 +5,9 @@ replica once the calls it paused for are decided; the handler listens to its own
 Streamed or not, an invocation runs the same way (the stream's handler defaults), so one agent gives
 one outcome for one request. The answer comes back as one completion, or as chunks; a paused
 invocation says so (`X-Invocation-State: paused`, and a `toolfleet` object naming what waits). A
-client that leaves before the end cancels the invocation (what it did is compensated); past a drain's
-grace, a waiting client gets a 503 and a streaming one an error chunk, then `[DONE]`.
+client that leaves before the end cancels the invocation (what it did is compensated), unless its
+request has an `Idempotency-Key` (sent again, it attaches to the invocation: `attached`); past a
+drain's grace, a waiting client gets a 503 and a streaming one an error chunk, then `[DONE]`.
 """
 
 from __future__ import annotations
