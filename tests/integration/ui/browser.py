@@ -21,7 +21,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests._postgres import in_ci
 
-__all__ = ["CHROMEDRIVER", "CHROMIUM", "start_browser"]
+__all__ = ["CHROMEDRIVER", "CHROMIUM", "start_browser", "what_it_saw"]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -51,10 +51,23 @@ def start_browser(profile: Path) -> WebDriver:
         f"--user-data-dir={profile}",
     ):
         options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for `what_it_saw`
     try:
         return webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     except WebDriverException as exc:
         raise _unavailable(f"Chromium did not start: {exc.msg}") from exc
+
+
+def what_it_saw(browser: WebDriver) -> str:
+    """The page's console (failed requests included) and its timeline, for a test's failure message."""
+    try:
+        console = "\n".join(f"{e['level']} {e['message']}" for e in browser.get_log("browser")[-30:])
+        timeline = browser.execute_script(
+            "var t = document.getElementById('timeline'); return t ? t.outerHTML.slice(0, 3000) : ''"
+        )
+    except WebDriverException as exc:
+        return f"(the browser could not be read: {exc.msg})"
+    return f"console:\n{console or '(empty)'}\ntimeline:\n{timeline}"
 
 
 def attribute_of(browser: WebDriver, selector: str, name: str) -> str:

@@ -4,8 +4,9 @@ model output shown as text, the pools; and `toolfleet ui` alone on the same data
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -17,13 +18,31 @@ from tests._cli import TOOLFLEET
 from tests._ports import free_port
 from tests._waiting import wait_for
 from tests.integration.serve.replicas import Replica
-from tests.integration.ui.browser import attribute_of, text_of
-from tests.integration.ui.conftest import AGENT, FLOWER, finished, screenshot, start
+from tests.integration.ui.browser import attribute_of, text_of, what_it_saw
+from tests.integration.ui.conftest import AGENT, FLOWER, finished, screenshot, start, story
 from tests.integration.worker_processes import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
+T = TypeVar("T")
+
 PAYLOAD = "<script>window.pwned = 1; document.title = 'pwned'</script><img src=x onerror=\"window.pwned=2\">"
+
+
+def _live(
+    browser: WebDriver, service: Replica, invocation_id: str, condition: Callable[[], T], what: str
+) -> T:
+    """`wait_for(condition)` on a page following a running invocation; failing, it says what the page,
+    the journal and the replica saw."""
+    try:
+        return wait_for(condition, timeout_s=30, what=what)
+    except AssertionError as exc:
+        told = story(service, invocation_id) or {}
+        calls = [(c["tool"], c["state"], c.get("progress")) for c in told.get("calls", [])]
+        raise AssertionError(
+            f"{exc}\n{what_it_saw(browser)}\njournal: {told.get('state')} {calls}\n"
+            f"replica log:\n{service.log()[-3000:]}"
+        ) from None
 
 
 def _row(browser: WebDriver, invocation_id: str) -> WebElement:
@@ -89,7 +108,7 @@ def test_a_running_call_progresses_on_screen_without_a_reload(
         return float(value) if value else 0.0
 
     # when: the call runs
-    first = wait_for(lambda: fraction() or None, timeout_s=30, what="a first progress report on the page")
+    first = _live(browser, service, invocation_id, lambda: fraction() or None, "a first progress report")
     later = wait_for(lambda: (now := fraction()) > first and now, timeout_s=30, what="the bar to move on")
     message = wait_for(lambda: text_of(browser, "li.call .progress-message"), what="the progress message")
     screenshot(browser, tmp_path, "ui-invocation-running")
@@ -121,7 +140,7 @@ def test_a_page_that_fell_behind_its_running_call_catches_up_on_the_next_progres
     # given: a page following a call that reports 16 steps over 8 seconds
     invocation_id = start(service, "crawl 16 8")
     browser.get(f"{service.root}/ui/invocations/{invocation_id}")
-    wait_for(lambda: fraction("li.call progress") or None, timeout_s=30, what="a first report")
+    _live(browser, service, invocation_id, lambda: fraction("li.call progress") or None, "a first report")
 
     # when: the page loses the call (as one rendered before the call's first events would show it)
     browser.execute_script(
@@ -129,10 +148,12 @@ def test_a_page_that_fell_behind_its_running_call_catches_up_on_the_next_progres
     )
 
     # then: a later progress report of the call brings the call and its bar back while it still runs
-    back = wait_for(
+    back = _live(
+        browser,
+        service,
+        invocation_id,
         lambda: fraction(".story[data-state='running'] li.call progress") or None,
-        timeout_s=20,
-        what="the running call's bar to come back",
+        "the running call's bar to come back",
     )
     assert 0 < back < 1
     finished(service, invocation_id)
