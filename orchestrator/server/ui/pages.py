@@ -153,7 +153,7 @@ async def _invocation(
     after = "0"
     if checked is not None and template == "invocation.html":
         after = await _last_event_id(context, checked)
-    story = None if checked is None else await context.journal.run(lambda j: data.story(j, checked))
+    story = None if checked is None else await _story_of(context, checked)
     if story is None:
         return html(
             "message.html",
@@ -271,6 +271,20 @@ def _next(target: str | None) -> str:
     if target and target.startswith("/ui") and "//" not in target and "\\" not in target:
         return target
     return "/ui"
+
+
+async def _story_of(context: UiContext, invocation_id: str) -> data.Story | None:
+    """The journal's story of the invocation. One whose events have begun but whose journal row is not
+    written yet (a page opened as its invocation starts, on a busy replica) is given a moment."""
+    story = await context.journal.run(lambda j: data.story(j, invocation_id))
+    if story is not None or not await context.events.exists(invocation_id):
+        return story
+    for _ in range(STREAM_WAIT_ROUNDS):
+        await asyncio.sleep(0.1)
+        story = await context.journal.run(lambda j: data.story(j, invocation_id))
+        if story is not None:
+            break
+    return story
 
 
 async def _stream_appears(context: UiContext, invocation_id: str) -> bool:

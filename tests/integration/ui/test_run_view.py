@@ -3,17 +3,23 @@ model output shown as text, the pools; and `toolfleet ui` alone on the same data
 
 from __future__ import annotations
 
+import json
 import subprocess
+import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import httpx
 import pytest
+import redis
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 
+from orchestrator.saga.journal import Journal
+from orchestrator.server.events import EVENTS_KEY
 from tests._cli import TOOLFLEET
 from tests._ports import free_port
 from tests._waiting import wait_for
@@ -21,6 +27,7 @@ from tests.integration.serve.replicas import Replica
 from tests.integration.ui.browser import attribute_of, text_of, what_it_saw
 from tests.integration.ui.conftest import AGENT, FLOWER, finished, screenshot, start, story
 from tests.integration.worker_processes import REPO_ROOT
+from workers.calls.invocation import Invocation, InvocationContext
 
 pytestmark = pytest.mark.integration
 
@@ -238,3 +245,28 @@ def test_toolfleet_ui_alone_shows_the_same_invocations_behind_basic_authenticati
     assert "booked seat" in page.text and 'class="tool">book<' in page.text
     pools = httpx.get(f"{ui_alone}/ui/pools", auth=("ops", "hunter22"), timeout=10)
     assert 'data-pool="ui"' in pools.text
+
+
+def test_a_page_opened_as_its_invocation_starts_waits_for_its_journal_row(
+    service: Replica, browser: WebDriver, redis_url: str, database_url: str
+) -> None:
+    # given: an invocation whose first event is written, and whose journal row comes a second later
+    context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="default", user_message="book table")
+    invocation_id = str(context.invocation_id)
+    started = {"type": "invocation.started", "invocation_id": invocation_id, "agent": AGENT}
+    redis.Redis.from_url(redis_url).xadd(EVENTS_KEY.format(invocation_id), {"event": json.dumps(started)})
+    journal = Journal(database_url)
+    late = threading.Timer(1.0, lambda: journal.start_invocation(context, Invocation(context).to_json()))
+    late.start()
+    try:
+        # when: its page is opened meanwhile
+        browser.get(f"{service.root}/ui/invocations/{invocation_id}")
+    finally:
+        late.join()
+        journal.set_invocation_state(invocation_id, "failed", "a test's invocation, never run")
+        journal.engine.dispose()
+
+    # then: the page shows it (its first words), not "No such invocation"
+    assert "No such invocation" not in browser.page_source
+    assert browser.find_elements(By.ID, "timeline")
+    assert "book table" in browser.page_source
