@@ -131,7 +131,7 @@ async def resume_in_background(state: ServiceState, invocation_id: str) -> bool:
             conversation_id=conversation_id,
             resuming=True,
         )
-        state.invocations.start(
+        await state.invocations.start(
             run, finish=lambda: save_conversation(state, conversation), on_end=place.release
         )
     except BaseException:

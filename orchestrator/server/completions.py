@@ -78,7 +78,9 @@ async def chat_completions(request: Request) -> Response:
                 listener=heard.put,
             )
             saved = conversation
-            state.invocations.start(run, finish=lambda: save_conversation(state, saved), on_end=place.release)
+            await state.invocations.start(
+                run, finish=lambda: save_conversation(state, saved), on_end=place.release
+            )
         except BaseException:
             place.release()
             if conversation is not None:

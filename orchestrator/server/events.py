@@ -21,14 +21,17 @@ traffic.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+_T = TypeVar("_T")
 
 __all__ = [
     "EVENTS_KEY",
@@ -162,3 +165,22 @@ def sse(entry_id: str, event: dict[str, Any]) -> str:
 
 def _json(event: dict[str, Any]) -> str:
     return json.dumps(event, separators=(",", ":"))
+
+
+JOURNAL_WAIT_S = 3.0  # how long an invocation whose events have begun may take to be journaled
+
+
+async def once_journaled(
+    log: EventLog, invocation_id: str, read: Callable[[], Awaitable[_T | None]]
+) -> _T | None:
+    """`read()` of the invocation's journal row; for an invocation whose events have begun but whose
+    row is not written yet (its run writes it a moment after its first event, later on a busy
+    replica), read again for up to `JOURNAL_WAIT_S`."""
+    found = await read()
+    if found is not None or not await log.exists(invocation_id):
+        return found
+    deadline = time.monotonic() + JOURNAL_WAIT_S
+    while found is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        found = await read()
+    return found

@@ -70,9 +70,14 @@ class Invocations:
         self.running: dict[str, asyncio.Task[None]] = {}
         self.past_grace = asyncio.Event()  # set when a drain's grace has run out
 
-    def start(self, run: Run, finish: Callable[[], Awaitable[None]], on_end: Callable[[], object]) -> None:
+    async def start(
+        self, run: Run, finish: Callable[[], Awaitable[None]], on_end: Callable[[], object]
+    ) -> None:
         """Run the invocation as a task of this replica; `finish()` is awaited when it ends (before its
-        last event), then `on_end()` is called."""
+        last event), then `on_end()` is called. Its first event (`invocation.started`) is written
+        before this returns: a client told the invocation's id finds its events at once, anywhere."""
+        if not run.resuming:  # a resumed one says so once this process has taken it (InvocationResumed)
+            await self.events.add(run.invocation_id, {"type": "invocation.started", **_origin(run)})
         task = asyncio.create_task(self._run(run, finish))
         self.running[run.invocation_id] = task
 
@@ -143,9 +148,7 @@ class Invocations:
 
             loop.call_soon_threadsafe(write)
 
-        origin = {"invocation_id": invocation_id, "agent": run.agent, "conversation_id": run.conversation_id}
-        if not run.resuming:  # a resumed one says so once this process has taken it (InvocationResumed)
-            await add(invocation_id, {"type": "invocation.started", **origin})
+        origin = _origin(run)
         try:
             if await self.client.exists(CANCELLED_KEY.format(invocation_id)):
                 raise asyncio.CancelledError
@@ -194,6 +197,11 @@ class Invocations:
             await wrap_up()
             await add(invocation_id, {"type": "invocation.failed", "error": failure.message})
             tell(failure)
+
+
+def _origin(run: Run) -> dict[str, Any]:
+    """Who asked for the invocation: its first event's fields, read by whoever resumes it."""
+    return {"invocation_id": run.invocation_id, "agent": run.agent, "conversation_id": run.conversation_id}
 
 
 async def _settle(pending: set[asyncio.Future[Any]]) -> None:

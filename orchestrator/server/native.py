@@ -19,7 +19,7 @@ from orchestrator.saga.journal import Journal
 from orchestrator.saga.states import ApprovalState
 from orchestrator.server.approvals import cancel_paused_invocation
 from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
-from orchestrator.server.events import TERMINAL_TYPES, stream_position
+from orchestrator.server.events import TERMINAL_TYPES, once_journaled, stream_position
 from orchestrator.server.idempotency import key_of
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import (
@@ -72,7 +72,7 @@ async def start_invocation(name: str, request: Request) -> Response:
             body.parameters,
             conversation_id=body.conversation_id,
         )
-        state.invocations.start(
+        await state.invocations.start(
             run, finish=lambda: save_conversation(state, conversation), on_end=place.release
         )
     except BaseException:
@@ -126,7 +126,10 @@ async def invocation_story(invocation_id: str, request: Request) -> dict[str, An
     """The invocation as the journal tells it: its state, answer, calls and compensations, and the
     calls waiting for approval (`waiting`)."""
     checked = checked_id(invocation_id)
-    story = await service_state(request).journal.run(lambda journal: _story(journal, checked))
+    state = service_state(request)
+    story = await once_journaled(
+        state.events, checked, lambda: state.journal.run(lambda journal: _story(journal, checked))
+    )
     if story is None:
         raise ApiError(404, f"the journal has no invocation {invocation_id}", code=NOT_FOUND)
     return story

@@ -16,7 +16,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
-from orchestrator.server.events import EVENTS_KEY, stream_position
+from orchestrator.server.events import EVENTS_KEY, once_journaled, stream_position
 from orchestrator.server.ui import data
 from orchestrator.server.ui.auth import (
     LOGIN_COOKIE,
@@ -274,17 +274,10 @@ def _next(target: str | None) -> str:
 
 
 async def _story_of(context: UiContext, invocation_id: str) -> data.Story | None:
-    """The journal's story of the invocation. One whose events have begun but whose journal row is not
-    written yet (a page opened as its invocation starts, on a busy replica) is given a moment."""
-    story = await context.journal.run(lambda j: data.story(j, invocation_id))
-    if story is not None or not await context.events.exists(invocation_id):
-        return story
-    for _ in range(STREAM_WAIT_ROUNDS):
-        await asyncio.sleep(0.1)
-        story = await context.journal.run(lambda j: data.story(j, invocation_id))
-        if story is not None:
-            break
-    return story
+    """The journal's story of the invocation, given a moment when it is just starting."""
+    return await once_journaled(
+        context.events, invocation_id, lambda: context.journal.run(lambda j: data.story(j, invocation_id))
+    )
 
 
 async def _stream_appears(context: UiContext, invocation_id: str) -> bool:

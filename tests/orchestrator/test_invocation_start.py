@@ -1,0 +1,70 @@
+"""A replica's background invocation has its first event written before `start` returns: the client is
+told the invocation's id only once its event stream exists (a GET of its events at once, on any
+replica, is never an empty stream)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from orchestrator.messages import UserMessage
+from orchestrator.server.invocations import Invocations, Run
+
+
+class RecordedLog:
+    """An event log that keeps what is added, in order."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[str, dict[str, Any]]] = []
+
+    async def add(self, invocation_id: str, event: dict[str, Any]) -> str:
+        self.added.append((invocation_id, event))
+        return f"{len(self.added)}-0"
+
+
+def test_the_started_event_is_written_before_start_returns() -> None:
+    async def scenario() -> list[tuple[str, dict[str, Any]]]:
+        log = RecordedLog()
+        invocations = Invocations(cast(Any, None), cast(Any, log))
+        run = Run(
+            "inv-1", "clerk", cast(Any, None), UserMessage("hi"), cast(Any, None), None, conversation_id="c-1"
+        )
+
+        async def finish() -> None:
+            pass
+
+        await invocations.start(run, finish, on_end=lambda: None)
+        told = list(log.added)  # before the run's task has taken a step
+        invocations.running["inv-1"].cancel()
+        await asyncio.gather(*invocations.running.values(), return_exceptions=True)
+        return told
+
+    assert asyncio.run(scenario()) == [
+        (
+            "inv-1",
+            {
+                "type": "invocation.started",
+                "invocation_id": "inv-1",
+                "agent": "clerk",
+                "conversation_id": "c-1",
+            },
+        )
+    ]
+
+
+def test_a_resumed_invocation_writes_no_started_event() -> None:
+    async def scenario() -> list[tuple[str, dict[str, Any]]]:
+        log = RecordedLog()
+        invocations = Invocations(cast(Any, None), cast(Any, log))
+        run = Run("inv-2", "clerk", cast(Any, None), UserMessage("hi"), cast(Any, None), None, resuming=True)
+
+        async def finish() -> None:
+            pass
+
+        await invocations.start(run, finish, on_end=lambda: None)
+        told = list(log.added)
+        invocations.running["inv-2"].cancel()
+        await asyncio.gather(*invocations.running.values(), return_exceptions=True)
+        return told
+
+    assert asyncio.run(scenario()) == []
