@@ -121,6 +121,8 @@ async def to_the_end(step: Awaitable[_T]) -> tuple[_T, bool]:
         try:
             return await asyncio.shield(task), cancelled
         except asyncio.CancelledError:
-            if task.done():  # the step itself was cancelled, not its caller
+            if task.cancelled():  # the step itself was cancelled, not its caller
                 raise
+            if task.done():  # it ended as its caller was cancelled: its outcome stands
+                return task.result(), True
             cancelled = True

@@ -78,3 +78,19 @@ def test_a_stream_closed_by_two_cancels_of_its_reader_waits_while_its_invocation
         return undone  # as the reader ended: the process may exit now
 
     assert asyncio.run(scenario()) == ["book"]
+
+
+def test_a_step_that_ends_as_its_caller_is_cancelled_keeps_its_outcome() -> None:
+    async def scenario() -> tuple[str, bool]:
+        step = asyncio.get_running_loop().create_future()
+
+        async def caller() -> tuple[str, bool]:
+            return await to_the_end(step)
+
+        calling = asyncio.ensure_future(caller())
+        await asyncio.sleep(0)  # the caller waits on the step
+        step.set_result("journaled")  # the step ends ...
+        calling.cancel()  # ... and its caller is cancelled, in the same turn of the loop
+        return await calling
+
+    assert asyncio.run(scenario()) == ("journaled", True)
