@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -20,11 +22,13 @@ import sqlalchemy as sa
 from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel
 from orchestrator.cli import main
 from orchestrator.executors.base import Settled
-from orchestrator.saga.journal import Journal, invocations
+from orchestrator.saga.journal import Journal, invocations, utc_now
 from orchestrator.saga.recovery import recover
+from tests.orchestrator._bank import Bank
 from tests.orchestrator._service import call
 from tests.orchestrator.test_recovery_settled import SettledExecutor, left_in_flight
 from workers import compensate_for, tool
+from workers.tools import discover_tools
 
 ELSEWHERE = "another-host:4242"
 
@@ -185,3 +189,42 @@ def test_a_recovery_overtaken_by_another_does_not_write_its_end(journal: Journal
     after = journal.invocation(invocation_id)
     assert after is not None
     assert (after.state, after.owner, after.error) == ("compensating", ELSEWHERE, None)
+
+
+class SlowUndo(SettledExecutor):
+    """Settles the call as a success to undo, and takes 1.6 s to undo it."""
+
+    def __init__(self) -> None:
+        result = {"kind": "success", "text": "credited 5", "worker": "bank@h"}
+        super().__init__(Settled("succeeded", "t-1", {"status": "SUCCESS", "result": result}))
+
+    async def compensate(self, definition: Any, execution: Any, invocation: Any) -> Any:
+        await asyncio.sleep(1.6)
+        return await super().compensate(definition, execution, invocation)
+
+
+def test_a_recovery_that_runs_past_the_staleness_beats_and_is_not_taken_over(journal: Journal) -> None:
+    # given: an invocation left 5 s ago with a call to undo, whose undoing takes 1.6 s
+    invocation_id = left_in_flight(journal)
+    with journal.engine.begin() as connection:
+        connection.execute(
+            sa.update(invocations)
+            .where(invocations.c.id == invocation_id)
+            .values(heartbeat_at=utc_now() - timedelta(seconds=5))
+        )
+    executor = SlowUndo()
+    known = {definition.name: definition for definition in discover_tools(Bank())}
+
+    async def two_recoverers() -> tuple[list[Any], list[Any]]:
+        first = asyncio.ensure_future(recover(journal, executor, known, stale_after_s=0.6))
+        await asyncio.sleep(1.0)  # past the staleness, while the first still undoes
+        second = await recover(journal, executor, known, stale_after_s=0.6)
+        return await first, second
+
+    # when: a second recoverer looks while the first is still at work
+    first, second = asyncio.run(two_recoverers())
+
+    # then: the first went on beating, so the second took nothing; the call was undone once
+    assert [r.compensated for r in first] == [["credit (c1)"]]
+    assert second == []
+    assert executor.compensated == ["credited 5"]
