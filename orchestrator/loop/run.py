@@ -41,8 +41,7 @@ from orchestrator.models.base import (
 )
 from orchestrator.result import Result, ToolExecuted
 from orchestrator.saga import rollback_reason, rolled_back_text
-from orchestrator.saga.async_journal import to_the_end
-from orchestrator.saga.journal import owner_id
+from orchestrator.saga.async_journal import beating, to_the_end
 from orchestrator.saga.states import InvocationState
 from orchestrator.telemetry import model_called, trace_carrier, traced_invocation
 
@@ -78,7 +77,7 @@ async def resume_invocation(
 
 async def _run(config: LoopConfig, state: RunState, body: Coroutine[Any, Any, Result]) -> Result:
     journal = state.saga.journal
-    beating = asyncio.ensure_future(_heartbeat(state, config.heartbeat_s)) if journal is not None else None
+    beat = None if journal is None else beating(journal, str(state.context.invocation_id), config.heartbeat_s)
     try:
         with cancellable(str(state.context.invocation_id), config.cancel_redis_url):
             result = await body
@@ -87,8 +86,8 @@ async def _run(config: LoopConfig, state: RunState, body: Coroutine[Any, Any, Re
         raise
     finally:
         body.close()  # never started when the cancel came first
-        if beating is not None:
-            beating.cancel()
+        if beat is not None:
+            beat.cancel()
     if result.finish_reason is FinishReason.APPROVAL_REQUIRED:
         return result  # paused: the journal says so, and whoever resumes it ends it
     _, cancelled = await to_the_end(state.saga.end(InvocationState.SUCCEEDED, answer=result.content))
@@ -288,17 +287,3 @@ async def _end_abnormally(config: LoopConfig, state: RunState, error: BaseExcept
         await to_the_end(state.saga.end(InvocationState.CANCELLED, "cancelled by its caller"))
     else:
         await to_the_end(state.saga.end(InvocationState.FAILED, f"{type(error).__name__}: {error}"))
-
-
-async def _heartbeat(state: RunState, every_s: float) -> None:
-    """Keep the journal's heartbeat fresh (every `every_s`), so that recovery never takes over a live
-    saga; a beat of an invocation another process took over writes nothing."""
-    journal = state.saga.journal
-    assert journal is not None
-    invocation_id, owner = str(state.context.invocation_id), owner_id()
-    while True:
-        await asyncio.sleep(every_s)
-        try:
-            await journal.run(lambda j: j.heartbeat(invocation_id, owner=owner))
-        except Exception as exc:  # a journal hiccup must not end the invocation
-            log.warning("journal heartbeat failed: %s", exc)

@@ -10,6 +10,7 @@ recovery call the journal only through `run`, the one method of `JournalRunner`,
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
@@ -19,10 +20,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from orchestrator._database_url import database_engine, shared_loop_engines
 from orchestrator.saga._journal_crypto import JournalCipher
-from orchestrator.saga.journal import Journal
+from orchestrator.saga.journal import Journal, owner_id
 from workers.settings import Settings
 
-__all__ = ["AsyncJournal", "JournalRunner", "journal_runner", "to_the_end"]
+__all__ = ["AsyncJournal", "JournalRunner", "beating", "journal_runner", "to_the_end"]
+
+log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
@@ -126,3 +129,21 @@ async def to_the_end(step: Awaitable[_T]) -> tuple[_T, bool]:
             if task.done():  # it ended as its caller was cancelled: its outcome stands
                 return task.result(), True
             cancelled = True
+
+
+def beating(journal: JournalRunner, invocation_id: str, every_s: float) -> asyncio.Task[None]:
+    """A task keeping the invocation's journal heartbeat fresh every `every_s` for this process, its
+    owner (an invocation's loop, or a recovery), until cancelled: recovery never takes over a live
+    owner. A beat of an invocation another process took over writes nothing; a failed one is logged
+    and the next tries again."""
+    owner = owner_id()
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await journal.run(lambda j: j.heartbeat(invocation_id, owner=owner))
+            except Exception as exc:  # a journal hiccup must not end the invocation or its recovery
+                log.warning("journal heartbeat of %s failed: %s", invocation_id, exc)
+
+    return asyncio.ensure_future(beat())

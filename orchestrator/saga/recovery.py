@@ -12,7 +12,6 @@ compensation that was already running or done when the owner died is never run t
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ import redis
 from orchestrator.errors import JournalKeyError
 from orchestrator.executors._outcomes import outcome_of_meta, outcome_of_success, worker_of
 from orchestrator.executors.base import ToolExecutor
-from orchestrator.saga.async_journal import JournalRunner
+from orchestrator.saga.async_journal import JournalRunner, beating
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.journal import CallRecord, Journal, owner_id
 from orchestrator.saga.states import ApprovalState, CallState, InvocationState
@@ -93,31 +92,16 @@ async def recover(
         if not await journal.run(partial(Journal.claim, invocation_id=record.id, stale_before=stale_before)):
             log.info("invocation %s is alive or taken by another recoverer; skipped", record.id)
             continue
-        beating = _beat(journal, record.id, stale_after_s / MISSED_BEATS) if stale_after_s > 0 else None
+        # beating as the invocation's owner now: a recovery that outlasts the staleness is not taken over
+        beat = beating(journal, record.id, stale_after_s / MISSED_BEATS) if stale_after_s > 0 else None
         try:
             reports.append(
                 await _recover_one(journal, executor, definitions or {}, record.id, invocation_json)
             )
         finally:
-            if beating is not None:
-                beating.cancel()
+            if beat is not None:
+                beat.cancel()
     return reports
-
-
-def _beat(journal: JournalRunner, invocation_id: str, every_s: float) -> asyncio.Task[None]:
-    """Beat for a recovery as its owner does for an invocation, so that a recovery that runs past the
-    staleness (compensations that take long) is not taken over by another recoverer."""
-    owner = owner_id()
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(every_s)
-            try:
-                await journal.run(lambda j: j.heartbeat(invocation_id, owner=owner))
-            except Exception as exc:  # a journal hiccup: the next beat
-                log.warning("recovery of %s: heartbeat failed: %s", invocation_id, exc)
-
-    return asyncio.ensure_future(beat())
 
 
 @traced_recovery

@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.approvals import ApprovalDecision, ApprovalState, approve, record_decisions, reject
 from orchestrator.errors import ApiError, ApprovalConflictError, ApprovalError, OrchestratorError
+from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.saga.async_journal import JournalRunner
 from orchestrator.saga.journal import ApprovalRecord, InvocationState
-from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
+from orchestrator.server.conversations import start_turn
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import ServiceState, checked_id, read_body, service_state
 
@@ -116,29 +117,22 @@ async def resume_in_background(state: ServiceState, invocation_id: str) -> bool:
     if service is None:
         log.info("invocation %s waits for a replica serving agent %r", invocation_id, agent)
         return False
-    place = state.admit()
-    conversation = None
-    try:
-        conversation_id = origin.get("conversation_id")
-        conversation = await open_conversation(state, agent, conversation_id, [])
-        run = Run(
+    conversation_id = origin.get("conversation_id")
+    question = UserMessage(record.user_message or "")
+
+    def run(memory: ChatMemory) -> Run:
+        return Run(
             invocation_id,
             agent,
             service,
-            UserMessage(record.user_message or ""),
-            conversation.memory,
+            question,
+            memory,
             None,
             conversation_id=conversation_id,
             resuming=True,
         )
-        await state.invocations.start(
-            run, finish=lambda: save_conversation(state, conversation), on_end=place.release
-        )
-    except BaseException:
-        place.release()
-        if conversation is not None:
-            await close_conversation(conversation)
-        raise
+
+    await start_turn(state, state.admit(), agent, conversation_id, [], run)
     return True
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from orchestrator.errors import ApiError
 from orchestrator.models.base import FinishReason, PartialResponse, TokenUsage
 from orchestrator.server.answers import Ending, Quiet
-from orchestrator.server.events import EVENTS_KEY, EventLog
+from orchestrator.server.events import EventLog
 from orchestrator.server.idempotency import HEADER, IdempotencyKey
 
 __all__ = ["Attached"]
@@ -43,7 +43,8 @@ class Attached:
                 yield PartialResponse(str(event.get("text") or ""))
             elif kind == "approval.requested":
                 waiting = list(event.get("approvals") or [])
-            elif kind == "invocation.paused" and await self._last(entry_id):
+            elif kind == "invocation.paused" and await self.log.last_id(self.invocation_id) == entry_id:
+                # paused, and not resumed since: what waits is the answer
                 yield Ending(self.invocation_id, None, FinishReason.APPROVAL_REQUIRED, None, waiting)
                 return
             elif kind == "invocation.completed":
@@ -75,12 +76,6 @@ class Attached:
                     headers={"Retry-After": "1"},
                 )
             await asyncio.sleep(0.1)
-
-    async def _last(self, entry_id: str) -> bool:
-        """Whether the event `entry_id` is the stream's latest (a pause not resumed since)."""
-        entries: Any = await self.log.client.xrevrange(EVENTS_KEY.format(self.invocation_id), count=1)
-        latest = entries[0][0] if entries else b""
-        return (latest.decode() if isinstance(latest, bytes) else str(latest)) == entry_id
 
     def _completed(self, event: dict[str, Any]) -> Ending:
         reason = event.get("finish_reason")

@@ -23,17 +23,18 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from orchestrator.errors import ApiError
+from orchestrator.memory import ChatMemory
 from orchestrator.models.base import PartialResponse
 from orchestrator.result import CompleteResponse
 from orchestrator.server import openai_wire
 from orchestrator.server.answers import Ending, Quiet, Told
 from orchestrator.server.attached import Attached
-from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
+from orchestrator.server.conversations import start_turn
 from orchestrator.server.error_shape import api_error_body
 from orchestrator.server.events import KEEPALIVE, KEEPALIVE_S
-from orchestrator.server.idempotency import IdempotencyKey, key_of
+from orchestrator.server.idempotency import key_of, until_started
 from orchestrator.server.invocations import Invocations, Run
-from orchestrator.server.state import Place, ServiceState, find_agent, read_body, service_state
+from orchestrator.server.state import find_agent, read_body, service_state
 
 __all__ = ["router"]
 
@@ -63,31 +64,22 @@ async def chat_completions(request: Request) -> Response:
         told = Attached(state.events, key, invocation_id, state.serve.turn_wait_s)
     else:
         heard = told = Heard(state.invocations, invocation_id, keeps_running=key is not None)
-        place = state.admit() if key is None else await _admitted(state, key, invocation_id)
-        conversation = None
-        try:
-            conversation = await open_conversation(state, body.model, conversation_id, history)
-            run = Run(
+        parameters = {"user": body.user} if body.user else None
+
+        def run(memory: ChatMemory) -> Run:
+            return Run(
                 invocation_id,
                 body.model,
                 service,
                 question,
-                conversation.memory,
-                {"user": body.user} if body.user else None,
+                memory,
+                parameters,
                 conversation_id=conversation_id,
                 listener=heard.put,
             )
-            saved = conversation
-            await state.invocations.start(
-                run, finish=lambda: save_conversation(state, saved), on_end=place.release
-            )
-        except BaseException:
-            place.release()
-            if conversation is not None:
-                await close_conversation(conversation)
-            if key is not None:
-                await key.release(invocation_id)
-            raise
+
+        async with until_started(key, invocation_id):
+            await start_turn(state, state.admit(), body.model, conversation_id, history, run)
     head = (f"chatcmpl-{invocation_id}", body.model)
     headers = {"X-Invocation-Id": invocation_id}
     if body.stream:
@@ -101,15 +93,6 @@ async def chat_completions(request: Request) -> Response:
         headers["X-Invocation-State"] = PAUSED
         payload["toolfleet"] = openai_wire.waiting_object(invocation_id, ending.waiting)
     return JSONResponse(payload, headers=headers)
-
-
-async def _admitted(state: ServiceState, key: IdempotencyKey, invocation_id: str) -> Place:
-    """A place for the first request with a key; refused, the key is let go for its retry."""
-    try:
-        return state.admit()
-    except ApiError:
-        await key.release(invocation_id)
-        raise
 
 
 class Heard:

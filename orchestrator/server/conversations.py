@@ -6,13 +6,15 @@ its conversation from before it reads the history until after it wrote it back."
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from orchestrator.errors import ApiError
-from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory
+from orchestrator.memory import ChatMemory, InMemoryChatMemoryStore, MessageWindowChatMemory
 from orchestrator.messages import ChatMessage
 from orchestrator.saga.async_journal import to_the_end
-from orchestrator.server.state import ServiceState
+from orchestrator.server.invocations import Run
+from orchestrator.server.state import Place, ServiceState
 from orchestrator.server.turns import Turn, take_turn
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "close_conversation",
     "open_conversation",
     "save_conversation",
+    "start_turn",
 ]
 
 MAX_CONVERSATION_ID = 200
@@ -82,3 +85,28 @@ async def close_conversation(conversation: Conversation) -> None:
     turn of the conversation goes on. Idempotent."""
     if conversation.turn is not None:
         await conversation.turn.release()
+
+
+async def start_turn(
+    state: ServiceState,
+    place: Place,
+    agent: str,
+    conversation_id: str | None,
+    history: Sequence[ChatMessage],
+    run: Callable[[ChatMemory], Run],
+) -> None:
+    """Open the conversation (taking its turn) and start `run(its memory)` in the background: the
+    conversation is written back when it ends, and `place` freed. Refused or failing before the run
+    started, the place and the turn are let go."""
+    conversation = None
+    try:
+        conversation = await open_conversation(state, agent, conversation_id, list(history))
+        opened = conversation
+        await state.invocations.start(
+            run(opened.memory), finish=lambda: save_conversation(state, opened), on_end=place.release
+        )
+    except BaseException:
+        place.release()
+        if conversation is not None:
+            await close_conversation(conversation)
+        raise

@@ -94,6 +94,14 @@ class EventLog:
         entries: Any = await self.client.xrange(EVENTS_KEY.format(invocation_id), count=1)
         return json.loads(entries[0][1][b"event"]) if entries else None
 
+    async def last_id(self, invocation_id: str) -> str:
+        """The id of the invocation's latest event ("0": none yet)."""
+        entries: Any = await self.client.xrevrange(EVENTS_KEY.format(invocation_id), count=1)
+        if not entries:
+            return "0"
+        raw = entries[0][0]
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
     async def last(self, invocation_id: str) -> dict[str, Any] | None:
         """The invocation's latest event, or None."""
         entries: Any = await self.client.xrevrange(EVENTS_KEY.format(invocation_id), count=1)

@@ -10,8 +10,10 @@ started (at capacity, its conversation busy) lets the key go, so that its retry 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import AsyncIterator
 
 import redis.asyncio as aioredis
 from starlette.requests import Request
@@ -19,7 +21,7 @@ from starlette.requests import Request
 from orchestrator.errors import ApiError
 from orchestrator.server.events import EVENTS_TTL_S
 
-__all__ = ["HEADER", "IdempotencyKey", "key_of"]
+__all__ = ["HEADER", "IdempotencyKey", "key_of", "until_started"]
 
 HEADER = "Idempotency-Key"
 KEY = "toolfleet:idempotency:{}"
@@ -64,6 +66,18 @@ class IdempotencyKey:
         """Let the key go: its first request was refused before `invocation_id` started."""
         if await self.holds(invocation_id):
             await self.client.delete(self.name)
+
+
+@contextlib.asynccontextmanager
+async def until_started(key: IdempotencyKey | None, invocation_id: str) -> AsyncIterator[None]:
+    """Let `key` go (if any) when what this wraps fails: its first request was refused before
+    `invocation_id` started, so that the request sent again starts afresh."""
+    try:
+        yield
+    except BaseException:
+        if key is not None:
+            await key.release(invocation_id)
+        raise
 
 
 def key_of(request: Request, client: aioredis.Redis, route: str, body: bytes) -> IdempotencyKey | None:

@@ -14,13 +14,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.errors import ApiError
+from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.states import ApprovalState
 from orchestrator.server.approvals import cancel_paused_invocation
-from orchestrator.server.conversations import close_conversation, open_conversation, save_conversation
+from orchestrator.server.conversations import start_turn
 from orchestrator.server.events import TERMINAL_TYPES, once_journaled, stream_position
-from orchestrator.server.idempotency import key_of
+from orchestrator.server.idempotency import key_of, until_started
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import (
     NOT_FOUND,
@@ -58,31 +59,21 @@ async def start_invocation(name: str, request: Request) -> Response:
     key = key_of(request, state.redis, f"agents/{name}/invocations", raw)
     if key is not None and (first := await key.claim(invocation_id)) != invocation_id:
         return _started(request, state, name, first)  # sent again: the first one's invocation
-    place = None
-    conversation = None
-    try:
-        place = state.admit()
-        conversation = await open_conversation(state, name, body.conversation_id, [])
-        run = Run(
+    question = UserMessage(body.input)
+
+    def run(memory: ChatMemory) -> Run:
+        return Run(
             invocation_id,
             name,
             service,
-            UserMessage(body.input),
-            conversation.memory,
+            question,
+            memory,
             body.parameters,
             conversation_id=body.conversation_id,
         )
-        await state.invocations.start(
-            run, finish=lambda: save_conversation(state, conversation), on_end=place.release
-        )
-    except BaseException:
-        if place is not None:
-            place.release()
-        if conversation is not None:
-            await close_conversation(conversation)
-        if key is not None:
-            await key.release(invocation_id)  # refused before it started: its retry starts afresh
-        raise
+
+    async with until_started(key, invocation_id):
+        await start_turn(state, state.admit(), name, body.conversation_id, [], run)
     return _started(request, state, name, invocation_id)
 
 

@@ -48,19 +48,25 @@ class Bank:
         raise ToolErrorVisibleToLlm.from_message("declined")
 
 
-def chat_compensating(
-    bank: Bank, executor: LocalExecutor, journal: Journal, script: list[AiMessage | str], message: str
-) -> Result:
-    """One invocation of `message` on `bank`'s tools, the model following `script`, compensating on
+def compensating_service(
+    tools: object, executor: LocalExecutor, journal: Journal, script: list[AiMessage | str]
+) -> AiService:
+    """A service of `tools` (an object's, like a `Bank`), the model following `script`, compensating on
     tool errors and journaled in `journal`."""
-    service = AiService(
+    return AiService(
         chat_model=ScriptedChatModel(script),
-        tools=[bank],
+        tools=[tools],
         executor=executor,
         compensate_on_tool_errors=True,
         journal=journal,
     )
-    return service.chat(message)
+
+
+def chat_compensating(
+    bank: Bank, executor: LocalExecutor, journal: Journal, script: list[AiMessage | str], message: str
+) -> Result:
+    """One invocation of `message` on `bank`'s tools (`compensating_service`)."""
+    return compensating_service(bank, executor, journal, script).chat(message)
 
 
 def invocation_of(journal: Journal, script: list[AiMessage | str], message: str) -> str:

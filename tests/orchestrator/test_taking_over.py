@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel
+from orchestrator import AiMessage, AiService, LocalExecutor
 from orchestrator.cli import main
 from orchestrator.executors.base import Settled
 from orchestrator.saga.journal import Journal, invocations, utc_now
 from orchestrator.saga.recovery import recover
-from tests.orchestrator._bank import Bank
+from tests.orchestrator._bank import Bank, compensating_service
 from tests.orchestrator._service import call
 from tests.orchestrator.test_recovery_settled import SettledExecutor, left_in_flight
 from workers import compensate_for, tool
@@ -64,13 +64,7 @@ class Desk:
 
 def booking_service(desk: Desk, journal: Journal, executor: LocalExecutor) -> AiService:
     script: list[AiMessage | str] = [AiMessage(tool_execution_requests=[call("book", "b1")]), "booked"]
-    return AiService(
-        chat_model=ScriptedChatModel(script),
-        tools=[desk],
-        executor=executor,
-        compensate_on_tool_errors=True,
-        journal=journal,
-    )
+    return compensating_service(desk, executor, journal, script)
 
 
 @pytest.mark.parametrize(("stale_after", "heartbeat"), [("1", None), ("29.9", "10"), ("0.2", "0.1")])

@@ -5,13 +5,23 @@ and a stream whose reader is cancelled (`events_of`), which waits while its invo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 
 from orchestrator.loop.streaming import events_of
 from orchestrator.saga.async_journal import to_the_end
+
+
+async def cancelled_twice(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work`, cancel it as a drain does, then again as the shutdown does, and wait for its end."""
+    running = asyncio.ensure_future(work)
+    await asyncio.sleep(0.05)
+    running.cancel()  # the drain
+    await asyncio.sleep(0.05)
+    running.cancel()  # the shutdown
+    await asyncio.wait([running])
 
 
 def test_a_step_runs_to_its_end_through_two_cancels_of_its_caller() -> None:
@@ -27,12 +37,7 @@ def test_a_step_runs_to_its_end_through_two_cancels_of_its_caller() -> None:
         async def invocation() -> None:
             told.append(await to_the_end(compensation()))
 
-        running = asyncio.ensure_future(invocation())
-        await asyncio.sleep(0.05)
-        running.cancel()  # the drain
-        await asyncio.sleep(0.05)
-        running.cancel()  # the shutdown
-        await asyncio.wait([running])
+        await cancelled_twice(invocation())
         return done, told[0] if told else None
 
     done, told = asyncio.run(scenario())
@@ -69,12 +74,7 @@ def test_a_stream_closed_by_two_cancels_of_its_reader_waits_while_its_invocation
             async for _ in events_of(invocation):
                 pass
 
-        reading = asyncio.ensure_future(reader())
-        await asyncio.sleep(0.05)
-        reading.cancel()  # the drain
-        await asyncio.sleep(0.05)
-        reading.cancel()  # the shutdown
-        await asyncio.wait([reading])
+        await cancelled_twice(reader())
         return undone  # as the reader ended: the process may exit now
 
     assert asyncio.run(scenario()) == ["book"]

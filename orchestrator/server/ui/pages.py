@@ -16,7 +16,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
-from orchestrator.server.events import EVENTS_KEY, once_journaled, stream_position
+from orchestrator.server.events import once_journaled, stream_position
 from orchestrator.server.ui import data
 from orchestrator.server.ui.auth import (
     LOGIN_COOKIE,
@@ -39,7 +39,6 @@ __all__ = ["Page", "acted", "common", "guarded", "router", "uuid_or_none"]
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
-STREAM_WAIT_ROUNDS = 30  # of 0.1 s
 
 Page = Callable[[Request, UiContext, Session], Awaitable[Response]]
 Action = Callable[[Request, UiContext, Session, dict[str, str]], Awaitable[Response]]
@@ -152,7 +151,7 @@ async def _invocation(
     # sent to the page again (a refresh too many), never skipped (a call the page would not show)
     after = "0"
     if checked is not None and template == "invocation.html":
-        after = await _last_event_id(context, checked)
+        after = await context.events.last_id(checked)
     story = None if checked is None else await _story_of(context, checked)
     if story is None:
         return html(
@@ -180,7 +179,7 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
 
     async def stream(request: Request, context: UiContext, session: Session) -> Response:
         checked = uuid_or_none(invocation_id)
-        if checked is None or not await _stream_appears(context, checked):
+        if checked is None or not await context.events.exists(checked):
             return Response("no events", status_code=404, media_type="text/plain")
         after = stream_position(
             request.headers.get("last-event-id") or request.query_params.get("after") or "0"
@@ -278,25 +277,6 @@ async def _story_of(context: UiContext, invocation_id: str) -> data.Story | None
     return await once_journaled(
         context.events, invocation_id, lambda: context.journal.run(lambda j: data.story(j, invocation_id))
     )
-
-
-async def _stream_appears(context: UiContext, invocation_id: str) -> bool:
-    """Whether the invocation has an event stream, given a moment to write its first event (a page
-    opened as it starts); one without (run through the chat completions) is polled instead."""
-    for _ in range(STREAM_WAIT_ROUNDS):
-        if await context.events.exists(invocation_id):
-            return True
-        await asyncio.sleep(0.1)
-    return await context.events.exists(invocation_id)
-
-
-async def _last_event_id(context: UiContext, invocation_id: str) -> str:
-    """The id of the invocation's latest event ("0": none): the page shows what came before."""
-    entries: Any = await context.events.client.xrevrange(EVENTS_KEY.format(invocation_id), count=1)
-    if not entries:
-        return "0"
-    raw = entries[0][0]
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def uuid_or_none(value: str) -> str | None:

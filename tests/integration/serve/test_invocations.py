@@ -5,21 +5,16 @@ from any replica, which stops a long tool at once and compensates what was done.
 from __future__ import annotations
 
 import json
-import threading
 import time
-import uuid
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import redis
 
-from orchestrator.saga.journal import Journal
-from orchestrator.server.events import EVENTS_KEY
 from tests._waiting import wait_for
 from tests.integration.serve.replicas import AGENT, API_KEY, Replica
 from tests.integration.side_effects import process_client
-from workers.calls.invocation import Invocation, InvocationContext
+from tests.integration.starting import journaled_late
 
 pytestmark = pytest.mark.integration
 
@@ -234,20 +229,9 @@ def test_an_invocation_asked_for_as_it_starts_is_told_once_journaled(
     replicas: tuple[Replica, Replica], redis_url: str, database_url: str
 ) -> None:
     # given: an invocation whose first event is written, and whose journal row comes a second later
-    context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="default", user_message="add 1 1")
-    invocation_id = str(context.invocation_id)
-    started = {"type": "invocation.started", "invocation_id": invocation_id, "agent": AGENT}
-    redis.Redis.from_url(redis_url).xadd(EVENTS_KEY.format(invocation_id), {"event": json.dumps(started)})
-    journal = Journal(database_url)
-    late = threading.Timer(1.0, lambda: journal.start_invocation(context, Invocation(context).to_json()))
-    late.start()
-    try:
+    with journaled_late(redis_url, database_url, AGENT, "add 1 1") as invocation_id:
         # when: its story is asked for meanwhile
         response = httpx.get(f"{replicas[1].base_url}/invocations/{invocation_id}", headers=AUTH, timeout=10)
-    finally:
-        late.join()
-        journal.set_invocation_state(invocation_id, "failed", "a test's invocation, never run")
-        journal.engine.dispose()
 
     # then: it is told, not a 404
     assert response.status_code == 200, response.text

@@ -3,31 +3,25 @@ model output shown as text, the pools; and `toolfleet ui` alone on the same data
 
 from __future__ import annotations
 
-import json
 import subprocess
-import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import httpx
 import pytest
-import redis
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 
-from orchestrator.saga.journal import Journal
-from orchestrator.server.events import EVENTS_KEY
 from tests._cli import TOOLFLEET
 from tests._ports import free_port
 from tests._waiting import wait_for
 from tests.integration.serve.replicas import Replica
+from tests.integration.starting import journaled_late
 from tests.integration.ui.browser import attribute_of, text_of, what_it_saw
 from tests.integration.ui.conftest import AGENT, FLOWER, finished, screenshot, start, story
 from tests.integration.worker_processes import REPO_ROOT
-from workers.calls.invocation import Invocation, InvocationContext
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +36,7 @@ def _live(
     """`wait_for(condition)` on a page following a running invocation; failing, it says what the page,
     the journal and the replica saw."""
     try:
-        return wait_for(condition, timeout_s=30, what=what)
+        return wait_for(condition, timeout_s=40, what=what)
     except AssertionError as exc:
         told = story(service, invocation_id) or {}
         calls = [(c["tool"], c["state"], c.get("progress")) for c in told.get("calls", [])]
@@ -251,22 +245,66 @@ def test_a_page_opened_as_its_invocation_starts_waits_for_its_journal_row(
     service: Replica, browser: WebDriver, redis_url: str, database_url: str
 ) -> None:
     # given: an invocation whose first event is written, and whose journal row comes a second later
-    context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="default", user_message="book table")
-    invocation_id = str(context.invocation_id)
-    started = {"type": "invocation.started", "invocation_id": invocation_id, "agent": AGENT}
-    redis.Redis.from_url(redis_url).xadd(EVENTS_KEY.format(invocation_id), {"event": json.dumps(started)})
-    journal = Journal(database_url)
-    late = threading.Timer(1.0, lambda: journal.start_invocation(context, Invocation(context).to_json()))
-    late.start()
-    try:
+    with journaled_late(redis_url, database_url, AGENT, "book table") as invocation_id:
         # when: its page is opened meanwhile
         browser.get(f"{service.root}/ui/invocations/{invocation_id}")
-    finally:
-        late.join()
-        journal.set_invocation_state(invocation_id, "failed", "a test's invocation, never run")
-        journal.engine.dispose()
 
     # then: the page shows it (its first words), not "No such invocation"
     assert "No such invocation" not in browser.page_source
     assert browser.find_elements(By.ID, "timeline")
     assert "book table" in browser.page_source
+
+
+# Counts the page's event-stream connections (`streamOpens`) and their failures (`streamErrors`).
+COUNT_STREAMS = """
+(function () {
+  var Original = window.EventSource;
+  window.streamOpens = 0;
+  window.streamErrors = 0;
+  function Counted(url, options) {
+    var source = new Original(url, options);
+    source.addEventListener("open", function () { window.streamOpens += 1; });
+    source.addEventListener("error", function () { window.streamErrors += 1; });
+    return source;
+  }
+  Counted.prototype = Original.prototype;
+  Counted.CONNECTING = Original.CONNECTING;
+  Counted.OPEN = Original.OPEN;
+  Counted.CLOSED = Original.CLOSED;
+  window.EventSource = Counted;
+})();
+"""
+
+
+def test_a_call_quiet_past_the_keep_alive_keeps_the_page_on_one_connection(
+    service: Replica, browser: WebDriver
+) -> None:
+    # given: a page that counts its event-stream connections, following a call quiet for 17 s (past
+    # the Redis client's 5 s read timeout, and past the 15 s keep-alive)
+    added = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": COUNT_STREAMS})
+    try:
+        invocation_id = start(service, "crawl 1 17")
+        browser.get(f"{service.root}/ui/invocations/{invocation_id}")
+        _live(
+            browser,
+            service,
+            invocation_id,
+            lambda: browser.execute_script("return window.streamOpens"),
+            "a stream",
+        )
+
+        # when: the call ends, after its silence
+        _live(
+            browser,
+            service,
+            invocation_id,
+            lambda: browser.find_elements(By.CSS_SELECTOR, '.story[data-state="succeeded"]'),
+            "the page to show the invocation succeeded",
+        )
+
+        # then: the page heard the end on the one connection it opened: never dropped, never reopened
+        assert browser.execute_script("return [window.streamOpens, window.streamErrors]") == [1, 0]
+    finally:
+        browser.execute_cdp_cmd(
+            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": added["identifier"]}
+        )

@@ -105,13 +105,7 @@
       });
     });
     source.onerror = function () {
-      // No stream (yet: a page opened as its invocation starts on a busy replica): catch up, and
-      // follow it again a moment later.
-      if (source.readyState !== EventSource.CLOSED) return;
-      refresh();
-      setTimeout(function () {
-        if (isActive(box)) follow(box);
-      }, 2000);
+      if (source.readyState === EventSource.CLOSED) poll(box, refresh, 2000); // no stream: poll
     };
   }
 
