@@ -6,7 +6,7 @@ import json
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -25,6 +25,8 @@ from orchestrator.messages import (
 )
 
 __all__ = [
+    "AsyncChatMemory",
+    "AsyncChatMemoryStore",
     "ChatMemory",
     "ChatMemoryStore",
     "InMemoryChatMemoryStore",
@@ -41,6 +43,16 @@ class ChatMemoryStore(Protocol):
     def update_messages(self, memory_id: str, messages: Sequence[ChatMessage]) -> None: ...
 
     def delete_messages(self, memory_id: str) -> None: ...
+
+
+@runtime_checkable
+class AsyncChatMemoryStore(Protocol):
+    """A store that can also be read and written from a coroutine without blocking its event loop
+    (`SqlChatMemoryStore`): the loop of an invocation uses these when its memory's store has them."""
+
+    async def aget_messages(self, memory_id: str) -> list[ChatMessage]: ...
+
+    async def aupdate_messages(self, memory_id: str, messages: Sequence[ChatMessage]) -> None: ...
 
 
 class InMemoryChatMemoryStore:
@@ -159,6 +171,17 @@ class ChatMemory(Protocol):
     def clear(self) -> None: ...
 
 
+@runtime_checkable
+class AsyncChatMemory(Protocol):
+    """A memory an invocation's loop can read and write from its coroutines without blocking."""
+
+    async def amessages(self) -> list[ChatMessage]: ...
+
+    async def aadd(self, *messages: ChatMessage) -> None: ...
+
+    async def aset_messages(self, messages: Sequence[ChatMessage]) -> None: ...
+
+
 class MessageWindowChatMemory:
     """Keeps the last `max_messages` messages, and the system message always.
 
@@ -183,22 +206,50 @@ class MessageWindowChatMemory:
         return self.store.get_messages(self._key)
 
     def add(self, message: ChatMessage) -> None:
-        messages = self.messages()
-        if isinstance(message, SystemMessage):
-            existing = next((m for m in messages if isinstance(m, SystemMessage)), None)
-            if existing == message:
-                return
-            messages = [m for m in messages if not isinstance(m, SystemMessage)]
-            messages.insert(0, message)
-        else:
-            messages.append(message)
-        self.store.update_messages(self._key, _evict(messages, self.max_messages))
+        added = _with(self.messages(), message)
+        if added is not None:
+            self.store.update_messages(self._key, _evict(added, self.max_messages))
 
     def set_messages(self, messages: Sequence[ChatMessage]) -> None:
         self.store.update_messages(self._key, _evict(list(messages), self.max_messages))
 
+    # From a coroutine (an invocation's loop): the store's own coroutines when it has them, so a
+    # database write waiting for a lock never blocks the event loop, whose other tasks may hold it.
+
+    async def amessages(self) -> list[ChatMessage]:
+        if isinstance(self.store, AsyncChatMemoryStore):
+            return await self.store.aget_messages(self._key)
+        return self.messages()
+
+    async def aadd(self, *messages: ChatMessage) -> None:
+        """Add `messages` in order, as many `add`s would, with one read and one write."""
+        window, changed = await self.amessages(), False
+        for message in messages:
+            added = _with(window, message)
+            if added is not None:
+                window, changed = _evict(added, self.max_messages), True
+        if changed:
+            await self.aset_messages(window)
+
+    async def aset_messages(self, messages: Sequence[ChatMessage]) -> None:
+        if isinstance(self.store, AsyncChatMemoryStore):
+            await self.store.aupdate_messages(self._key, _evict(list(messages), self.max_messages))
+        else:
+            self.set_messages(messages)
+
     def clear(self) -> None:
         self.store.delete_messages(self._key)
+
+
+def _with(messages: list[ChatMessage], message: ChatMessage) -> list[ChatMessage] | None:
+    """`messages` with `message` added (a system message replaces the one there, first); None when
+    it is the system message already there."""
+    if not isinstance(message, SystemMessage):
+        return [*messages, message]
+    existing = next((m for m in messages if isinstance(m, SystemMessage)), None)
+    if existing == message:
+        return None
+    return [message, *(m for m in messages if not isinstance(m, SystemMessage))]
 
 
 def _evict(messages: list[ChatMessage], limit: int) -> list[ChatMessage]:

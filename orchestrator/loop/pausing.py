@@ -22,6 +22,7 @@ from orchestrator.loop.config import LoopConfig, Mode
 from orchestrator.loop.state import Emit, RunState, new_state
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import (
+    ChatMessage,
     ToolExecutionResultMessage,
     UserMessage,
     message_from_json,
@@ -85,7 +86,7 @@ async def pause(
             f"Calls of {names} need approval, which needs a journal to pause in: give the AiService "
             "journal=Journal(url) (or set TOOLFLEET_DATABASE_URL and approval_timeout_s)"
         )
-    kept = _paused_state(state, batch)
+    kept = _paused_state(state, batch, await state.messages())
     waiting_calls = [
         WaitingCall(
             call.request.id or "", call.request.name, _pool(state, call.request), call.request.arguments
@@ -121,13 +122,13 @@ def _pool(state: RunState, request: ToolExecutionRequest) -> str | None:
     return tool.pool if isinstance(tool, ToolDefinition) else None
 
 
-def _paused_state(state: RunState, batch: Sequence[Call]) -> dict[str, Any]:
+def _paused_state(state: RunState, batch: Sequence[Call], messages: list[ChatMessage]) -> dict[str, Any]:
     usage = state.token_usage
     return {
         "version": PAUSED_STATE_VERSION,
         "mode": state.mode,
         "user_message": message_to_json(state.user_message),
-        "messages": messages_to_json(state.messages()),
+        "messages": messages_to_json(messages),
         "context": state.context.to_json(),
         "parameters": state.parameters.to_json(),
         "round_trips": state.round_trips,
@@ -155,8 +156,8 @@ def restore(
     config: LoopConfig, kept: dict[str, Any], mode: Mode, emit: Emit | None, memory: ChatMemory | None
 ) -> tuple[RunState, list[Call]]:
     """The invocation's state and its paused batch, as `pause` kept them, resumed through the edge
-    `mode` (its journal) with the error handlers of the edge it started on; with a memory (given, or
-    the service's for the invocation's memory id), the memory holds the conversation as it was."""
+    `mode` (its journal) with the error handlers of the edge it started on; without a memory, its
+    transcript is the conversation as it was (`restore_memory` brings a memory back to it)."""
     if kept.get("version") != PAUSED_STATE_VERSION:
         raise OrchestratorError(f"A paused state of version {kept.get('version')} cannot be resumed here")
     context = InvocationContext.from_json(kept["context"])
@@ -175,11 +176,8 @@ def restore(
     state.context = context
     started_on: Mode = kept["mode"]
     state.mode, state.handlers = started_on, config.handlers[started_on]
-    messages = messages_from_json(kept["messages"])
     if state.memory is None:
-        state.transcript = messages
-    elif messages_to_json(state.memory.messages()) != kept["messages"]:
-        state.memory.set_messages(messages)
+        state.transcript = messages_from_json(kept["messages"])
     usage = kept.get("token_usage")
     state.token_usage = None if usage is None else TokenUsage(usage[0], usage[1])
     state.round_trips = int(kept["round_trips"])
@@ -201,6 +199,12 @@ def restore(
             call.execution = ToolExecution.from_json(entry["execution"])
         batch.append(call)
     return state, batch
+
+
+async def restore_memory(state: RunState, kept: dict[str, Any]) -> None:
+    """The invocation's memory holds the conversation as `pause` kept it (`restore` did the rest)."""
+    if state.memory is not None and messages_to_json(await state.messages()) != kept["messages"]:
+        await state.set_messages(messages_from_json(kept["messages"]))
 
 
 def saga_steps(state: RunState, calls: Sequence[CallRecord], batch: Sequence[Call]) -> list[SagaStep]:

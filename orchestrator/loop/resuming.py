@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from orchestrator.approvals import ApprovalDecision, ApprovalState, record_decisions
 from orchestrator.errors import ApprovalError, OrchestratorError
 from orchestrator.loop.config import LoopConfig, Mode
-from orchestrator.loop.pausing import claim, read_for_resume, restore, saga_steps
+from orchestrator.loop.pausing import claim, read_for_resume, restore, restore_memory, saga_steps
 from orchestrator.loop.run import resume_invocation
 from orchestrator.loop.state import Emit
 from orchestrator.memory import ChatMemory
@@ -66,6 +66,7 @@ async def resume(
     if config.catalog is not None:
         await config.catalog.refresh()
     state, batch = restore(config, kept, mode, emit, memory)
+    await restore_memory(state, kept)
     calls, approvals = await read_for_resume(journal, invocation_id)
     state.saga.restore(saga_steps(state, calls, batch), max((c.sequence for c in calls), default=0))
     state.saga.turn = state.round_trips

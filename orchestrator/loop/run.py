@@ -97,18 +97,18 @@ async def _run(config: LoopConfig, state: RunState, body: Coroutine[Any, Any, Re
 
 
 async def _loop(config: LoopConfig, state: RunState) -> Result:
-    ask_providers(state, config.static_providers, state.messages(), dynamic=False)
+    ask_providers(state, config.static_providers, await state.messages(), dynamic=False)
     system = config.system_message_for(state.memory_id)
     if system is not None:
-        state.add(SystemMessage(system))
-    state.add(state.user_message)
+        await state.add(SystemMessage(system))
+    await state.add(state.user_message)
     return await _turns(config, state)
 
 
 async def _resumed(
     config: LoopConfig, state: RunState, batch: list[Call], approvals: Mapping[str, ApprovalRecord]
 ) -> Result:
-    ask_providers(state, config.static_providers, state.messages(), dynamic=False)
+    ask_providers(state, config.static_providers, await state.messages(), dynamic=False)
     waiting = [c for c in batch if c.message is None and (c.request.id or "") in approvals]
     approved = [c for c in waiting if settle_waiting(config, state, c, approvals[c.request.id or ""])]
     for call in waiting:
@@ -122,7 +122,7 @@ async def _resumed(
 async def _turns(config: LoopConfig, state: RunState) -> Result:
     while True:
         state.saga.turn = state.round_trips + 1  # the turn of the calls this response asks for
-        messages = state.messages()  # read once per round trip
+        messages = await state.messages()  # read once per round trip
         ask_providers(state, config.dynamic_providers, messages, dynamic=True)
         specifications = visible(config, state, messages)
         state.shown = {spec.name for spec in specifications}
@@ -136,11 +136,11 @@ async def _turns(config: LoopConfig, state: RunState) -> Result:
         message = with_unique_ids(response.ai_message, state.round_trips + 1, set(state.used_ids))
         state.used_ids.update(r.id for r in message.tool_execution_requests if r.id)
         if not message.tool_execution_requests:
-            state.add(message)
+            await state.add(message)
             return _result(state, message.text, response.finish_reason)
         state.round_trips += 1
         _check_round_trips(config, state.round_trips)
-        state.add(message)  # the AI message is stored before its tools run
+        await state.add(message)  # the AI message is stored before its tools run
         requests = message.tool_execution_requests
         waiting = {i for i, r in enumerate(requests) if needs_approval(config, state, r)}
         batch = await run_batch(config, state, requests, started, waiting)
@@ -165,11 +165,13 @@ async def _after_batch(
         await _compensate_batch(state, batch, failed)
     if waiting:
         return await pause(config, state, batch, waiting)
+    results = []
     for call in batch:
         assert call.message is not None and call.execution is not None
-        state.add(call.message)
+        results.append(call.message)
         state.executions.append(call.execution)
         state.found += [n for n in call.found if n not in state.found]
+    await state.add(*results)  # the batch's results in request order, in one write
     if returns_immediately(batch):
         return _result(state, None, FinishReason.TOOL_EXECUTION)
     return None
@@ -272,9 +274,9 @@ async def _compensate_batch(state: RunState, batch: Sequence[Call], failed: Call
         dataclasses.replace(m, text=earlier[(m.id, m.tool_name)].result, is_error=True, contents=None)
         if isinstance(m, ToolExecutionResultMessage) and (m.id, m.tool_name) in earlier
         else m
-        for m in state.messages()
+        for m in await state.messages()
     ]
-    state.set_messages(rewritten)
+    await state.set_messages(rewritten)
 
 
 async def _end_abnormally(config: LoopConfig, state: RunState, error: BaseException) -> None:

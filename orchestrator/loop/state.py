@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from orchestrator.loop.config import EdgeHandlers, LoopConfig, Mode
 from orchestrator.loop.toolset import Tool, add_provided_tools, visible_specifications
-from orchestrator.memory import ChatMemory
+from orchestrator.memory import AsyncChatMemory, ChatMemory
 from orchestrator.messages import ChatMessage, UserMessage
 from orchestrator.models.base import TokenUsage
 from orchestrator.providers import ToolProvider, ToolProviderRequest
@@ -52,20 +52,33 @@ class RunState:
         """The invocation as a tool call sees it: its context and parameters as they are now."""
         return Invocation(self.context, self.parameters.to_json())
 
-    def messages(self) -> list[ChatMessage]:
-        return self.memory.messages() if self.memory is not None else list(self.transcript)
+    # The conversation, read and written from the loop's coroutines: through the memory's own
+    # coroutines where it has them (`MessageWindowChatMemory`), so that a memory kept in a database
+    # never blocks the event loop (whose other tasks may hold the lock its write waits for).
 
-    def add(self, message: ChatMessage) -> None:
-        if self.memory is not None:
-            self.memory.add(message)
-        else:
-            self.transcript.append(message)
+    async def messages(self) -> list[ChatMessage]:
+        if self.memory is None:
+            return list(self.transcript)
+        if isinstance(self.memory, AsyncChatMemory):
+            return await self.memory.amessages()
+        return self.memory.messages()
 
-    def set_messages(self, messages: list[ChatMessage]) -> None:
-        if self.memory is not None:
-            self.memory.set_messages(messages)
+    async def add(self, *messages: ChatMessage) -> None:
+        if self.memory is None:
+            self.transcript.extend(messages)
+        elif isinstance(self.memory, AsyncChatMemory):
+            await self.memory.aadd(*messages)
         else:
+            for message in messages:
+                self.memory.add(message)
+
+    async def set_messages(self, messages: list[ChatMessage]) -> None:
+        if self.memory is None:
             self.transcript = messages
+        elif isinstance(self.memory, AsyncChatMemory):
+            await self.memory.aset_messages(messages)
+        else:
+            self.memory.set_messages(messages)
 
 
 def new_state(
