@@ -14,7 +14,6 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import orchestrator._database_url as database_url_module
-
 from orchestrator import (
     AiMessage,
     AiService,
