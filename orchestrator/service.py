@@ -19,9 +19,17 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.executors.base import ToolExecutor, fanout_limit
 from orchestrator.executors.local import LocalExecutor
 from orchestrator.handlers import ToolArgumentsErrorHandler, ToolExecutionErrorHandler
+from orchestrator.loop.adopting import carry_on, claim_adoption
 from orchestrator.loop.cancellation import cancel_call, cancel_invocation
 from orchestrator.loop.catalog_tools import LiveCatalogToolProvider, live_catalog_of
-from orchestrator.loop.config import HallucinatedToolNameStrategy, LoopConfig, Memories, Mode, SystemMessage
+from orchestrator.loop.config import (
+    HallucinatedToolNameStrategy,
+    LoopConfig,
+    Memories,
+    Mode,
+    OnOrchestratorLoss,
+    SystemMessage,
+)
 from orchestrator.loop.configuration import ServiceConfiguration
 from orchestrator.loop.resuming import resume
 from orchestrator.loop.run import run_invocation
@@ -98,6 +106,7 @@ class AiService(ServiceConfiguration):
         approval_policy: ApprovalPolicy | None = None,
         approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
         compensate_on_rejection: bool = False,
+        on_orchestrator_loss: OnOrchestratorLoss = "resume",
     ) -> None:
         if chat_memory is not None and chat_memory_provider is not None:
             raise OrchestratorError("Give chat_memory or chat_memory_provider, not both")
@@ -168,6 +177,7 @@ class AiService(ServiceConfiguration):
             approval_policy=approval_policy,
             approval_timeout_s=approval_timeout_s,
             compensate_on_rejection=compensate_on_rejection,
+            on_orchestrator_loss=on_orchestrator_loss,
         )
 
     # -- the edges --------------------------------------------------------------------------------
@@ -265,6 +275,31 @@ class AiService(ServiceConfiguration):
         """`resume` from async code."""
         return await resume(self._config, invocation_id, decisions, by=by, mode="achat", memory=memory)
 
+    # -- adoption: an invocation whose orchestrator died, carried on here --------------------------
+
+    @property
+    def carries_on(self) -> bool:
+        """Whether another process carries its invocations on when their orchestrator dies."""
+        return self._config.checkpointing
+
+    async def aadopt(
+        self, invocation_id: str, *, stale_after_s: float, memory: ChatMemory | None = None
+    ) -> Result | None:
+        """Carry on here, to its end, an invocation whose owner has not beaten for `stale_after_s`: its
+        `Result`; None when it cannot be (`adopting.adoptable`) or another process took it first."""
+        journal = self._config.journal_runner
+        if journal is None or not await claim_adoption(journal, invocation_id, stale_after_s):
+            return None
+        return await carry_on(self._config, invocation_id, mode="achat", memory=memory)
+
+    async def stream_adopted(
+        self, invocation_id: str, *, memory: ChatMemory | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """The events, as `stream()`'s, of an invocation adopted here (`adopting.claim_adoption`)."""
+        start = partial(carry_on, self._config, invocation_id, mode="stream", memory=memory)
+        async for event in events_of(lambda emit: start(emit=emit)):
+            yield event
+
     async def stream_resume(
         self,
         invocation_id: str,
@@ -280,8 +315,7 @@ class AiService(ServiceConfiguration):
             yield event
 
     def cancel(self, invocation_id: str) -> bool:
-        """Cancel an invocation: a running one here and, on the worker pools, in any process; a paused
-        one in the journal, what it did compensated. Whether it ran here or was paused."""
+        """Cancel an invocation running anywhere, or paused (what it did compensated); whether it was."""
         ran = cancel_invocation(invocation_id, self._config.cancel_redis_url)
         journal = self._config.journal
         if journal is None:

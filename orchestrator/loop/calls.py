@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Collection, Sequence
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -20,6 +20,7 @@ from orchestrator.handlers import (
     error_of,
     unwrap_cause,
 )
+from orchestrator.loop._attach import attached
 from orchestrator.loop.cancellation import call_cancellable
 from orchestrator.loop.config import LoopConfig
 from orchestrator.loop.state import RunState
@@ -36,7 +37,7 @@ from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, T
 from workers.tools import ToolDefinition
 from workers.tools.specification import ReturnBehavior
 
-__all__ = ["Call", "CallStatus", "returns_immediately", "run_batch", "run_calls", "start_call"]
+__all__ = ["Call", "CallStatus", "conclude", "returns_immediately", "run_batch", "run_calls", "start_call"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,9 @@ class Call:
     row: int | None = None  # the call's journal row
     progress: ProgressReport | None = None  # the last progress its tool reported
     cancelled: bool = False  # this call alone was cancelled (`AiService.cancel_call`)
+    # Published by an orchestrator that died, when this one adopted its invocation: re-attached to,
+    # its deadline counted from then, never published again (unless its tool is idempotent).
+    published_at: datetime | None = None
 
 
 async def run_batch(
@@ -77,14 +81,18 @@ async def run_batch(
     requests: Sequence[ToolExecutionRequest],
     started: dict[int, Call],
     waiting: Collection[int] = (),
+    rows: Mapping[int, int] | None = None,
 ) -> list[Call]:
     """Run the calls of one response, concurrently (at most `max_fanout` at once) or one by one; calls
     `started` while the response streamed are awaited, not run again, and those at the indexes
-    `waiting` (for approval) are not run. Returns them all in request order."""
+    `waiting` (for approval) are not run; `rows`: the journal rows its turn's checkpoint wrote, by
+    index. Returns them all in request order."""
     calls: list[Call] = []
     for index, request in enumerate(requests):
         early = started.get(index)
-        calls.append(early if early is not None and early.request.id == request.id else Call(index, request))
+        call = early if early is not None and early.request.id == request.id else Call(index, request)
+        call.row = (rows or {}).get(index, call.row)
+        calls.append(call)
     await run_calls(config, state, [call for call in calls if call.index not in waiting])
     return calls
 
@@ -169,13 +177,17 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
     else:
         call.behavior = tool.return_behavior
         invocation = state.invocation()
-        call.row = await state.saga.intent(request, tool, invocation)
+        if call.row is None:  # else written with its turn's checkpoint
+            call.row = await state.saga.intent(request, tool, invocation)
         call.definition = tool
         late = config.compensating and tool.compensation is not None
         observer = _ProgressObserver(state, call)
         try:
             with observe_progress(observer):
-                running = config.executor.execute(request, tool, invocation, compensate_if_late=late)
+                if call.published_at is not None:
+                    running = attached(config.executor, request, tool, invocation, call.published_at, late)
+                else:
+                    running = config.executor.execute(request, tool, invocation, compensate_if_late=late)
                 outcome = await _cancellable(state, call, running)
         finally:
             observer.ended = True  # a call abandoned at its deadline may report on: not heard
@@ -190,8 +202,26 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
             await state.saga.outcome(call.row, outcome, outcome.text, abandoned=abandoned, progress=progress)
         except asyncio.CancelledError:
             cancelled = True
+    conclude(state, call, outcome, started_at, searched=searched)
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+def conclude(
+    state: RunState,
+    call: Call,
+    outcome: ToolOutcome,
+    started_at: datetime,
+    *,
+    searched: bool = False,
+    finished_at: datetime | None = None,
+    told: bool = True,
+) -> None:
+    """What the call's `outcome` makes of it: its status, execution and result message (the edge's
+    handler deciding what the model reads of a failure); the stream is `told` of it."""
+    request = call.request
     text, call.status = _settle(state, outcome, request, searched=searched)
-    finished_at = datetime.now(UTC)
+    finished_at = finished_at or datetime.now(UTC)
     call.execution = ToolExecution(
         request=request,
         result=text,
@@ -222,10 +252,8 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
         (finished_at - started_at).total_seconds() * 1000,
         f" on {outcome.worker}" if outcome.worker else "",
     )
-    if state.emit is not None:
+    if told and state.emit is not None:
         state.emit(ToolExecuted(call.execution))
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 async def _cancellable(state: RunState, call: Call, running: Awaitable[ToolOutcome]) -> ToolOutcome:

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Literal, TypeAlias
 
 from orchestrator.approvals import DEFAULT_APPROVAL_TIMEOUT_S, ApprovalPolicy
+from orchestrator.errors import OrchestratorError
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.handlers import (
     ToolArgumentsErrorHandler,
@@ -42,11 +43,13 @@ __all__ = [
     "LoopConfig",
     "Memories",
     "Mode",
+    "OnOrchestratorLoss",
     "SystemMessage",
     "edge_handlers",
 ]
 
 Mode = Literal["chat", "achat", "stream"]
+OnOrchestratorLoss = Literal["resume", "compensate"]
 HallucinatedToolNameStrategy: TypeAlias = Callable[[ToolExecutionRequest], "str | ToolExecutionResultMessage"]
 SystemMessage: TypeAlias = str | Callable[[str], str | None] | None
 
@@ -128,6 +131,9 @@ class LoopConfig:
     approval_policy: ApprovalPolicy | None = None  # picks calls that wait for a person, besides tools'
     approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S  # a call not decided by then is rejected
     compensate_on_rejection: bool = False  # a rejected call counts as a failed one for the saga
+    # What becomes of a journaled invocation whose orchestrator dies: carried on by another
+    # ("resume", from its checkpoints) or undone ("compensate").
+    on_orchestrator_loss: OnOrchestratorLoss = "resume"
     handlers: Mapping[Mode, EdgeHandlers] = field(init=False)  # those of each edge, defaults filled in
     cancel_redis_url: str | None = field(init=False)  # where cancel requests come from (worker pools)
     heartbeat_s: float = field(init=False)  # how often a journaled invocation beats (settings)
@@ -139,6 +145,9 @@ class LoopConfig:
     journal_runner: JournalRunner | None = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.on_orchestrator_loss not in ("resume", "compensate"):
+            loss = self.on_orchestrator_loss
+            raise OrchestratorError(f"on_orchestrator_loss must be 'resume' or 'compensate', got {loss!r}")
         derived = {
             "handlers": MappingProxyType(edge_handlers(self.arguments_handler, self.execution_handler)),
             "static_providers": tuple(p for p in self.providers if not _is_dynamic(p)),
@@ -150,6 +159,11 @@ class LoopConfig:
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
+
+    @property
+    def checkpointing(self) -> bool:
+        """Whether invocations journal checkpoints (another process may carry them on)."""
+        return self.journal is not None and self.on_orchestrator_loss == "resume"
 
     @property
     def search_tool_name(self) -> str | None:

@@ -28,9 +28,17 @@ from orchestrator.loop.calls import (
 from orchestrator.loop.cancellation import cancellable
 from orchestrator.loop.config import LoopConfig
 from orchestrator.loop.pausing import needs_approval, pause, settle_waiting
+from orchestrator.loop.replay import Replayed, replayed_batch
 from orchestrator.loop.state import RunState, ask_providers, visible
 from orchestrator.loop.toolset import unique_id, with_unique_ids
-from orchestrator.messages import ChatMessage, SystemMessage, ToolExecutionResultMessage
+from orchestrator.messages import (
+    AiMessage,
+    ChatMessage,
+    SystemMessage,
+    ToolExecutionResultMessage,
+    message_to_json,
+    messages_to_json,
+)
 from orchestrator.models.base import (
     ChatRequest,
     ChatResponse,
@@ -44,8 +52,9 @@ from orchestrator.saga import rollback_reason, rolled_back_text
 from orchestrator.saga.async_journal import beating, to_the_end
 from orchestrator.saga.states import InvocationState
 from orchestrator.telemetry import model_called, trace_carrier, traced_invocation
+from workers.tools import ToolDefinition
 
-__all__ = ["RoundTripLimitError", "resume_invocation", "run_invocation"]
+__all__ = ["RoundTripLimitError", "adopt_invocation", "resume_invocation", "run_invocation"]
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +70,8 @@ async def run_invocation(config: LoopConfig, state: RunState) -> Result:
         context = state.context
         # The invocation's span goes with it: whoever recovers it continues its trace.
         invocation_json = {**state.invocation().to_json(), "trace_context": trace_carrier()}
-        await journal.run(lambda j: j.start_invocation(context, invocation_json))
+        opening = await _opening(config, state)
+        await journal.run(lambda j: j.start_invocation(context, invocation_json, opening=opening))
     return await _run(config, state, _loop(config, state))
 
 
@@ -96,12 +106,46 @@ async def _run(config: LoopConfig, state: RunState, body: Coroutine[Any, Any, Re
     return result
 
 
+@traced_invocation
+async def adopt_invocation(
+    config: LoopConfig, state: RunState, history: list[ChatMessage], turns: Sequence[Replayed]
+) -> Result:
+    """Go on with an invocation this process adopted from an orchestrator that died (`state` as it
+    started, `history` the conversation before it, `turns` its journaled turns): each turn is
+    replayed without asking the model, its calls concluded from the journal, re-attached to where
+    they run, or run; then the loop goes on to its end, as `run_invocation`'s does."""
+    return await _run(config, state, _adopted(config, state, history, turns))
+
+
 async def _loop(config: LoopConfig, state: RunState) -> Result:
+    await _open(config, state)
+    return await _turns(config, state)
+
+
+async def _open(config: LoopConfig, state: RunState) -> None:
     ask_providers(state, config.static_providers, await state.messages(), dynamic=False)
     system = config.system_message_for(state.memory_id)
     if system is not None:
         await state.add(SystemMessage(system))
     await state.add(state.user_message)
+
+
+async def _adopted(
+    config: LoopConfig, state: RunState, history: list[ChatMessage], turns: Sequence[Replayed]
+) -> Result:
+    await state.set_messages(history)
+    await _open(config, state)
+    for replayed in turns:
+        state.saga.turn = state.round_trips = replayed.turn
+        ask_providers(state, config.dynamic_providers, await state.messages(), dynamic=True)
+        message = replayed.message
+        state.used_ids.update(r.id for r in message.tool_execution_requests if r.id)
+        await state.add(message)
+        batch = replayed_batch(state, replayed)
+        await run_calls(config, state, [call for call in batch if call.execution is None])
+        result = await _after_batch(config, state, batch, batch, ())
+        if result is not None:
+            return result
     return await _turns(config, state)
 
 
@@ -143,7 +187,8 @@ async def _turns(config: LoopConfig, state: RunState) -> Result:
         await state.add(message)  # the AI message is stored before its tools run
         requests = message.tool_execution_requests
         waiting = {i for i, r in enumerate(requests) if needs_approval(config, state, r)}
-        batch = await run_batch(config, state, requests, started, waiting)
+        rows = await _checkpoint(config, state, message, waiting) if config.checkpointing else {}
+        batch = await run_batch(config, state, requests, started, waiting, rows)
         fresh = [call for call in batch if call.index not in waiting]
         result = await _after_batch(config, state, batch, fresh, waiting)
         if result is not None:
@@ -220,7 +265,9 @@ async def _stream_model(
             continue
         call_request = unique_id(event.request, event.index, round_trip, seen)
         state.emit(dataclasses.replace(event, request=call_request))
-        if config.concurrently and not needs_approval(config, state, call_request):
+        # A checkpointing invocation journals the whole response before any call is published.
+        early = config.concurrently and not config.checkpointing
+        if early and not needs_approval(config, state, call_request):
             if not started:
                 _check_round_trips(config, round_trip)
             call = Call(event.index, call_request)
@@ -229,6 +276,30 @@ async def _stream_model(
     if response is None:
         raise OrchestratorError(f"{config.chat_model.provider} stream ended without a complete response")
     return response
+
+
+async def _opening(config: LoopConfig, state: RunState) -> dict[str, Any] | None:
+    """The checkpoint an invocation starts from: the conversation before it, and its question."""
+    if not config.checkpointing:
+        return None
+    history = messages_to_json(await state.messages())
+    return {"history": history, "user_message": message_to_json(state.user_message)}
+
+
+async def _checkpoint(
+    config: LoopConfig, state: RunState, message: AiMessage, waiting: Collection[int]
+) -> dict[int, int]:
+    """Journal the turn's response with the intents of the calls it publishes now (those of the
+    service's tools not waiting for a person), in one transaction; their rows by index."""
+    published = [
+        (index, request, tool)
+        for index, request in enumerate(message.tool_execution_requests)
+        if index not in waiting and isinstance(tool := state.tools.get(request.name), ToolDefinition)
+    ]
+    rows = await state.saga.checkpoint(
+        message_to_json(message), [(request, tool) for _, request, tool in published], state.invocation()
+    )
+    return {index: row for (index, _, _), row in zip(published, rows, strict=False)}
 
 
 def _check_round_trips(config: LoopConfig, round_trips: int) -> None:

@@ -127,6 +127,7 @@ def invocation_record(row: RowMapping, cipher: JournalCipher) -> InvocationRecor
     values = columns_of(row)
     values["sealed_invocation_json"] = values.pop("invocation_json")
     values.pop("paused_state", None)  # opened only by whoever resumes the invocation
+    values.pop("opening", None)  # opened only by whoever adopts it
     return InvocationRecord(**(values | {"state": InvocationState(values["state"]), "cipher": cipher}))
 
 

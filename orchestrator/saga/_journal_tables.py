@@ -7,7 +7,16 @@ import socket
 
 import sqlalchemy as sa
 
-__all__ = ["approvals", "compensations", "invocations", "metadata", "owned_update", "owner_id", "tool_calls"]
+__all__ = [
+    "approvals",
+    "compensations",
+    "invocations",
+    "metadata",
+    "owned_update",
+    "owner_id",
+    "tool_calls",
+    "turns",
+]
 
 metadata = sa.MetaData()
 
@@ -27,6 +36,7 @@ invocations = sa.Table(
     sa.Column("invocation_json", sa.Text),  # context and parameters, to compensate on recovery
     sa.Column("final_answer", sa.Text),  # the model's last answer, when the invocation ended with one
     sa.Column("paused_state", sa.Text),  # sealed JSON: what a paused invocation resumes from
+    sa.Column("opening", sa.Text),  # sealed JSON: the conversation it started from (its checkpoint)
 )
 
 tool_calls = sa.Table(
@@ -74,6 +84,17 @@ compensations = sa.Table(
     sa.Column("reason", sa.Text),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+# Checkpoints: each model response that asked for tools, journaled before any of its calls is
+# published (with their intents, in one transaction).
+turns = sa.Table(
+    "toolfleet_turns",
+    metadata,
+    sa.Column("invocation_id", sa.String(36), sa.ForeignKey("toolfleet_invocations.id"), primary_key=True),
+    sa.Column("turn", sa.Integer, primary_key=True),  # the model turn (round trip), from 1
+    sa.Column("message", sa.Text, nullable=False),  # the AI message, JSON
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
 )
 
 approvals = sa.Table(

@@ -22,7 +22,7 @@ from typing import Any
 from orchestrator.executors.base import ToolExecutor, idempotency_key
 from orchestrator.saga.async_journal import JournalRunner, to_the_end
 from orchestrator.saga.compensation import run_compensation
-from orchestrator.saga.journal import Journal, owner_id
+from orchestrator.saga.journal import Intent, Journal, owner_id
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
 from workers.calls.invocation import Invocation
 from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
@@ -86,6 +86,28 @@ class Saga:
                 idempotency_key=idempotency_key(invocation, request),
                 turn=turn,
             )
+        )
+
+    async def checkpoint(
+        self,
+        message: dict[str, Any],
+        calls: Sequence[tuple[ToolExecutionRequest, ToolDefinition]],
+        invocation: Invocation,
+    ) -> list[int]:
+        """Write the current turn's response (the AI message, JSON) and the intents of `calls`, those
+        of it about to be published, in one transaction before any is; their rows, in order."""
+        if self.journal is None or self.turn is None:
+            return []
+        intents = []
+        for request, definition in calls:
+            self._sequence += 1
+            key = idempotency_key(invocation, request)
+            intents.append(
+                Intent(self._sequence, request, definition.pool, definition.compensation is not None, key)
+            )
+        turn = self.turn
+        return await self.journal.run(
+            lambda journal: journal.record_turn(self.invocation_id, turn, message, intents)
         )
 
     async def outcome(

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection, Engine, RowMapping
 
 from orchestrator._database_url import database_engine
 from orchestrator.saga._journal_approvals import ApprovalRecord, JournalApprovals, WaitingCall, arguments_hash
+from orchestrator.saga._journal_checkpoints import Checkpoint, Intent, JournalCheckpoints, intent_values
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga._journal_records import (
     CallRecord,
@@ -33,7 +34,7 @@ from orchestrator.saga._journal_tables import owned_update, owner_id
 from orchestrator.saga._journal_tables import tool_calls as tool_calls
 from orchestrator.saga.states import ApprovalState, CallState, CompensationState, InvocationState
 from workers.calls.invocation import InvocationContext
-from workers.protocol import ToolExecutionRequest, ToolOutcome, call_task_id
+from workers.protocol import ToolExecutionRequest, ToolOutcome
 from workers.settings import Settings
 
 __all__ = [
@@ -41,8 +42,10 @@ __all__ = [
     "ApprovalState",
     "CallRecord",
     "CallState",
+    "Checkpoint",
     "CompensationRecord",
     "CompensationState",
+    "Intent",
     "InvocationRecord",
     "InvocationState",
     "Journal",
@@ -57,8 +60,9 @@ _UNFINISHED = (InvocationState.RUNNING.value, InvocationState.COMPENSATING.value
 _T = TypeVar("_T")
 
 
-class Journal(JournalApprovals):
-    """Reads and writes the saga log (and, through `JournalApprovals`, the approvals).
+class Journal(JournalApprovals, JournalCheckpoints):
+    """Reads and writes the saga log (and, through `JournalApprovals` and `JournalCheckpoints`, the
+    approvals and the checkpoints an invocation is carried on from).
     `Journal(url)` brings its schema up to date (`ensure_schema`)."""
 
     def __init__(
@@ -127,7 +131,15 @@ class Journal(JournalApprovals):
 
     # -- invocations ------------------------------------------------------------------------------
 
-    def start_invocation(self, context: InvocationContext, invocation_json: dict[str, Any]) -> None:
+    def start_invocation(
+        self,
+        context: InvocationContext,
+        invocation_json: dict[str, Any],
+        *,
+        opening: dict[str, Any] | None = None,
+    ) -> None:
+        """The invocation's row; with `opening` (the conversation it starts from, JSON), its
+        checkpoint begins: another process may carry it on if this one dies."""
         now = utc_now()
         with self._tx() as tx:
             tx.execute(
@@ -141,6 +153,7 @@ class Journal(JournalApprovals):
                     started_at=now,
                     heartbeat_at=now,
                     invocation_json=self._cipher.seal(json.dumps(invocation_json)),
+                    opening=None if opening is None else self.seal_opening(opening),
                 )
             )
 
@@ -205,23 +218,9 @@ class Journal(JournalApprovals):
         The row carries the task id of the call's first dispatch, derived from its idempotency key,
         so the call's state is found even if its orchestrator dies before the outcome is written.
         """
+        intent = Intent(sequence, request, pool, compensable, idempotency_key)
         with self._tx() as tx:
-            result = tx.execute(
-                sa.insert(tool_calls).values(
-                    invocation_id=invocation_id,
-                    sequence=sequence,
-                    turn=turn,
-                    call_id=request.id,
-                    tool=request.name,
-                    arguments=request.arguments,
-                    pool=pool,
-                    compensable=compensable,
-                    idempotency_key=idempotency_key,
-                    task_id=call_task_id(idempotency_key),
-                    state=CallState.DISPATCHED.value,
-                    started_at=utc_now(),
-                )
-            )
+            result = tx.execute(sa.insert(tool_calls).values(intent_values(invocation_id, intent, turn)))
             key = result.inserted_primary_key
             assert key is not None
             return int(key[0])

@@ -80,14 +80,16 @@ class Dispatcher:
         key: str,
         on_call: Callable[[CallEvent], None] | None,
         abandon_atomically: bool = False,
+        publish: bool = True,
     ) -> ToolOutcome:
         """Run one task to its outcome: `NO_WORKER` at once for a pool with no live worker,
         `BrokerUnavailable` when it cannot be published, `TIMED_OUT` (abandoned) at the deadline.
 
         With `abandon_atomically`, the call's state in Redis decides between abandoned and finished, so
-        a call its worker completes at the deadline is collected rather than abandoned."""
+        a call its worker completes at the deadline is collected rather than abandoned. Without
+        `publish`, the task is one an orchestrator that died published: it is watched, not sent."""
         pool = definition.pool
-        if not self.pools.has_workers(pool):
+        if publish and not self.pools.has_workers(pool):
             return no_worker_outcome(definition)
         collector = self.collector
         request = envelope.request if isinstance(envelope, CallTask) else envelope.execution.request
@@ -107,13 +109,14 @@ class Dispatcher:
             on_progress=meta_listener(progress_listener()) if is_call else None,
             heartbeat_timeout_s=definition.options.heartbeat_timeout_s if is_call else None,
         )
-        if notify:
+        if notify and publish:
             notify("queued", None)
         remaining = deadline - time.monotonic()
         try:
-            if time.monotonic() < self._broker_down_until:
+            if publish and time.monotonic() < self._broker_down_until:
                 raise OperationalError(self._broker_error)
-            self.publish(task_name, task_id, envelope, pool, remaining, key=key)
+            if publish:
+                self.publish(task_name, task_id, envelope, pool, remaining, key=key)
         except OperationalError as exc:
             collector.forget(task_id)
             self._broker_down_until = time.monotonic() + OUTAGE_HOLD_S  # fail the batch's others fast

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 
 import redis
 from celery import Celery
@@ -18,6 +19,7 @@ from celery import Celery
 from orchestrator.executors._call_events import CallEvent
 from orchestrator.executors._outcomes import failed_outcome
 from orchestrator.executors.base import Settled, execute_batch, idempotency_key
+from orchestrator.executors.celery._attach import deadline_of, in_broker, uncertain_outcome
 from orchestrator.executors.celery._compensation import compensate
 from orchestrator.executors.celery._dispatch import Dispatcher
 from orchestrator.executors.celery._pools import CATALOG_CACHE_S, CATALOG_RECHECK_S, Pools
@@ -154,6 +156,45 @@ class CeleryExecutor:
             key=key,
             on_call=self.on_call,
             abandon_atomically=late,
+        )
+        outcome_known(outcome)
+        return outcome
+
+    async def attach(
+        self,
+        request: ToolExecutionRequest,
+        definition: ToolDefinition,
+        invocation: Invocation,
+        *,
+        published_at: datetime,
+        compensate_if_late: bool = False,
+    ) -> ToolOutcome:
+        """The outcome of a call an orchestrator that died published at `published_at` (its intent
+        journaled then), for the one that adopted its invocation: watched where it is (a worker runs
+        it, or its message waits in the queue), its deadline counted from `published_at`, never sent
+        again; with no sign that it reached the broker, published again under the same task id and
+        idempotency key if its tool is idempotent, else settled as lost (`_attach`)."""
+        timeout_s = definition.timeout or self.settings.default_tool_timeout_s
+        key = idempotency_key(invocation, request)
+        task_id = call_task_id(key)
+        dispatcher = self._dispatcher
+        with mapped_redis_errors(self.settings.redis_url):
+            reached = dispatcher.stored_state(task_id) is not None
+            waiting = reached or bool(in_broker(dispatcher, task_id, definition.pool))
+        if not waiting and not definition.options.idempotent:
+            return uncertain_outcome(dispatcher, definition, task_id)
+        late = compensate_if_late and definition.compensation is not None
+        outcome = await dispatcher.dispatch(
+            tool_task_name(definition.name),
+            task_id,
+            CallTask(request, invocation, compensate_if_late=late),
+            definition,
+            deadline_of(timeout_s, published_at),
+            timeout_s,
+            key=key,
+            on_call=self.on_call,
+            abandon_atomically=late,
+            publish=not waiting,
         )
         outcome_known(outcome)
         return outcome

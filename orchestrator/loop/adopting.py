@@ -1,0 +1,84 @@
+"""Adoption: an invocation whose orchestrator died, carried on by another process from its checkpoints.
+
+Whoever finds the invocation's owner gone (a replica's watch, `toolfleet recover --agent`) claims it
+with one conditional update (`Journal.adopt`: still running, its beat stale, checkpointed), so one
+process only carries it on. The invocation is then rebuilt (`replay`) and run to its end here: the
+model is not asked again for a journaled turn, a call with a journaled outcome is not run again, a
+call still running is re-attached to, and the answer is journaled as if nothing had happened.
+
+An invocation is not adopted, and is compensated as before, when its service compensates on an
+orchestrator's loss, when it has no checkpoint (it started before checkpoints were journaled), or
+when a person decided some of its calls (approvals are resumed, not replayed).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+from orchestrator.errors import OrchestratorError
+from orchestrator.loop.config import LoopConfig, Mode
+from orchestrator.loop.replay import adopted_state
+from orchestrator.loop.run import adopt_invocation
+from orchestrator.loop.state import Emit
+from orchestrator.memory import ChatMemory
+from orchestrator.result import Result
+from orchestrator.saga.async_journal import JournalRunner
+from orchestrator.saga.journal import Journal
+from orchestrator.saga.states import InvocationState
+from orchestrator.telemetry import continued_trace
+
+__all__ = ["adoptable", "carry_on", "claim_adoption"]
+
+log = logging.getLogger(__name__)
+
+
+def adoptable(journal: Journal, invocation_id: str) -> bool:
+    """Whether the invocation can be carried on from its checkpoints (see the module's docstring)."""
+    record = journal.invocation(invocation_id)
+    if record is None or record.state is not InvocationState.RUNNING:
+        return False
+    return journal.checkpoint(invocation_id) is not None and not journal.approvals(invocation_id)
+
+
+async def claim_adoption(journal: JournalRunner, invocation_id: str, stale_after_s: float) -> bool:
+    """Take the invocation over to carry it on, if it is adoptable and its owner has not beaten for
+    `stale_after_s`: exactly one claimer wins."""
+    stale_before = datetime.now(UTC) - timedelta(seconds=stale_after_s)
+
+    def claim(j: Journal) -> bool:
+        return adoptable(j, invocation_id) and j.adopt(invocation_id, stale_before)
+
+    return await journal.run(claim)
+
+
+async def carry_on(
+    config: LoopConfig,
+    invocation_id: str,
+    *,
+    mode: Mode,
+    emit: Emit | None = None,
+    memory: ChatMemory | None = None,
+) -> Result:
+    """Run an invocation this process adopted (`claim_adoption`) on to its end, from its checkpoints;
+    `memory`: the conversation's, else the service's for its memory id (set to what it was)."""
+    journal = config.journal if mode == "chat" else config.journal_runner
+    if journal is None:
+        raise OrchestratorError("This AiService has no journal: it cannot carry an invocation on")
+    record = await journal.run(lambda j: j.invocation(invocation_id))
+    checkpoint = await journal.run(lambda j: j.checkpoint(invocation_id))
+    if record is None or checkpoint is None:
+        raise OrchestratorError(f"The journal has no checkpointed invocation {invocation_id}")
+    calls = await journal.run(lambda j: j.calls(invocation_id))
+    if config.catalog is not None:
+        await config.catalog.refresh()
+    state, history, turns = adopted_state(config, record, checkpoint, calls, mode, emit, memory)
+    log.warning(
+        "invocation %s adopted here from %s: %d journaled turn(s), %d call(s)",
+        invocation_id,
+        record.owner,
+        len(turns),
+        len(calls),
+    )
+    with continued_trace(record.invocation_json.get("trace_context")):
+        return await adopt_invocation(config, state, history, turns)
