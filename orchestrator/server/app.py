@@ -29,6 +29,7 @@ from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.recovery import stale_after_floor
 from orchestrator.server import approvals, completions, native, routes
+from orchestrator.server.adoption import adopt_in_background
 from orchestrator.server.error_shape import api_error_body, error_body
 from orchestrator.server.events import EventLog, service_redis
 from orchestrator.server.invocations import Invocations
@@ -77,6 +78,9 @@ def create_app(
             stale_after_s=stale_after_floor(settings),
         )
         watch.housekeeping = lambda: approvals.resume_decided(state)
+        watch.adopt = lambda invocation_id, dead: adopt_in_background(
+            state, invocation_id, dead, watch.stale_after_s
+        )
         listen_for_cancels(settings.redis_url)  # whatever executor the agents use
         background = [asyncio.create_task(watch.run())]
         stop_counting_approvals = watch_approvals(

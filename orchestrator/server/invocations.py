@@ -56,6 +56,7 @@ class Run:
     parameters: Mapping[str, Any] | None
     conversation_id: str | None = None
     resuming: bool = False  # go on with a paused invocation whose calls are all decided
+    adopting: bool = False  # carry on an invocation this replica adopted from a dead one
     # Told every event of the stream as it comes, then how the invocation ended: its CompleteResponse
     # (once the conversation is saved), or the exception it ended with (CancelledError when cancelled).
     listener: Callable[[object], None] | None = None
@@ -76,7 +77,9 @@ class Invocations:
         """Run the invocation as a task of this replica; `finish()` is awaited when it ends (before its
         last event), then `on_end()` is called. Its first event (`invocation.started`) is written
         before this returns: a client told the invocation's id finds its events at once, anywhere."""
-        if not run.resuming:  # a resumed one says so once this process has taken it (InvocationResumed)
+        # A resumed one says so once this process has taken it (InvocationResumed), an adopted one
+        # as it is adopted (`invocation.adopted`).
+        if not run.resuming and not run.adopting:
             await self.events.add(run.invocation_id, {"type": "invocation.started", **_origin(run)})
         task = asyncio.create_task(self._run(run, finish))
         self.running[run.invocation_id] = task
@@ -156,6 +159,8 @@ class Invocations:
                 stream = (
                     run.service.stream_resume(invocation_id, memory=run.memory)
                     if run.resuming
+                    else run.service.stream_adopted(invocation_id, memory=run.memory)
+                    if run.adopting
                     else run.service.stream(
                         run.question,
                         memory=run.memory,

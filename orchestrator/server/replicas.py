@@ -3,9 +3,10 @@
 A replica is known by its journal owner id (host and process, the `owner` of the invocations it
 runs). It adds that id to `REPLICAS_KEY` once and keeps `REPLICA_KEY` alive with a heartbeat that
 expires after the workers' heartbeat TTL. Every half TTL each replica looks for known replicas
-whose heartbeat has expired; the one that takes `RECOVERY_LOCK_KEY` finishes their unfinished
-invocations as `toolfleet recover` does (settle in-flight calls, compensate what succeeded, latest
-first), ends each one's event stream, and forgets the dead replica. Invocations of processes that
+whose heartbeat has expired; the one that takes `RECOVERY_LOCK_KEY` carries their unfinished
+invocations on where it can (`adopt`: the invocation goes on here from its checkpoints), and finishes
+the others as `toolfleet recover` does (settle in-flight calls, compensate what succeeded, latest
+first), ending each one's event stream; then it forgets the dead replica. Invocations of processes that
 never were replicas (scripts, `toolfleet chat`) are left to `toolfleet recover`.
 """
 
@@ -56,6 +57,9 @@ class ReplicaWatch:
     owner: str = field(default_factory=owner_id)
     # Run with each look for dead replicas (the approvals this replica goes on with, for one).
     housekeeping: Callable[[], Awaitable[object]] | None = None
+    # Carries on here a dead replica's invocation (its id, the dead replica): whether it did; those
+    # it does not are recovered (their saga finished, what succeeded compensated).
+    adopt: Callable[[str, str], Awaitable[bool]] | None = None
 
     async def run(self) -> None:
         """Beat every third of the TTL and look for dead replicas every half (until cancelled); the
@@ -135,6 +139,8 @@ class ReplicaWatch:
         ids = [record.id for record in stale if record.owner == owner]
         reports: list[Recovered] = []
         for invocation_id in ids:
+            if self.adopt is not None and await self.adopt(invocation_id, owner):
+                continue
             log.warning("replica %s stopped: recovering its invocation %s", owner, invocation_id)
             for report in await recover(
                 self.journal, self.executor(), stale_after_s=self.stale_after_s, invocation_id=invocation_id

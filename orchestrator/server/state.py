@@ -64,6 +64,12 @@ class ServiceState:
         self.in_flight += 1
         return Place(self)
 
+    def admit_adopted(self) -> Place:
+        """A place for an invocation adopted from a dead replica: taken even at capacity (the
+        invocation was admitted once already, and nobody else would carry it on)."""
+        self.in_flight += 1
+        return Place(self)
+
 
 class Place:
     """One invocation place of a replica, held until `release()` (which may be called more than once)."""

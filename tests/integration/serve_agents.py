@@ -86,6 +86,19 @@ def assistant() -> AiService:
     )
 
 
+def undoer() -> AiService:
+    """`assistant`, but an invocation whose replica dies is undone by another, not carried on."""
+    model = OpenAiChatModel("gpt-4o-mini", api_key="sk-upstream", base_url=os.environ["SERVE_TEST_UPSTREAM"])
+    return AiService(
+        chat_model=model,
+        tools=[add, nap, crash, Desk()],
+        executor=CeleryExecutor(),
+        journal=Journal(os.environ["TOOLFLEET_DATABASE_URL"]),
+        compensate_on_tool_errors=True,
+        on_orchestrator_loss="compensate",
+    )
+
+
 @tool("Runs where no worker serves", pool="serve-unstaffed", timeout=10)
 def unstaffed() -> str:
     return "never"

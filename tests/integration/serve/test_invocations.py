@@ -21,9 +21,9 @@ pytestmark = pytest.mark.integration
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
-def _start(replica: Replica, text: str, **fields: object) -> str:
+def _start(replica: Replica, text: str, agent: str = AGENT, **fields: object) -> str:
     response = httpx.post(
-        f"{replica.base_url}/agents/{AGENT}/invocations",
+        f"{replica.base_url}/agents/{agent}/invocations",
         json={"input": text, **fields},
         headers=AUTH,
         timeout=30,

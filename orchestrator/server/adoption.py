@@ -1,0 +1,49 @@
+"""A dead replica's invocations carried on by this one: adopted from the journal, run here in the
+background as if they had started here, their event stream going on (`invocation.adopted`, then the
+rest of their events through to their end), their conversation written back when they end."""
+
+from __future__ import annotations
+
+import logging
+
+from orchestrator.loop.adopting import claim_adoption
+from orchestrator.memory import ChatMemory
+from orchestrator.messages import UserMessage
+from orchestrator.saga.journal import owner_id
+from orchestrator.server.conversations import start_turn
+from orchestrator.server.invocations import Run
+from orchestrator.server.state import ServiceState
+
+__all__ = ["adopt_in_background"]
+
+log = logging.getLogger(__name__)
+
+
+async def adopt_in_background(
+    state: ServiceState, invocation_id: str, dead: str, stale_after_s: float
+) -> bool:
+    """Carry on here the invocation of `dead` (a replica whose heartbeat expired), if this replica
+    serves its agent, the agent carries invocations on (`AiService.carries_on`) and the invocation
+    can be (`adopting.adoptable`): whether it was adopted. Exactly one process adopts it."""
+    origin = await state.events.first(invocation_id) or {}
+    record = await state.journal.run(lambda j: j.invocation(invocation_id))
+    if record is None:
+        return False
+    agent = str(origin.get("agent") or record.service_name or "")
+    service = state.agents.get(agent)
+    if service is None or not service.carries_on or state.draining:
+        return False
+    if not await claim_adoption(state.journal, invocation_id, stale_after_s):
+        return False
+    here = owner_id()
+    log.warning("replica %s stopped: its invocation %s goes on here", dead, invocation_id)
+    adopted = {"type": "invocation.adopted", "invocation_id": invocation_id, "replica": here, "from": dead}
+    await state.events.add(invocation_id, adopted)
+    conversation_id = origin.get("conversation_id")
+    question = UserMessage(record.user_message or "")
+
+    def run(memory: ChatMemory) -> Run:
+        return Run(invocation_id, agent, service, question, memory, None, conversation_id, adopting=True)
+
+    await start_turn(state, state.admit_adopted(), agent, conversation_id, [], run)
+    return True
