@@ -3,6 +3,7 @@ and two replicas sharing PostgreSQL (SQLite when it does not answer, outside CI)
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,14 @@ import pytest
 
 from tests._postgres import reachable_postgres
 from tests.integration.fake_openai import FakeOpenAi, fake_openai
-from tests.integration.serve.replicas import AGENTS_MODULE, Replica, replica_env, two_replicas
+from tests.integration.serve.replicas import (
+    AGENT,
+    AGENTS_MODULE,
+    Replica,
+    replica_env,
+    start_replica,
+    two_replicas,
+)
 from tests.integration.serve.upstream import script
 from tests.integration.worker_processes import tool_worker
 from workers.runtime.process import WorkerProcess
@@ -71,3 +79,24 @@ def ns() -> str:
 @pytest.fixture
 def logs(tmp_path: Path) -> Path:
     return tmp_path
+
+
+HEARTBEAT_TTL_S = 2.0  # of the replicas `pair` starts
+
+
+@pytest.fixture
+def pair(
+    redis_url: str, database_url: str, upstream: FakeOpenAi, serve_worker: WorkerProcess, tmp_path: Path
+) -> Iterator[tuple[Replica, Replica]]:
+    """Two replicas of their own (the first is killed), beating every 2/3 s with a 2 s TTL, serving
+    `assistant` and `undoer`."""
+    env = replica_env(
+        redis_url, database_url, upstream.base_url, TOOLFLEET_HEARTBEAT_TTL_S=str(HEARTBEAT_TTL_S)
+    )
+    first = start_replica(env, tmp_path / "a.log", agents=(AGENT, "undoer"))
+    second = start_replica(env, tmp_path / "b.log", agents=(AGENT, "undoer"))
+    try:
+        yield first, second
+    finally:
+        second.stop()
+        first.stop(signal.SIGKILL)

@@ -8,7 +8,6 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -16,31 +15,13 @@ import pytest
 
 from tests._waiting import wait_for
 from tests.integration.fake_openai import FakeOpenAi
+from tests.integration.serve.conftest import HEARTBEAT_TTL_S
 from tests.integration.serve.replicas import AGENT, API_KEY, Replica, replica_env, start_replica
 from tests.integration.serve.test_invocations import AUTH, _read_all, _start
 from tests.integration.side_effects import process_client
 from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
-
-HEARTBEAT_TTL_S = 2.0
-
-
-@pytest.fixture
-def pair(
-    redis_url: str, database_url: str, upstream: FakeOpenAi, serve_worker: WorkerProcess, tmp_path: Path
-) -> Iterator[tuple[Replica, Replica]]:
-    """Two replicas of their own (one of them is killed), beating every 2/3 s with a 2 s TTL."""
-    env = replica_env(
-        redis_url, database_url, upstream.base_url, TOOLFLEET_HEARTBEAT_TTL_S=str(HEARTBEAT_TTL_S)
-    )
-    first = start_replica(env, tmp_path / "a.log", agents=(AGENT, "undoer"))
-    second = start_replica(env, tmp_path / "b.log", agents=(AGENT, "undoer"))
-    try:
-        yield first, second
-    finally:
-        second.stop()
-        first.stop(signal.SIGKILL)
 
 
 def test_a_killed_replicas_invocation_is_carried_on_by_the_other(
