@@ -7,8 +7,10 @@ model is not asked again for a journaled turn, a call with a journaled outcome i
 call still running is re-attached to, and the answer is journaled as if nothing had happened.
 
 An invocation is not adopted, and is compensated as before, when its service compensates on an
-orchestrator's loss, when it has no checkpoint (it started before checkpoints were journaled), or
-when a person decided some of its calls (approvals are resumed, not replayed).
+orchestrator's loss, when it has no checkpoint (it started before checkpoints were journaled, or a
+recoverer has begun undoing it), when a person decided some of its calls (approvals are resumed,
+not replayed), or when it was undoing what it did for another reason than a failed call of a batch
+(cancelled, or failing).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from orchestrator.loop.state import Emit
 from orchestrator.memory import ChatMemory
 from orchestrator.result import Result
 from orchestrator.saga.async_journal import JournalRunner
+from orchestrator.saga.coordinator import rollback_reason
 from orchestrator.saga.journal import Journal
-from orchestrator.saga.states import InvocationState
+from orchestrator.saga.states import CallState, InvocationState
 from orchestrator.telemetry import continued_trace
 
 __all__ = ["adoptable", "carry_on", "claim_adoption"]
@@ -34,11 +37,22 @@ log = logging.getLogger(__name__)
 
 
 def adoptable(journal: Journal, invocation_id: str) -> bool:
-    """Whether the invocation can be carried on from its checkpoints (see the module's docstring)."""
+    """Whether the invocation can be carried on from its checkpoints (see the module's docstring):
+    running, or undoing the successes of a batch one of its calls failed (its loop goes on after)."""
     record = journal.invocation(invocation_id)
-    if record is None or record.state is not InvocationState.RUNNING:
+    if record is None or record.state not in (InvocationState.RUNNING, InvocationState.COMPENSATING):
         return False
-    return journal.checkpoint(invocation_id) is not None and not journal.approvals(invocation_id)
+    if journal.checkpoint(invocation_id) is None or journal.approvals(invocation_id):
+        return False
+    if record.state is InvocationState.COMPENSATING:  # not cancelled, nor failing: a batch failed
+        failed = {
+            rollback_reason(c.tool, c.call_id)
+            for c in journal.calls(invocation_id)
+            if c.state is CallState.FAILED
+        }
+        planned = journal.compensations(invocation_id)
+        return bool(planned) and all(c.reason in failed for c in planned)
+    return True
 
 
 async def claim_adoption(journal: JournalRunner, invocation_id: str, stale_after_s: float) -> bool:

@@ -13,14 +13,12 @@ from orchestrator.loop.config import LoopConfig, Mode
 from orchestrator.loop.state import Emit, RunState, new_state
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import AiMessage, ChatMessage, UserMessage, message_from_json, messages_from_json
-from orchestrator.saga.journal import CallRecord, CallState, Checkpoint, InvocationRecord
+from orchestrator.saga.journal import CallRecord, Checkpoint, InvocationRecord
 from workers.calls.invocation import Invocation, InvocationParameters
 from workers.protocol import OutcomeKind, ToolOutcome
 from workers.tools import ToolDefinition
 
 __all__ = ["Replayed", "adopted_state", "replayed_batch"]
-
-_ENDED = (CallState.SUCCEEDED, CallState.FAILED, CallState.ABANDONED)
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,7 @@ def replayed_batch(state: RunState, replayed: Replayed) -> list[Call]:
             call.row = row.id
             if isinstance(tool, ToolDefinition):
                 call.definition, call.behavior = tool, tool.return_behavior
-            if row.state in _ENDED and row.outcome is not None:
+            if row.outcome is not None:  # ended (and perhaps undone since)
                 conclude(
                     state,
                     call,

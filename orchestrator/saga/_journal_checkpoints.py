@@ -29,6 +29,9 @@ from workers.protocol import ToolExecutionRequest, call_task_id
 
 __all__ = ["Checkpoint", "Intent", "JournalCheckpoints", "intent_values"]
 
+# The states an adopted invocation may be in: running, or compensating a failed batch's successes.
+_CARRIED_ON = (InvocationState.RUNNING.value, InvocationState.COMPENSATING.value)
+
 
 @dataclass(frozen=True)
 class Intent:
@@ -115,14 +118,15 @@ class JournalCheckpoints:
         return Checkpoint(opening, {int(turn): json.loads(message) for turn, message in rows})
 
     def adopt(self, invocation_id: str, stale_before: datetime) -> bool:
-        """Take over a running invocation whose owner stopped beating before `stale_before`, to carry
-        it on (it stays `running`, now this process's); atomic across adopters and recoverers."""
+        """Take over an invocation whose owner stopped beating before `stale_before`, to carry it on
+        (running, or undoing a failed batch before it goes on: it stays so, now this process's);
+        atomic across adopters and recoverers (a recoverer's claim drops the checkpoint)."""
         with self._tx() as tx:
             taken = tx.execute(
                 sa.update(invocations)
                 .where(
                     invocations.c.id == invocation_id,
-                    invocations.c.state == InvocationState.RUNNING.value,
+                    invocations.c.state.in_(_CARRIED_ON),
                     invocations.c.heartbeat_at <= stale_before,
                     invocations.c.opening.is_not(None),
                 )

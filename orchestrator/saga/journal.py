@@ -196,7 +196,13 @@ class Journal(JournalApprovals, JournalCheckpoints):
                     invocations.c.state.in_(_UNFINISHED),
                     invocations.c.heartbeat_at <= stale_before,
                 )
-                .values(owner=owner_id(), heartbeat_at=utc_now(), state=InvocationState.COMPENSATING.value)
+                # undone from now on: its checkpoint is dropped, so that nobody carries it on
+                .values(
+                    owner=owner_id(),
+                    heartbeat_at=utc_now(),
+                    state=InvocationState.COMPENSATING.value,
+                    opening=None,
+                )
             ).rowcount
         return bool(claimed)
 

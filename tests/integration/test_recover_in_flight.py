@@ -13,6 +13,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from celery import Celery
 from orchestrator.saga.journal import CallRecord, Journal
 from tests._waiting import wait_until
 from tests.integration.orchestrator_processes import STALE_AFTER, kill_driver_when, toolfleet_on
+from tests.integration.recover_driver import ASKED_KEY, NAME
 from tests.integration.recover_tools import POOL, k, release
 from tests.integration.worker_processes import tool_worker
 from workers.protocol import META_PREFIX, call_state_key, call_task_id, compensation_task_id
@@ -311,3 +313,49 @@ def test_queued_and_running_credits_are_revoked_and_abandoned_and_undone_once_if
     shown = stage.toolfleet("show", invocation_id).stdout
     assert "late compensation: compensated: undone by its worker after it finished late" in shown
     assert "late compensation: not_finished: revoked before it ran: nothing to undo" in shown
+
+
+# -- carried on, not undone ----------------------------------------------------------------------
+
+
+def test_recover_with_the_agent_carries_the_invocation_on_to_its_answer(
+    worker: WorkerProcess, stage: Stage
+) -> None:
+    # Given: an orchestrator SIGKILLed while its credit runs (released a moment after recover began)
+    key = stage.new_key("carried")
+    asked_before = int(stage.client.get(ASKED_KEY) or 0)
+    invocation_id, call = stage.kill_while_running("rc_credit", key)
+    threading.Timer(1.0, release, (stage.client, key)).start()
+
+    # When: `toolfleet recover` runs with the invocation's agent
+    agent = f"{NAME}=tests.integration.recover_driver:agent"
+    done = stage.toolfleet("recover", "--stale-after", STALE_AFTER, "--agent", agent)
+
+    # Then: the invocation went on: the running credit re-attached to (it ran once, nothing undone),
+    # its result to the model, asked once, whose answer ends it; the journal says it succeeded
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"invocation {invocation_id}:\n  carried on   to its answer: 'done'" in done.stdout, done.stdout
+    assert stage.counts(key) == {"runs": 1, "done": 1, "comps": 0}
+    assert stage.client.get(k(key, "effect")) == "credited"
+    assert int(stage.client.get(ASKED_KEY) or 0) == asked_before + 1
+    journal = Journal(f"sqlite:///{stage.journal_file}")
+    try:
+        record = journal.invocation(invocation_id)
+        assert record is not None and record.state == "succeeded" and record.final_answer == "done"
+        assert [c.state for c in journal.calls(invocation_id)] == ["succeeded"]
+        assert journal.calls(invocation_id)[0].id == call.id
+    finally:
+        journal.engine.dispose()
+
+
+def test_recover_without_the_agent_undoes_it_and_says_so(worker: WorkerProcess, stage: Stage) -> None:
+    # Given: an orchestrator SIGKILLed after its credit succeeded
+    key, invocation_id, _ = stage.finish_after_the_kill("rc_credit", "undone", "SUCCESS")
+
+    # When: `toolfleet recover` runs without an agent
+    done = stage.recover()
+
+    # Then: it is compensated as before, and the command says it could have gone on
+    assert "1 invocation(s) could go on from their checkpoints, but no --agent" in done.stdout
+    assert f"invocation {invocation_id}:" in done.stdout and "compensated  rc_credit (1)" in done.stdout
+    assert stage.counts(key) == {"runs": 1, "done": 1, "comps": 1}

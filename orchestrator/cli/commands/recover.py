@@ -32,6 +32,14 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--invocation", default=None, help="recover this invocation id only")
     parser.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="NAME=MODULE:ATTRIBUTE",
+        help="carry on, rather than undo, the invocations of this agent (its AiService, as `toolfleet "
+        "serve --agent` takes it; repeatable): they go on from their checkpoints to their answer",
+    )
+    parser.add_argument(
         "--tools",
         default="",
         help="modules with the tools, comma-separated (default: the live worker catalog)",
@@ -40,9 +48,12 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from orchestrator.cli.commands._carry_on import carry_on_stale
     from orchestrator.executors.celery import CeleryExecutor
     from orchestrator.saga.journal import Journal
     from orchestrator.saga.recovery import recover
+    from orchestrator.server.agents import load_agents
+    from orchestrator.server.settings import parse_agents
     from workers.errors import ToolfleetError
     from workers.runtime.worker import load_tools
 
@@ -60,7 +71,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         tools = load_tools(args.tools.split(","))
     except ToolfleetError as exc:
         return refuse("recover", exc)
+    try:
+        agents = load_agents(parse_agents(args.agent))
+    except (ValueError, ToolfleetError) as exc:
+        return refuse("recover", exc)
     journal = Journal(settings.database_url, keys=settings.journal_keys)
+    carried = asyncio.run(carry_on_stale(journal, agents, settings, args.stale_after, args.invocation))
+    if not agents and carried.undone:
+        print(
+            f"{len(carried.undone)} invocation(s) could go on from their checkpoints, but no --agent "
+            "NAME=MODULE:ATTRIBUTE names their agent: they are undone"
+        )
     executor = CeleryExecutor(settings=settings, tools=tools)
     try:
         reports = asyncio.run(
@@ -68,8 +89,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         )
     finally:
         executor.close()
+    for invocation_id, answer in carried.answers:
+        print(f"invocation {invocation_id}:")
+        print(f"  carried on   to its answer: {answer!r}")
     if not reports:
-        print("Nothing to recover: no stale unfinished invocation.")
+        if not carried.answers:
+            print("Nothing to recover: no stale unfinished invocation.")
         return 0
     failed = 0
     for report in reports:
