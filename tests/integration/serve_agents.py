@@ -7,7 +7,9 @@ scripted model passes (one per test):
 
 - `serve:<ns>:booked` (list): every `book` call's `what`;
 - `serve:<ns>:undone` (list): every compensation of `book`, in the order they ran;
-- `serve:<ns>:napping` (counter): `nap` calls that started;
+- `serve:<ns>:napping` (counter): `nap` and `heavy_nap` calls that started;
+- `serve:<ns>:stamped` (list): every `stamp` call's `what` (an idempotent tool);
+- `serve:<ns>:unbooking` (counter): slow compensations of `book` (of `what` "slowly") that started;
 - `serve:<ns>:wired` (list): every `wire` call's amount (`banker`'s tool, which needs approval).
 """
 
@@ -67,6 +69,9 @@ class Desk:
 
     @compensate_for("book")
     def unbook(self, ns: str, what: str) -> None:
+        if what == "slowly":  # a compensation long enough to kill its replica during it
+            process_client().incr(f"serve:{ns}:unbooking")
+            time.sleep(3)
         process_client().rpush(f"serve:{ns}:undone", what)
 
     @tool("Always fails", pool=POOL, timeout=10)
@@ -74,15 +79,44 @@ class Desk:
         raise ToolErrorVisibleToLlm.from_message("the desk refuses")
 
 
+@tool(
+    "Stamps `what`; safe to run again with the same idempotency key", pool=POOL, timeout=10, idempotent=True
+)
+def stamp(ns: str, what: str) -> str:
+    process_client().rpush(f"serve:{ns}:stamped", what)
+    return f"stamped {what}"
+
+
+HEAVY_POOL = "serve-heavy"
+
+
+@tool("Sleeps `seconds` in a prefork pool's child, then says so", pool=HEAVY_POOL, timeout=120)
+def heavy_nap(ns: str, seconds: float) -> str:
+    process_client().incr(f"serve:{ns}:napping")
+    time.sleep(seconds)
+    return f"slept {seconds:g} s"
+
+
 def assistant() -> AiService:
     """The agent the tests serve (a callable, as `--agent NAME=MODULE:ATTRIBUTE` allows)."""
     model = OpenAiChatModel("gpt-4o-mini", api_key="sk-upstream", base_url=os.environ["SERVE_TEST_UPSTREAM"])
     return AiService(
         chat_model=model,
-        tools=[add, nap, crash, Desk()],
+        tools=[add, nap, crash, stamp, Desk()],
         executor=CeleryExecutor(),
         journal=Journal(os.environ["TOOLFLEET_DATABASE_URL"]),
         compensate_on_tool_errors=True,
+    )
+
+
+def heavy() -> AiService:
+    """`assistant` with its heavy tool, on a prefork pool (the replicas serving it need that pool)."""
+    model = OpenAiChatModel("gpt-4o-mini", api_key="sk-upstream", base_url=os.environ["SERVE_TEST_UPSTREAM"])
+    return AiService(
+        chat_model=model,
+        tools=[heavy_nap],
+        executor=CeleryExecutor(),
+        journal=Journal(os.environ["TOOLFLEET_DATABASE_URL"]),
     )
 
 

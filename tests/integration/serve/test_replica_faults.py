@@ -1,6 +1,7 @@
-"""Replicas on an operator's worst day: one SIGKILLed mid-invocation is recovered by the other within
-its heartbeat window, nothing done left standing without its compensation; one told to stop
-(SIGTERM) lets short invocations finish, cancels and compensates the rest, and exits 0."""
+"""Replicas on an operator's worst day: one SIGKILLed mid-invocation of an agent that undoes on an
+orchestrator's loss is recovered by the other within its heartbeat window, nothing done left standing
+without its compensation (test_carried_on_*.py: the other agents' invocations are carried on); one
+told to stop (SIGTERM) lets short invocations finish, cancels and compensates the rest, and exits 0."""
 
 from __future__ import annotations
 
@@ -22,51 +23,6 @@ from tests.integration.side_effects import process_client
 from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
-
-
-def test_a_killed_replicas_invocation_is_carried_on_by_the_other(
-    pair: tuple[Replica, Replica], ns: str, upstream: FakeOpenAi
-) -> None:
-    doomed, survivor = pair
-    # given: an invocation on the first replica that booked (turn 1), and naps (turn 2)
-    invocation_id = _start(doomed, f"book {ns} trip; nap {ns} 4")
-    wait_for(lambda: process_client().get(f"serve:{ns}:napping"), timeout_s=15, what="the nap started")
-
-    # when: its replica is SIGKILLed mid-nap
-    doomed.process.kill()
-    killed_at = time.time()
-
-    # then: the other replica adopts it and carries it on to its answer: the stream (read from the
-    # survivor) goes on with `invocation.adopted`, the nap's end and the answer
-    events = [event for _, event in _read_all(survivor, invocation_id)]
-    types = [str(event["type"]) for event in events]
-    assert types.count("invocation.adopted") == 1 and types[-1] == "invocation.completed", types
-    assert types.index("invocation.adopted") < types.index(
-        "tool_call.finished", types.index("invocation.adopted")
-    )
-    adopted = events[types.index("invocation.adopted")]
-    assert adopted["from"] != adopted["replica"]
-    assert events[-1]["content"] == "done: slept 4 s"
-    # and: the booking was neither undone nor made again, the nap ran once (re-attached to, never
-    # sent again), and the model was asked once per turn: the two journaled ones, then the answer
-    assert process_client().lrange(f"serve:{ns}:booked", 0, -1) == [b"trip"]
-    assert process_client().lrange(f"serve:{ns}:undone", 0, -1) == []
-    assert process_client().get(f"serve:{ns}:napping") == b"1"
-    asked = [r for r in upstream.requests if ns in json.dumps(r["messages"][0])]
-    assert len(asked) == 3, [len(r["messages"]) for r in asked]
-    story = httpx.get(f"{survivor.base_url}/invocations/{invocation_id}", headers=AUTH, timeout=10).json()
-    assert story["state"] == "succeeded" and story["final_answer"] == "done: slept 4 s"
-    assert [(c["tool"], c["state"]) for c in story["calls"]] == [("book", "succeeded"), ("nap", "succeeded")]
-    # and: adopted within the heartbeat window (the TTL running out, then at most half a TTL until
-    # the survivor looks) and the invocation's own staleness
-    adopted_in = _event_time(survivor, invocation_id, "invocation.adopted") - killed_at
-    assert adopted_in < 1.5 * HEARTBEAT_TTL_S + 2, f"adopted {adopted_in:.2f} s after the kill"
-
-
-def _event_time(replica: Replica, invocation_id: str, kind: str) -> float:
-    """When the invocation's first event of `kind` was written (its stream id's milliseconds)."""
-    event_id = next(i for i, event in _read_all(replica, invocation_id) if event["type"] == kind)
-    return int(event_id.split("-")[0]) / 1000
 
 
 def test_a_killed_replicas_saga_is_recovered_by_the_other_when_its_agent_undoes(
