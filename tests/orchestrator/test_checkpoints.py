@@ -1,0 +1,228 @@
+"""Checkpoints and adoption, in-process on a SQLite journal: what a journaled invocation writes (the
+conversation it started from; each response with its calls' intents, in one transaction, before any
+call runs), who may adopt it (one claimer; a live owner's never; one being undone never), and how an
+adopted invocation goes on (journaled turns not asked again, journaled outcomes not run again, calls
+in flight re-attached to through the executor)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, UserMessage
+from orchestrator.messages import message_to_json
+from orchestrator.saga.journal import Intent, Journal, invocations, utc_now
+from tests.orchestrator._service import call, calls
+from workers import tool
+from workers.calls.invocation import Invocation, InvocationContext
+from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
+from workers.tools import ToolDefinition
+
+
+class Counter:
+    """Tools that count their runs; `execute` of the executor below checks the journal first."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+
+    @tool("Counts a run of `what`")
+    def count(self, what: str) -> str:
+        self.runs.append(what)
+        return f"counted {what}"
+
+
+class CheckingExecutor(LocalExecutor):
+    """Runs tools in-process, noting at each call what the journal held when it was about to run."""
+
+    def __init__(self, journal: Journal) -> None:
+        super().__init__()
+        self.journal = journal
+        self.seen: list[tuple[str, bool]] = []  # (call id, its turn and row journaled before it ran)
+        self.attached: list[str] = []
+
+    async def execute(
+        self, request: ToolExecutionRequest, definition: Any = None, invocation: Any = None, **kw: Any
+    ) -> ToolOutcome:
+        with self.journal.engine.connect() as connection:
+            turns = connection.execute(sa.text("SELECT count(*) FROM toolfleet_turns")).scalar_one()
+            rows = connection.execute(
+                sa.text("SELECT count(*) FROM toolfleet_tool_calls WHERE call_id = :id"), {"id": request.id}
+            ).scalar_one()
+        self.seen.append((request.id or "", turns >= 1 and rows == 1))
+        return await super().execute(request, definition, invocation, **kw)
+
+    async def attach(
+        self,
+        request: ToolExecutionRequest,
+        definition: ToolDefinition,
+        invocation: Invocation,
+        *,
+        published_at: Any,
+        compensate_if_late: bool = False,
+    ) -> ToolOutcome:
+        self.attached.append(request.id or "")
+        return ToolOutcome(OutcomeKind.SUCCESS, f"collected {request.id}")
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    journal = Journal(f"sqlite:///{tmp_path}/journal.db")
+    yield journal
+    journal.engine.dispose()
+
+
+@pytest.fixture
+def commits(journal: Journal) -> Iterator[list[int]]:
+    """The transactions committed on the journal's database, by any engine (the async one too)."""
+    counted = [0]
+    database = journal.engine.url.database
+
+    def count(connection: sa.Connection) -> None:
+        if connection.engine.url.database == database:
+            counted[0] += 1
+
+    sa.event.listen(sa.Engine, "commit", count)
+    yield counted
+    sa.event.remove(sa.Engine, "commit", count)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_a_turn_is_journaled_with_its_intents_in_one_transaction_before_any_call_runs(
+    journal: Journal, commits: list[int], streamed: bool
+) -> None:
+    # given: a journaled service whose model asks for two calls, then answers
+    counter = Counter()
+    executor = CheckingExecutor(journal)
+    model = ScriptedChatModel([calls(call("count", "c1", what="a"), call("count", "c2", what="b")), "done"])
+    service = AiService(chat_model=model, tools=[counter], executor=executor, journal=journal)
+
+    # when
+    async def run() -> str | None:
+        if not streamed:
+            return (await service.achat("count")).content
+        return "".join([e.text for e in [x async for x in service.stream("count")] if hasattr(e, "text")])
+
+    asyncio.run(run())
+
+    # then: each call saw its turn and its row journaled before it ran (the streamed response's
+    # calls too: none started before the whole response was journaled)
+    assert sorted(executor.seen) == [("c1", True), ("c2", True)]
+    # ... in one transaction for the turn and both intents: start, turn, two outcomes, end
+    assert commits[0] == 5
+    [record] = journal.invocations()
+    checkpoint = journal.checkpoint(record.id)
+    assert checkpoint is not None
+    assert checkpoint.opening["user_message"] == message_to_json(UserMessage("count"))
+    assert list(checkpoint.turns) == [1]
+    assert [r["id"] for r in checkpoint.turns[1]["tool_execution_requests"]] == ["c1", "c2"]
+
+
+def test_a_service_that_compensates_on_loss_writes_no_checkpoint(journal: Journal) -> None:
+    service = AiService(
+        chat_model=ScriptedChatModel([calls(call("count", what="a")), "done"]),
+        tools=[Counter()],
+        executor=LocalExecutor(),
+        journal=journal,
+        on_orchestrator_loss="compensate",
+    )
+    assert not service.carries_on
+    service.chat("count")
+    [record] = journal.invocations()
+    assert journal.checkpoint(record.id) is None
+    with pytest.raises(Exception, match="on_orchestrator_loss must be 'resume' or 'compensate'"):
+        AiService(chat_model=ScriptedChatModel([]), journal=journal, on_orchestrator_loss="retry")  # type: ignore[arg-type]
+
+
+def _left_by_a_dead_owner(journal: Journal) -> tuple[str, int, int]:
+    """An invocation as an orchestrator that died leaves it: its first turn journaled with two calls,
+    the first finished, the second still running; its owner silent for a minute. Its id and the
+    calls' rows."""
+    context = InvocationContext(service_name="counting", memory_id="m1", user_message="count")
+    invocation_id = str(context.invocation_id)
+    request_a, request_b = call("count", "c1", what="a"), call("count", "c2", what="b")
+    opening = {"history": [], "user_message": message_to_json(UserMessage("count"))}
+    journal.start_invocation(context, Invocation(context).to_json(), opening=opening)
+    turn = message_to_json(AiMessage(tool_execution_requests=[request_a, request_b]))
+    intents = [
+        Intent(n, r, None, False, f"{invocation_id}:{r.id}") for n, r in ((1, request_a), (2, request_b))
+    ]
+    row_a, row_b = journal.record_turn(invocation_id, 1, turn, intents)
+    journal.record_outcome(row_a, ToolOutcome(OutcomeKind.SUCCESS, "counted a"), "counted a")
+    with journal.engine.begin() as connection:
+        connection.execute(
+            sa.update(invocations)
+            .where(invocations.c.id == invocation_id)
+            .values(owner="dead-host:1", heartbeat_at=utc_now() - timedelta(minutes=1))
+        )
+    return invocation_id, row_a, row_b
+
+
+def test_an_adopted_invocation_goes_on_from_its_checkpoints(journal: Journal) -> None:
+    # given: an invocation a dead orchestrator left, and a service of its agent in this process
+    invocation_id, _, _ = _left_by_a_dead_owner(journal)
+    counter = Counter()
+    executor = CheckingExecutor(journal)
+    model = ScriptedChatModel(
+        lambda request: "done: " + " | ".join(m.text or "" for m in request.messages[2:])
+    )
+    service = AiService(
+        chat_model=model, tools=[counter], executor=executor, journal=journal, name="counting"
+    )
+
+    # when: it is adopted here
+    result = asyncio.run(service.aadopt(invocation_id, stale_after_s=30))
+
+    # then: the journaled turn was not asked again, the finished call not run again, the running one
+    # re-attached to; the model heard both results and answered; the journal says so
+    assert result is not None and result.content == "done: counted a | collected c2"
+    assert len(model.requests) == 1
+    assert counter.runs == [] and executor.seen == [] and executor.attached == ["c2"]
+    record = journal.invocation(invocation_id)
+    assert record is not None and record.state == "succeeded" and record.final_answer == result.content
+    assert [(c.call_id, c.state) for c in journal.calls(invocation_id)] == [
+        ("c1", "succeeded"),
+        ("c2", "succeeded"),
+    ]
+    # ... and adopting it again takes nothing
+    assert asyncio.run(service.aadopt(invocation_id, stale_after_s=30)) is None
+
+
+def test_exactly_one_of_many_adopters_takes_an_invocation_and_never_a_live_or_undone_one(
+    journal: Journal,
+) -> None:
+    invocation_id, _, _ = _left_by_a_dead_owner(journal)
+    stale_before = utc_now() - timedelta(seconds=30)
+    # a live owner's (its beat fresher than the staleness) is not taken
+    assert not journal.adopt(invocation_id, utc_now() - timedelta(minutes=5))
+    # eight adopters at once: one takes it
+    start = threading.Barrier(8)
+    taken: list[bool] = []
+
+    def adopt() -> None:
+        start.wait()
+        taken.append(journal.adopt(invocation_id, stale_before))
+
+    threads = [threading.Thread(target=adopt) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(taken) == [False] * 7 + [True]
+    # one a recoverer has begun undoing is never carried on: its checkpoint is dropped
+    other, _, _ = _left_by_a_dead_owner(journal)
+    assert journal.claim(other, stale_before)
+    assert journal.checkpoint(other) is None
+    with journal.engine.begin() as connection:  # even should its beat go stale again
+        connection.execute(
+            sa.update(invocations)
+            .where(invocations.c.id == other)
+            .values(heartbeat_at=utc_now() - timedelta(hours=1))
+        )
+    assert not journal.adopt(other, stale_before)
