@@ -49,6 +49,7 @@ from orchestrator.models.base import (
 )
 from orchestrator.result import Result, ToolExecuted
 from orchestrator.saga import rollback_reason, rolled_back_text
+from orchestrator.saga._journal_writes import start_write
 from orchestrator.saga.async_journal import beating, to_the_end
 from orchestrator.saga.states import InvocationState
 from orchestrator.telemetry import model_called, trace_carrier, traced_invocation
@@ -71,7 +72,7 @@ async def run_invocation(config: LoopConfig, state: RunState) -> Result:
         # The invocation's span goes with it: whoever recovers it continues its trace.
         invocation_json = {**state.invocation().to_json(), "trace_context": trace_carrier()}
         opening = await _opening(config, state)
-        await journal.run(lambda j: j.start_invocation(context, invocation_json, opening=opening))
+        await journal.execute(start_write(journal.cipher, context, invocation_json, opening))
     return await _run(config, state, _loop(config, state))
 
 

@@ -11,6 +11,7 @@ taken, and by one process.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -24,24 +25,21 @@ from sqlalchemy.engine import Connection
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga._journal_records import utc_now
 from orchestrator.saga._journal_tables import invocations, owner_id, tool_calls, turns
-from orchestrator.saga.states import CallState, InvocationState
-from workers.protocol import ToolExecutionRequest, call_task_id
+from orchestrator.saga._journal_writes import (
+    Intent,
+    Write,
+    Written,
+    intent_values,
+    intent_write,
+    written_rows,
+)
+from orchestrator.saga.states import InvocationState
+from workers.protocol import ToolExecutionRequest
 
-__all__ = ["Checkpoint", "Intent", "JournalCheckpoints", "intent_values"]
+__all__ = ["Checkpoint", "JournalCheckpoints", "turn_rows", "turn_write"]
 
 # The states an adopted invocation may be in: running, or compensating a failed batch's successes.
 _CARRIED_ON = (InvocationState.RUNNING.value, InvocationState.COMPENSATING.value)
-
-
-@dataclass(frozen=True)
-class Intent:
-    """A call about to be published: what its journal row says before it has an outcome."""
-
-    sequence: int
-    request: ToolExecutionRequest
-    pool: str | None
-    compensable: bool
-    idempotency_key: str
 
 
 @dataclass(frozen=True)
@@ -53,52 +51,120 @@ class Checkpoint:
     turns: dict[int, dict[str, Any]]
 
 
-def intent_values(invocation_id: str, intent: Intent, turn: int | None) -> dict[str, Any]:
-    """The columns of a call's row as its intent writes them."""
-    request = intent.request
+_TURN = sa.insert(turns)  # its values given as parameters: compiled once
+_INTENT_COLUMNS = (
+    "invocation_id",
+    "sequence",
+    "turn",
+    "call_id",
+    "tool",
+    "arguments",
+    "pool",
+    "compensable",
+    "idempotency_key",
+    "task_id",
+    "state",
+    "started_at",
+)
+
+
+@functools.lru_cache(maxsize=128)
+def _turn_with_intents(count: int) -> sa.Insert:
+    """PostgreSQL's one statement writing a turn (parameters `t_<column>`) and `count` intents
+    (`<column>_<index>`), built once per count; that of one intent is compiled once (SQLAlchemy
+    caches no statement of several VALUES rows: those are compiled per turn)."""
+    turn = sa.insert(turns).values(
+        {c: sa.bindparam(f"t_{c}") for c in ("invocation_id", "turn", "message", "created_at")}
+    )
+    rows = [
+        {c: sa.bindparam(f"{c}_{i}", type_=tool_calls.c[c].type) for c in _INTENT_COLUMNS}
+        for i in range(count)
+    ]
+    return (
+        sa.insert(tool_calls)
+        .values(rows if count > 1 else rows[0])
+        .add_cte(turn.cte("written_turn"))
+        .returning(tool_calls.c.sequence, tool_calls.c.id)
+    )
+
+
+def turn_write(invocation_id: str, turn: int, message: dict[str, Any], intents: Sequence[Intent]) -> Write:
+    """PostgreSQL's one statement for a turn and its intents (`turn_rows` reads its rows)."""
+    rows = [intent_values(invocation_id, intent, turn) for intent in intents]
+    statement, params = _turn_statement(_turn_values(invocation_id, turn, message), rows)
+    return Write(statement, params)
+
+
+def turn_rows(intents: Sequence[Intent], returned: list[tuple[Any, ...]]) -> list[int]:
+    """The intents' rows, in their order, from what `turn_write`'s statement returned."""
+    ids = {int(sequence): int(row) for sequence, row in returned}
+    return [ids[intent.sequence] for intent in intents]
+
+
+def _turn_values(invocation_id: str, turn: int, message: dict[str, Any]) -> dict[str, Any]:
     return {
         "invocation_id": invocation_id,
-        "sequence": intent.sequence,
         "turn": turn,
-        "call_id": request.id,
-        "tool": request.name,
-        "arguments": request.arguments,
-        "pool": intent.pool,
-        "compensable": intent.compensable,
-        "idempotency_key": intent.idempotency_key,
-        "task_id": call_task_id(intent.idempotency_key),
-        "state": CallState.DISPATCHED.value,
-        "started_at": utc_now(),
+        "message": json.dumps(message),
+        "created_at": utc_now(),
     }
 
 
+def _turn_statement(written: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[sa.Insert, dict[str, Any]]:
+    params = {f"t_{name}": value for name, value in written.items()}
+    for index, row in enumerate(rows):
+        params.update({f"{name}_{index}": value for name, value in row.items()})
+    return _turn_with_intents(len(rows)), params
+
+
 class JournalCheckpoints:
-    """The checkpoint methods of `Journal` (which provides the connections and the cipher)."""
+    """The checkpoint methods of `Journal` (which provides the connections and the cipher): calls'
+    intents, alone or with their turn's response, and adoption."""
 
     _tx: Callable[[], AbstractContextManager[Connection]]
     _read: Callable[[], AbstractContextManager[Connection]]
     _cipher: JournalCipher
+    execute_now: Callable[[Write], Written]
 
     def seal_opening(self, opening: dict[str, Any]) -> str:
         """The `opening` column's value for the conversation an invocation starts from."""
         return self._cipher.seal(json.dumps(opening))
 
+    def record_intent(
+        self,
+        invocation_id: str,
+        sequence: int,
+        request: ToolExecutionRequest,
+        *,
+        pool: str | None,
+        compensable: bool,
+        idempotency_key: str,
+        turn: int | None = None,
+    ) -> int:
+        """Write the call before it is dispatched; returns the row id. `turn`: the model turn (from 1).
+
+        The row carries the task id of the call's first dispatch, derived from its idempotency key,
+        so the call's state is found even if its orchestrator dies before the outcome is written.
+        """
+        intent = Intent(sequence, request, pool, compensable, idempotency_key)
+        return int(self.execute_now(intent_write(invocation_id, intent, turn)).rows[0][0])
+
     def record_turn(
         self, invocation_id: str, turn: int, message: dict[str, Any], intents: Sequence[Intent]
     ) -> list[int]:
         """Model turn `turn`'s response (the AI message, JSON) and the intents of the calls of it
-        about to be published, in one transaction; the calls' rows, in the order of `intents`."""
+        about to be published, in one transaction (on PostgreSQL one statement: the turn's insert a
+        CTE of the intents'); the calls' rows, in the order of `intents`."""
+        written = _turn_values(invocation_id, turn, message)
+        rows = [intent_values(invocation_id, intent, turn) for intent in intents]
         with self._tx() as tx:
-            tx.execute(
-                sa.insert(turns).values(
-                    invocation_id=invocation_id, turn=turn, message=json.dumps(message), created_at=utc_now()
-                )
-            )
-            if not intents:
+            if rows and tx.dialect.name == "postgresql":  # one statement: the turn in a CTE
+                return turn_rows(intents, written_rows(tx.execute(*_turn_statement(written, rows))))
+            tx.execute(_TURN, written)
+            if not rows:
                 return []
             inserted = tx.execute(
-                sa.insert(tool_calls).returning(tool_calls.c.id, sort_by_parameter_order=True),
-                [intent_values(invocation_id, intent, turn) for intent in intents],
+                sa.insert(tool_calls).returning(tool_calls.c.id, sort_by_parameter_order=True), rows
             )
             return [int(row[0]) for row in inserted]
 

@@ -13,15 +13,19 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from orchestrator._database_url import database_engine, shared_loop_engines
 from orchestrator.saga._journal_crypto import JournalCipher
+from orchestrator.saga._journal_writes import Write, Written, heartbeat_write
 from orchestrator.saga.journal import Journal, owner_id
 from workers.settings import Settings
+
+if TYPE_CHECKING:
+    from orchestrator.saga._fast_writes import FastWrites
 
 __all__ = ["AsyncJournal", "JournalRunner", "beating", "journal_runner", "to_the_end"]
 
@@ -31,9 +35,25 @@ _T = TypeVar("_T")
 
 
 class JournalRunner(Protocol):
-    """Runs a function of a `Journal` in one transaction: `await runner.run(lambda j: j.calls(id))`."""
+    """Runs a function of a `Journal` in one transaction: `await runner.run(lambda j: j.calls(id))`;
+    with `one_statement` (`fn` issues a single statement), in autocommit: one round trip, without
+    the `BEGIN` and `COMMIT` around it."""
 
-    async def run(self, fn: Callable[[Journal], _T]) -> _T: ...
+    async def run(self, fn: Callable[[Journal], _T], *, one_statement: bool = False) -> _T: ...
+
+    async def execute(self, write: Write) -> Written:
+        """One statement of the journal's hot path (`_journal_writes`), in autocommit."""
+        ...
+
+    @property
+    def cipher(self) -> JournalCipher:
+        """What seals and opens the invocation parameters and checkpoints."""
+        ...
+
+    @property
+    def backend(self) -> str:
+        """The database's kind, as SQLAlchemy names it: `postgresql`, `sqlite`."""
+        ...
 
 
 class AsyncJournal:
@@ -64,21 +84,51 @@ class AsyncJournal:
             self._engines = shared_loop_engines(url)
         self._schema_ready = isinstance(source, Journal)  # a Journal ensured it when it was built
         self._schema_lock = threading.Lock()
+        self._fast: FastWrites | None = None
+        if self._given is None and sa.make_url(self._engines.url).drivername == "postgresql+psycopg":
+            from orchestrator.saga._fast_writes import FastWrites  # psycopg comes with the extra
 
-    async def run(self, fn: Callable[[Journal], _T]) -> _T:
+            self._fast = FastWrites(self._engines.url)
+
+    @property
+    def cipher(self) -> JournalCipher:
+        """What seals and opens the invocation parameters and checkpoints."""
+        return self._cipher
+
+    async def run(self, fn: Callable[[Journal], _T], *, one_statement: bool = False) -> _T:
         """`fn(journal)` in one transaction on an async connection: committed when `fn` returns,
-        rolled back when it raises. `fn` runs on the event loop: it should only call the journal."""
+        rolled back when it raises; with `one_statement` (`fn` issues one statement, atomic by
+        itself), in autocommit. `fn` runs on the event loop: it should only call the journal."""
         if not self._schema_ready:
             await asyncio.to_thread(self._ensure_schema)
         engine = self._given if self._given is not None else await self._engines.engine()
         cipher = self._cipher
+        if one_statement:
+            async with engine.connect() as connection:
+                autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
+                return await autocommit.run_sync(lambda sync: fn(Journal.on_connection(sync, cipher)))
         async with engine.begin() as connection:
             return await connection.run_sync(lambda sync: fn(Journal.on_connection(sync, cipher)))
+
+    async def execute(self, write: Write) -> Written:
+        """One statement of the journal's hot path (`_journal_writes`), in autocommit: on PostgreSQL
+        straight through psycopg (`_fast_writes`), else on this journal's engine."""
+        if not self._schema_ready:
+            await asyncio.to_thread(self._ensure_schema)
+        if self._fast is not None:
+            return await self._fast.execute(write)
+        return await self.run(lambda journal: journal.execute_now(write), one_statement=True)
+
+    @property
+    def backend(self) -> str:
+        return sa.make_url(self._engines.url).get_backend_name()
 
     async def dispose(self) -> None:
         """Close the connections this journal holds for the running loop (the next `run` opens new
         ones); an `AsyncEngine` given is its owner's to dispose."""
         await self._engines.dispose()
+        if self._fast is not None:
+            await self._fast.dispose()
 
     def _ensure_schema(self) -> None:
         with self._schema_lock:
@@ -142,7 +192,7 @@ def beating(journal: JournalRunner, invocation_id: str, every_s: float) -> async
         while True:
             await asyncio.sleep(every_s)
             try:
-                await journal.run(lambda j: j.heartbeat(invocation_id, owner=owner))
+                await journal.execute(heartbeat_write(invocation_id, owner))
             except Exception as exc:  # a journal hiccup must not end the invocation or its recovery
                 log.warning("journal heartbeat of %s failed: %s", invocation_id, exc)
 

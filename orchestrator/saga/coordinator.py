@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.executors.base import ToolExecutor, idempotency_key
+from orchestrator.saga._journal_checkpoints import turn_rows, turn_write
+from orchestrator.saga._journal_writes import Intent, intent_write, outcome_write, state_write
 from orchestrator.saga.async_journal import JournalRunner, to_the_end
 from orchestrator.saga.compensation import run_compensation
-from orchestrator.saga.journal import Intent, Journal, owner_id
+from orchestrator.saga.journal import Journal, owner_id
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
 from workers.calls.invocation import Invocation
 from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
@@ -76,17 +78,10 @@ class Saga:
         if self.journal is None:
             return None
         sequence, turn = self._sequence, self.turn
-        return await self.journal.run(
-            lambda journal: journal.record_intent(
-                self.invocation_id,
-                sequence,
-                request,
-                pool=definition.pool,
-                compensable=definition.compensation is not None,
-                idempotency_key=idempotency_key(invocation, request),
-                turn=turn,
-            )
-        )
+        key = idempotency_key(invocation, request)
+        intent = Intent(sequence, request, definition.pool, definition.compensation is not None, key)
+        written = await self.journal.execute(intent_write(self.invocation_id, intent, turn))
+        return int(written.rows[0][0])
 
     async def checkpoint(
         self,
@@ -106,6 +101,9 @@ class Saga:
                 Intent(self._sequence, request, definition.pool, definition.compensation is not None, key)
             )
         turn = self.turn
+        if intents and self.journal.backend == "postgresql":  # one statement, in autocommit
+            written = await self.journal.execute(turn_write(self.invocation_id, turn, message, intents))
+            return turn_rows(intents, written.rows)
         return await self.journal.run(
             lambda journal: journal.record_turn(self.invocation_id, turn, message, intents)
         )
@@ -127,10 +125,15 @@ class Saga:
 
         def write(journal: Journal) -> None:
             journal.record_outcome(call_row, outcome, text, progress=progress)
-            if abandoned:
-                journal.set_call_state(call_row, CallState.ABANDONED)
+            journal.set_call_state(call_row, CallState.ABANDONED)
 
-        _, cancelled = await to_the_end(self.journal.run(write))
+        journal = self.journal
+        writing = (
+            journal.run(write)
+            if abandoned
+            else journal.execute(outcome_write(call_row, outcome, text, progress))
+        )
+        _, cancelled = await to_the_end(writing)
         if cancelled:  # the outcome is journaled all the same: the saga reads it to undo the call
             raise asyncio.CancelledError
 
@@ -203,8 +206,15 @@ class Saga:
         `compensating` with what is owed in its error, and the successful calls still recorded —
         those that stand — are marked `kept`, so recovery retries only what is owed.
         """
-        if self.journal is not None:
+        if self.journal is None:
+            return
+        if self._planned:  # what is owed decides
             await self.journal.run(lambda journal: self._end(journal, state, error, answer))
+            return
+        final = InvocationState(state)
+        end = state_write(self.invocation_id, final, error, answer, owner_id(), None)
+        if not (await self.journal.execute(end)).rowcount:  # one conditional update
+            await self.journal.run(lambda journal: self._taken_over(journal, final))
 
     def _end(
         self, journal: Journal, state: InvocationState | str, error: str | None, answer: str | None

@@ -6,7 +6,6 @@ leaves enough for `toolfleet recover` to finish its work, and operators can read
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
@@ -17,7 +16,7 @@ from sqlalchemy.engine import Connection, Engine, RowMapping
 
 from orchestrator._database_url import database_engine
 from orchestrator.saga._journal_approvals import ApprovalRecord, JournalApprovals, WaitingCall, arguments_hash
-from orchestrator.saga._journal_checkpoints import Checkpoint, Intent, JournalCheckpoints, intent_values
+from orchestrator.saga._journal_checkpoints import Checkpoint, JournalCheckpoints
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga._journal_records import (
     CallRecord,
@@ -30,11 +29,21 @@ from orchestrator.saga._journal_records import (
 )
 from orchestrator.saga._journal_tables import compensations as compensations
 from orchestrator.saga._journal_tables import invocations as invocations
-from orchestrator.saga._journal_tables import owned_update, owner_id
+from orchestrator.saga._journal_tables import owner_id
 from orchestrator.saga._journal_tables import tool_calls as tool_calls
+from orchestrator.saga._journal_writes import Intent as Intent
+from orchestrator.saga._journal_writes import (
+    Write,
+    Written,
+    heartbeat_write,
+    outcome_write,
+    start_write,
+    state_write,
+    written,
+)
 from orchestrator.saga.states import ApprovalState, CallState, CompensationState, InvocationState
 from workers.calls.invocation import InvocationContext
-from workers.protocol import ToolExecutionRequest, ToolOutcome
+from workers.protocol import ToolOutcome
 from workers.settings import Settings
 
 __all__ = [
@@ -54,7 +63,6 @@ __all__ = [
     "owner_id",
 ]
 
-MAX_ANSWER_CHARS = 100_000  # a final answer is journaled up to this length
 # The states of an invocation whose owner may have stopped: recovery may take it over.
 _UNFINISHED = (InvocationState.RUNNING.value, InvocationState.COMPENSATING.value)
 _T = TypeVar("_T")
@@ -96,13 +104,36 @@ class Journal(JournalApprovals, JournalCheckpoints):
         """What seals and opens the invocation parameters (an `AsyncJournal` over this one shares it)."""
         return self._cipher
 
-    async def run(self, fn: Callable[[Journal], _T]) -> _T:
-        """`fn(journal)` in one transaction, on this journal's engine, inline: the `JournalRunner`
-        interface of `AsyncJournal`, for callers (the CLI, scripts, tests) that may block."""
+    async def run(self, fn: Callable[[Journal], _T], *, one_statement: bool = False) -> _T:
+        """`fn(journal)` in one transaction (with `one_statement`, in autocommit), on this journal's
+        engine, inline: the `JournalRunner` interface of `AsyncJournal`, for callers (the CLI,
+        scripts, tests) that may block."""
         if self._connection is not None:
             return fn(self)
+        if one_statement:
+            with self.engine.connect() as connection:
+                autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
+                return fn(Journal.on_connection(autocommit, self._cipher))
         with self.engine.begin() as connection:
             return fn(Journal.on_connection(connection, self._cipher))
+
+    async def execute(self, write: Write) -> Written:
+        """One statement of the journal's hot path (`_journal_writes`), in autocommit (in the owner's
+        transaction when bound to a connection): the `JournalRunner` interface of `AsyncJournal`."""
+        return self.execute_now(write)
+
+    def execute_now(self, write: Write) -> Written:
+        """`execute`, blocking."""
+        if self._connection is not None:
+            return written(self._connection.execute(write.statement, write.params))
+        with self.engine.connect() as connection:
+            autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
+            return written(autocommit.execute(write.statement, write.params))
+
+    @property
+    def backend(self) -> str:
+        """The database's kind, as SQLAlchemy names it: `postgresql`, `sqlite`."""
+        return self.engine.url.get_backend_name()
 
     def ping(self) -> None:
         """One round trip to the database (readiness checks)."""
@@ -140,22 +171,7 @@ class Journal(JournalApprovals, JournalCheckpoints):
     ) -> None:
         """The invocation's row; with `opening` (the conversation it starts from, JSON), its
         checkpoint begins: another process may carry it on if this one dies."""
-        now = utc_now()
-        with self._tx() as tx:
-            tx.execute(
-                sa.insert(invocations).values(
-                    id=str(context.invocation_id),
-                    service_name=context.service_name,
-                    memory_id=context.memory_id,
-                    user_message=context.user_message,
-                    state=InvocationState.RUNNING.value,
-                    owner=owner_id(),
-                    started_at=now,
-                    heartbeat_at=now,
-                    invocation_json=self._cipher.seal(json.dumps(invocation_json)),
-                    opening=None if opening is None else self.seal_opening(opening),
-                )
-            )
+        self.execute_now(start_write(self._cipher, context, invocation_json, opening))
 
     def set_invocation_state(
         self,
@@ -169,22 +185,12 @@ class Journal(JournalApprovals, JournalCheckpoints):
     ) -> bool:
         """Write the invocation's state (at its end, its error or final answer), only while `owner`
         owns it (no recoverer took it over) and it is in state `expected`, if given; whether written."""
-        state = InvocationState(state)
-        values: dict[str, Any] = {"state": state.value, "heartbeat_at": utc_now()}
-        if state.finished:
-            values["finished_at"] = utc_now()
-        if error is not None:
-            values["error"] = error[:4000]
-        if final_answer is not None:
-            values["final_answer"] = final_answer[:MAX_ANSWER_CHARS]
-        update = owned_update(invocation_id, owner, expected).values(**values)
-        with self._tx() as tx:
-            return bool(tx.execute(update).rowcount)
+        write = state_write(invocation_id, InvocationState(state), error, final_answer, owner, expected)
+        return bool(self.execute_now(write).rowcount)
 
     def heartbeat(self, invocation_id: str, *, owner: str | None = None) -> None:
         """The invocation's owner is alive; with `owner`, only while the invocation is still its."""
-        with self._tx() as tx:
-            tx.execute(owned_update(invocation_id, owner, None).values(heartbeat_at=utc_now()))
+        self.execute_now(heartbeat_write(invocation_id, owner))
 
     def claim(self, invocation_id: str, stale_before: datetime) -> bool:
         """Take over an unfinished invocation whose owner stopped beating; atomic across recoverers."""
@@ -208,29 +214,6 @@ class Journal(JournalApprovals, JournalCheckpoints):
 
     # -- tool calls -------------------------------------------------------------------------------
 
-    def record_intent(
-        self,
-        invocation_id: str,
-        sequence: int,
-        request: ToolExecutionRequest,
-        *,
-        pool: str | None,
-        compensable: bool,
-        idempotency_key: str,
-        turn: int | None = None,
-    ) -> int:
-        """Write the call before it is dispatched; returns the row id. `turn`: the model turn (from 1).
-
-        The row carries the task id of the call's first dispatch, derived from its idempotency key,
-        so the call's state is found even if its orchestrator dies before the outcome is written.
-        """
-        intent = Intent(sequence, request, pool, compensable, idempotency_key)
-        with self._tx() as tx:
-            result = tx.execute(sa.insert(tool_calls).values(intent_values(invocation_id, intent, turn)))
-            key = result.inserted_primary_key
-            assert key is not None
-            return int(key[0])
-
     def record_outcome(
         self,
         call_row: int,
@@ -240,24 +223,7 @@ class Journal(JournalApprovals, JournalCheckpoints):
         progress: dict[str, Any] | None = None,
     ) -> None:
         """Write a call's outcome, with the last progress its tool reported (JSON), if any."""
-        state = CallState.FAILED if outcome.is_error else CallState.SUCCEEDED
-        with self._tx() as tx:
-            tx.execute(
-                sa.update(tool_calls)
-                .where(tool_calls.c.id == call_row)
-                .values(
-                    state=state.value,
-                    outcome=outcome.kind.value,
-                    result=result_text,
-                    result_object=json.dumps(outcome.result_object)
-                    if outcome.result_object is not None
-                    else None,
-                    task_id=outcome.task_id,
-                    worker=outcome.worker,
-                    last_progress=json.dumps(progress) if progress is not None else None,
-                    finished_at=utc_now(),
-                )
-            )
+        self.execute_now(outcome_write(call_row, outcome, result_text, progress))
 
     def set_call_state(self, call_row: int, state: CallState | str) -> None:
         value = CallState(state).value

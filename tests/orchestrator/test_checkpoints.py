@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, UserMessage
 from orchestrator.messages import message_to_json
 from orchestrator.saga.journal import Intent, Journal, invocations, utc_now
+from tests.orchestrator._databases import KINDS, fresh_database
 from tests.orchestrator._service import call, calls
 from workers import tool
 from workers.calls.invocation import Invocation, InvocationContext
@@ -79,23 +80,26 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
 
 
 @pytest.fixture
-def commits(journal: Journal) -> Iterator[list[int]]:
-    """The transactions committed on the journal's database, by any engine (the async one too)."""
-    counted = [0]
+def writes(journal: Journal) -> Iterator[list[tuple[str, bool]]]:
+    """Each write to the journal's database, by any engine (the async one too): its statement's
+    first words, and whether it ran in a transaction of several statements (else in autocommit)."""
+    seen: list[tuple[str, bool]] = []
     database = journal.engine.url.database
 
-    def count(connection: sa.Connection) -> None:
-        if connection.engine.url.database == database:
-            counted[0] += 1
+    def note(connection: sa.Connection, cursor: Any, statement: str, *_: Any) -> None:
+        words = " ".join(statement.split()[:3])
+        if connection.engine.url.database == database and words.split()[0] in ("INSERT", "UPDATE"):
+            level = connection.get_execution_options().get("isolation_level")
+            seen.append((words, level != "AUTOCOMMIT"))
 
-    sa.event.listen(sa.Engine, "commit", count)
-    yield counted
-    sa.event.remove(sa.Engine, "commit", count)
+    sa.event.listen(sa.Engine, "before_cursor_execute", note)
+    yield seen
+    sa.event.remove(sa.Engine, "before_cursor_execute", note)
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
 def test_a_turn_is_journaled_with_its_intents_in_one_transaction_before_any_call_runs(
-    journal: Journal, commits: list[int], streamed: bool
+    journal: Journal, writes: list[tuple[str, bool]], streamed: bool
 ) -> None:
     # given: a journaled service whose model asks for two calls, then answers
     counter = Counter()
@@ -114,8 +118,18 @@ def test_a_turn_is_journaled_with_its_intents_in_one_transaction_before_any_call
     # then: each call saw its turn and its row journaled before it ran (the streamed response's
     # calls too: none started before the whole response was journaled)
     assert sorted(executor.seen) == [("c1", True), ("c2", True)]
-    # ... in one transaction for the turn and both intents: start, turn, two outcomes, end
-    assert commits[0] == 5
+    # ... the turn and both intents in one transaction (on SQLite, a statement per row; on
+    # PostgreSQL, one), every other write one statement in autocommit: the start, each outcome, the end
+    intents = ("INSERT INTO toolfleet_tool_calls", True)
+    assert writes[2:4] == [intents] * 2
+    assert writes[:3] + writes[4:] == [
+        ("INSERT INTO toolfleet_invocations", False),
+        ("INSERT INTO toolfleet_turns", True),
+        ("INSERT INTO toolfleet_tool_calls", True),
+        ("UPDATE toolfleet_tool_calls SET", False),
+        ("UPDATE toolfleet_tool_calls SET", False),
+        ("UPDATE toolfleet_invocations SET", False),
+    ]
     [record] = journal.invocations()
     checkpoint = journal.checkpoint(record.id)
     assert checkpoint is not None
@@ -226,3 +240,33 @@ def test_exactly_one_of_many_adopters_takes_an_invocation_and_never_a_live_or_un
             .values(heartbeat_at=utc_now() - timedelta(hours=1))
         )
     assert not journal.adopt(other, stale_before)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("order", [[1], [3, 1, 5, 2, 4]], ids=["one", "several"])
+def test_a_turn_and_its_intents_written_on_either_database_give_the_rows_in_order(
+    kind: str, order: list[int], tmp_path: Path
+) -> None:
+    with fresh_database(kind, tmp_path) as url:
+        journal = Journal(url)
+        try:
+            context = InvocationContext(memory_id="m1", user_message="count")
+            invocation_id = str(context.invocation_id)
+            journal.start_invocation(context, Invocation(context).to_json(), opening={"history": []})
+            requests = [call("count", f"c{n}", what=str(n)) for n in range(1, 6)]
+            # sequences out of the requests' order: the rows follow the intents given, not the ids
+            intents = [Intent(n, requests[n - 1], "p", False, f"k{n}") for n in order]
+            turn = message_to_json(AiMessage(tool_execution_requests=requests))
+            rows = asyncio.run(
+                journal.run(
+                    lambda j: j.record_turn(invocation_id, 1, turn, intents),
+                    one_statement=journal.backend == "postgresql",
+                )
+            )
+            by_row = {c.id: c for c in journal.calls(invocation_id)}
+            assert [by_row[row].sequence for row in rows] == order
+            assert [by_row[row].call_id for row in rows] == [f"c{n}" for n in order]
+            checkpoint = journal.checkpoint(invocation_id)
+            assert checkpoint is not None and checkpoint.turns == {1: turn}
+        finally:
+            journal.engine.dispose()

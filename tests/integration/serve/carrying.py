@@ -164,6 +164,7 @@ def carried_on_once(outcome: Outcome, survivor: Replica) -> None:
     assert types.count("invocation.adopted") == 1, types
     ends = [t for t in types if t in ("invocation.completed", "invocation.failed", "invocation.cancelled")]
     assert ends == ["invocation.completed"] and types[-1] == ends[-1], types
+    print(f"adopted {outcome.adopted_in_s:.2f} s after the kill")  # shown with -s: docs/RELIABILITY.md
     assert outcome.adopted_in_s < ADOPTED_WITHIN_S, f"adopted {outcome.adopted_in_s:.2f} s after the kill"
     finished = [str(e.get("call_id")) for _, e in outcome.events if e["type"] == "tool_call.finished"]
     assert len(finished) == len(set(finished)), finished

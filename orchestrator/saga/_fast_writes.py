@@ -1,0 +1,121 @@
+"""The journal's hot path on PostgreSQL straight through psycopg 3's async connections.
+
+Measured on one process: a statement through SQLAlchemy's asyncio extension costs about 0.45 ms of
+CPU (its greenlet bridge, pool and execution context), the same statement on a psycopg connection
+about 0.1 ms. The hot path's single statements (`_journal_writes`) are compiled once per shape by
+SQLAlchemy's PostgreSQL dialect and sent on connections of their own, in autocommit, at most
+`ASYNC_POOL_SIZE` per event loop, closed when the loop shuts down. Errors are SQLAlchemy's, as
+everywhere else in the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.engine import Compiled
+
+from orchestrator._database_url import ASYNC_POOL_SIZE
+from orchestrator.saga._journal_writes import Write, Written
+
+__all__ = ["FastWrites"]
+
+
+class _Connections:
+    """The connections of one event loop: reused, at most `size` in use at once."""
+
+    def __init__(self, conninfo: str, size: int) -> None:
+        self.conninfo = conninfo
+        self.idle: list[psycopg.AsyncConnection[Any]] = []
+        self.slots = asyncio.Semaphore(size)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with self.slots:
+            connection = self.idle.pop() if self.idle else None
+            if connection is None:
+                connection = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+            try:
+                yield connection
+            finally:
+                if not connection.closed:  # one the server dropped is not handed out again
+                    self.idle.append(connection)
+
+    async def close(self) -> None:
+        idle, self.idle = self.idle, []
+        for connection in idle:
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+
+class FastWrites:
+    """Single statements of the journal on the PostgreSQL database of `url`."""
+
+    def __init__(self, url: str | sa.URL) -> None:
+        parsed = sa.make_url(url)
+        self.conninfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._dialect: sa.Dialect = PGDialect_psycopg()  # type: ignore[no-untyped-call]
+        self._compiled: dict[tuple[int, frozenset[str]], Compiled] = {}
+        self._loops: dict[asyncio.AbstractEventLoop, tuple[_Connections, AsyncGenerator[None, None]]] = {}
+        self._lock = threading.Lock()
+
+    async def execute(self, write: Write) -> Written:
+        """Run `write` in autocommit: its returned rows and its row count."""
+        compiled = self._compile(write)
+        sql, params = str(compiled), compiled.construct_params(write.params)
+        connections = await self._connections()
+        try:
+            async with connections.connection() as connection:
+                cursor = await connection.execute(sql, params)
+                rows = await cursor.fetchall() if cursor.description is not None else []
+                return Written([tuple(row) for row in rows], cursor.rowcount)
+        except psycopg.Error as exc:
+            raise sa.exc.DBAPIError.instance(sql, params, exc, psycopg.Error, hide_parameters=True) from exc
+
+    def _compile(self, write: Write) -> Compiled:
+        key = (id(write.statement), frozenset(write.params))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            table = getattr(write.statement, "table", None)
+            columns = set(table.c.keys()) if table is not None else set()
+            keys = [name for name in write.params if name in columns]
+            statement: sa.ClauseElement = write.statement
+            compiled = statement.compile(dialect=self._dialect, column_keys=keys)
+            self._compiled[key] = compiled
+        return compiled
+
+    async def _connections(self) -> _Connections:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            held = self._loops.get(loop)
+            ended = [self._loops.pop(other)[1] for other in list(self._loops) if other.is_closed()]
+        if held is None:
+            connections = _Connections(self.conninfo, ASYNC_POOL_SIZE)
+            closer = _closed_at_shutdown(connections)
+            await anext(closer)
+            held = (connections, closer)
+            with self._lock:
+                self._loops[loop] = held
+        for other in ended:
+            await other.aclose()
+        return held[0]
+
+    async def dispose(self) -> None:
+        """Close the running loop's connections (a later write opens new ones)."""
+        with self._lock:
+            held = self._loops.pop(asyncio.get_running_loop(), None)
+        if held is not None:
+            await held[1].aclose()
+
+
+async def _closed_at_shutdown(connections: _Connections) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:  # by its loop shutting down, by `dispose`, or by a use from another loop
+        await connections.close()

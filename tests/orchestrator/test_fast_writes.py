@@ -1,0 +1,128 @@
+"""The journal's hot path on PostgreSQL through psycopg directly (`_fast_writes`): the same rows as
+SQLAlchemy would write, none of them through SQLAlchemy's engine, SQLAlchemy's errors, and a write
+cut off midway that leaves no broken connection behind."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from orchestrator.messages import AiMessage, UserMessage, message_to_json
+from orchestrator.saga._journal_checkpoints import turn_rows, turn_write
+from orchestrator.saga._journal_writes import (
+    Intent,
+    Write,
+    heartbeat_write,
+    outcome_write,
+    start_write,
+    state_write,
+)
+from orchestrator.saga.async_journal import AsyncJournal
+from orchestrator.saga.journal import Journal
+from orchestrator.saga.states import InvocationState
+from tests.orchestrator._databases import fresh_database
+from tests.orchestrator._service import call
+from workers.calls.invocation import Invocation, InvocationContext
+from workers.protocol import OutcomeKind, ToolOutcome
+
+
+@pytest.fixture
+def postgres_url(tmp_path: Path) -> Iterator[str]:
+    with fresh_database("postgresql", tmp_path) as url:
+        Journal(url).engine.dispose()  # the schema
+        yield url
+
+
+def test_the_hot_path_writes_the_rows_without_sqlalchemys_engine(postgres_url: str) -> None:
+    statements: list[str] = []
+
+    def note(connection: sa.Connection, cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    context = InvocationContext(memory_id="m1", user_message="hi")
+    invocation_id = str(context.invocation_id)
+    request = call("count", "c1", what="a")
+
+    async def story() -> None:
+        journal = AsyncJournal(postgres_url, keys=[])
+        try:
+            opening = {"history": [], "user_message": message_to_json(UserMessage("hi"))}
+            await journal.execute(
+                start_write(journal.cipher, context, Invocation(context).to_json(), opening)
+            )
+            intents = [Intent(1, request, "p", False, f"{invocation_id}:c1")]
+            turn = message_to_json(AiMessage(tool_execution_requests=[request]))
+            [row] = turn_rows(
+                intents, (await journal.execute(turn_write(invocation_id, 1, turn, intents))).rows
+            )
+            await journal.execute(heartbeat_write(invocation_id, None))
+            await journal.execute(
+                outcome_write(row, ToolOutcome(OutcomeKind.SUCCESS, "counted a"), "counted a", None)
+            )
+            end = state_write(invocation_id, InvocationState.SUCCEEDED, None, "done", "nobody", None)
+            assert (await journal.execute(end)).rowcount == 0  # not its owner: nothing written
+            end = state_write(invocation_id, InvocationState.SUCCEEDED, None, "done", None, None)
+            assert (await journal.execute(end)).rowcount == 1
+        finally:
+            await journal.dispose()
+
+    sa.event.listen(sa.Engine, "before_cursor_execute", note)
+    try:
+        asyncio.run(story())
+    finally:
+        sa.event.remove(sa.Engine, "before_cursor_execute", note)
+    assert [s for s in statements if s.split()[0] in ("INSERT", "UPDATE")] == []
+    journal = Journal(postgres_url, keys=[])
+    try:
+        record = journal.invocation(invocation_id)
+        assert record is not None and record.state == "succeeded" and record.final_answer == "done"
+        [row] = journal.calls(invocation_id)
+        assert (row.call_id, row.state, row.result, row.turn) == ("c1", "succeeded", "counted a", 1)
+        checkpoint = journal.checkpoint(invocation_id)
+        assert checkpoint is not None and list(checkpoint.turns) == [1]
+    finally:
+        journal.engine.dispose()
+
+
+def _drop_connections(url: str) -> None:
+    """Another session ends every other connection to the test's database (a server restart)."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            connection.execute(
+                sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            )
+    finally:
+        engine.dispose()
+
+
+def test_errors_are_sqlalchemys_and_a_dropped_connection_is_not_used_again(postgres_url: str) -> None:
+    async def story() -> None:
+        journal = AsyncJournal(postgres_url, keys=[])
+
+        def start(memory_id: str) -> Write:
+            context = InvocationContext(memory_id=memory_id, user_message="hi")
+            return start_write(journal.cipher, context, Invocation(context).to_json(), None)
+
+        try:
+            first = start("m1")
+            await journal.execute(first)
+            with pytest.raises(sa.exc.IntegrityError):  # the same invocation twice
+                await journal.execute(first)
+            # the server drops the journal's connections: the write on one fails, once
+            await asyncio.to_thread(_drop_connections, postgres_url)
+            with pytest.raises(sa.exc.OperationalError):
+                await journal.execute(start("m2"))
+            await journal.execute(start("m3"))
+        finally:
+            await journal.dispose()
+
+    asyncio.run(story())
