@@ -1,4 +1,5 @@
-"""The agent measures 6 and 7 serve with `toolfleet serve`, and measure 6 also calls in-process.
+"""The agent measures 6 and 7 serve with `toolfleet serve`, and measure 6 also calls in-process;
+`napping`, measure 12's.
 
 Its model is a `ScriptedChatModel` that asks for one `noop` call (`bench/tools.py`, pool `bench`,
 run through `CeleryExecutor` on the benchmark's worker), then answers `ANSWER`: no HTTP upstream, so
@@ -25,10 +26,12 @@ from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.models.base import ChatRequest
 from workers import ToolExecutionRequest
 
-__all__ = ["ANSWER", "JOURNAL_URL_VARIABLE", "agent", "journaled", "plain", "script"]
+__all__ = ["ANSWER", "JOURNAL_URL_VARIABLE", "NAP_S", "agent", "journaled", "napping", "plain", "script"]
 
 ANSWER = "done"
 JOURNAL_URL_VARIABLE = "TOOLFLEET_BENCH_JOURNAL_URL"
+
+NAP_S = 2.0  # how long `napping`'s one call sleeps
 
 _call_ids = itertools.count(1)
 
@@ -61,3 +64,25 @@ def plain() -> AiService:
 def journaled() -> AiService:
     """The agent writing its saga to the journal at `TOOLFLEET_BENCH_JOURNAL_URL`."""
     return agent(journal=Journal(os.environ[JOURNAL_URL_VARIABLE]))
+
+
+def _nap_script(request: ChatRequest) -> AiMessage:
+    """One `sleep_for(NAP_S)` call, then `ANSWER`."""
+    if request.messages and isinstance(request.messages[-1], ToolExecutionResultMessage):
+        return AiMessage(text=ANSWER)
+    arguments = f'{{"seconds": {NAP_S}}}'
+    return AiMessage(
+        tool_execution_requests=[ToolExecutionRequest(f"nap-{next(_call_ids)}", "sleep_for", arguments)]
+    )
+
+
+def napping() -> AiService:
+    """A journaled agent whose one call sleeps `NAP_S` (measure 12 kills its replica during it)."""
+    return AiService(
+        chat_model=ScriptedChatModel(_nap_script),
+        tools=[tools],
+        executor=CeleryExecutor(),
+        journal=Journal(os.environ[JOURNAL_URL_VARIABLE]),
+        tool_arguments_error_handler=fail_invocation(),
+        tool_execution_error_handler=fail_invocation(),
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from bench._context import Bench
+from bench._measures.adoption import measure_adoption
 from bench._measures.anchors import measure_anchors
 from bench._measures.batch import measure_batch
 from bench._measures.deadline import measure_deadline
@@ -41,6 +42,7 @@ MEASURES: dict[str, Runner] = {
     "9": measure_progress,
     "10": measure_tracing,
     "11": measure_otel_absent,
+    "12": measure_adoption,
 }
 # `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
-RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "3"]
+RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "12", "3"]

@@ -3,9 +3,10 @@
 Measured on one process: a statement through SQLAlchemy's asyncio extension costs about 0.45 ms of
 CPU (its greenlet bridge, pool and execution context), the same statement on a psycopg connection
 about 0.1 ms. The hot path's single statements (`_journal_writes`) are compiled once per shape by
-SQLAlchemy's PostgreSQL dialect and sent on connections of their own, in autocommit, at most
-`ASYNC_POOL_SIZE` per event loop, closed when the loop shuts down. Errors are SQLAlchemy's, as
-everywhere else in the journal.
+SQLAlchemy's PostgreSQL dialect and sent on connections of their own, in autocommit: one set per
+database and event loop in a process (`shared_fast_writes`), at most `FAST_POOL_SIZE` at once (a
+single statement holds one for a fraction of a millisecond), closed when the loop shuts down.
+Errors are SQLAlchemy's, as everywhere else in the journal.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import Compiled
 
-from orchestrator._database_url import ASYNC_POOL_SIZE
 from orchestrator.saga._journal_writes import Write, Written
 
-__all__ = ["FastWrites"]
+__all__ = ["FAST_POOL_SIZE", "FastWrites", "shared_fast_writes"]
+
+# The connections one process keeps for the hot path per database and event loop, and never more:
+# beside SQLAlchemy's pool (`ASYNC_POOL_SIZE`), within a server's connection limit across replicas.
+FAST_POOL_SIZE = 8
 
 
 class _Connections:
@@ -96,7 +100,7 @@ class FastWrites:
             held = self._loops.get(loop)
             ended = [self._loops.pop(other)[1] for other in list(self._loops) if other.is_closed()]
         if held is None:
-            connections = _Connections(self.conninfo, ASYNC_POOL_SIZE)
+            connections = _Connections(self.conninfo, FAST_POOL_SIZE)
             closer = _closed_at_shutdown(connections)
             await anext(closer)
             held = (connections, closer)
@@ -112,6 +116,20 @@ class FastWrites:
             held = self._loops.pop(asyncio.get_running_loop(), None)
         if held is not None:
             await held[1].aclose()
+
+
+_shared: dict[str, FastWrites] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_fast_writes(url: str | sa.URL) -> FastWrites:
+    """The process' one `FastWrites` of a database, whichever journals write to it."""
+    key = sa.make_url(url).render_as_string(hide_password=False)
+    with _shared_lock:
+        writes = _shared.get(key)
+        if writes is None:
+            writes = _shared[key] = FastWrites(key)
+        return writes
 
 
 async def _closed_at_shutdown(connections: _Connections) -> AsyncGenerator[None, None]:

@@ -86,9 +86,9 @@ class AsyncJournal:
         self._schema_lock = threading.Lock()
         self._fast: FastWrites | None = None
         if self._given is None and sa.make_url(self._engines.url).drivername == "postgresql+psycopg":
-            from orchestrator.saga._fast_writes import FastWrites  # psycopg comes with the extra
+            from orchestrator.saga._fast_writes import shared_fast_writes  # psycopg: the extra's
 
-            self._fast = FastWrites(self._engines.url)
+            self._fast = shared_fast_writes(self._engines.url)
 
     @property
     def cipher(self) -> JournalCipher:

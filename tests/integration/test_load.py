@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from orchestrator import AiMessage, AiService, CeleryExecutor, Result, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.handlers import RemoteToolError
 from orchestrator.saga import rolled_back_text
+from orchestrator.saga._journal_tables import turns as turns_table
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.journal import compensations as compensations_table
 from orchestrator.saga.journal import invocations as invocations_table
@@ -106,6 +107,7 @@ def journal(tmp_path: Path) -> Iterator[tuple[Journal, str]]:
             ids = sa.select(invocations_table.c.id).where(invocations_table.c.service_name == name)
             tx.execute(sa.delete(compensations_table).where(compensations_table.c.invocation_id.in_(ids)))
             tx.execute(sa.delete(tool_calls_table).where(tool_calls_table.c.invocation_id.in_(ids)))
+            tx.execute(sa.delete(turns_table).where(turns_table.c.invocation_id.in_(ids)))
             tx.execute(sa.delete(invocations_table).where(invocations_table.c.service_name == name))
         chosen.engine.dispose()
 
