@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -199,3 +199,48 @@ def test_the_catalog_tells_remote_orchestrators_the_heartbeat_timeout() -> None:
     advertised = CatalogTool.from_json(CatalogTool.of(copy).to_json())
 
     assert advertised.definition().heartbeat_timeout_s == 2.5
+
+
+class _LateTimer:
+    """A `threading.Timer` that fires only when the test says so (as a timer late under load)."""
+
+    made: ClassVar[list[_LateTimer]] = []
+
+    def __init__(self, interval: float, function: Any) -> None:
+        self.function = function
+        self.cancelled = False
+        self.daemon = False
+        _LateTimer.made.append(self)
+
+    def start(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def fire(self) -> None:
+        if not self.cancelled:
+            self.function()
+
+
+def test_a_late_timer_never_sends_two_reports_within_one_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    # given: a reporter whose timers fire only when told
+    monkeypatch.setattr("workers.calls.progress.threading.Timer", _LateTimer)
+    _LateTimer.made.clear()
+    sink = Sink()
+    reporter = ToolProgressReporter(sink, min_interval_s=0.05)
+    reporter.progress(message="one")  # sent
+    reporter.progress(message="two")  # held: a timer for the end of the interval
+    time.sleep(0.06)
+    reporter.progress(message="three")  # the interval passed: sent at once, the timer still pending
+    reporter.progress(message="four")  # held
+
+    # when: the pending timer fires late, just after "three" went out
+    _LateTimer.made[0].fire()
+
+    # then: "four" waits out the interval since "three" instead of going out right behind it
+    assert [r.message for r in sink.reports] == ["one", "three"]
+    assert len(_LateTimer.made) == 2
+    _LateTimer.made[1].fire()
+    reporter.close()
+    assert [r.message for r in sink.reports][-1] == "four"

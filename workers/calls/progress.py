@@ -203,7 +203,16 @@ class ToolProgressReporter:
     def _on_timer(self) -> None:
         with self._lock:
             self._timer = None
-            if self._dirty and not self._closed:
+            if not self._dirty or self._closed:
+                return
+            # A timer late under load may find a report sent meanwhile (when one came after the
+            # interval): it waits out the interval since then, so that two never go out within one.
+            wait = self._last_sent + self._interval - time.monotonic()
+            if wait > 0:
+                self._timer = threading.Timer(wait, self._on_timer)
+                self._timer.daemon = True
+                self._timer.start()
+            else:
                 self._send()
 
     def _send(self) -> None:
