@@ -49,8 +49,9 @@ async def measure_adoption(b: Bench) -> Measure:
     problem = await asyncio.to_thread(postgres_problem, url)
     if problem is not None:
         return m.skip(problem)
-    env = {
+    env = {  # the replicas' own database is the agent's journal: where they find each other's work
         agents.JOURNAL_URL_VARIABLE: url,
+        "TOOLFLEET_DATABASE_URL": url,
         "TOOLFLEET_HEARTBEAT_TTL_S": f"{HEARTBEAT_TTL_S:g}",
         "TOOLFLEET_INVOCATION_HEARTBEAT_S": f"{INVOCATION_BEAT_S:g}",
         "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
