@@ -8,9 +8,10 @@ call still running is re-attached to, and the answer is journaled as if nothing 
 
 An invocation is not adopted, and is compensated as before, when its service compensates on an
 orchestrator's loss, when it has no checkpoint (it started before checkpoints were journaled, or a
-recoverer has begun undoing it), when a person decided some of its calls (approvals are resumed,
-not replayed), or when it was undoing what it did for another reason than a failed call of a batch
-(cancelled, or failing).
+recoverer has begun undoing it), when a call of it waits for a person (it is paused: it is resumed
+once decided, not adopted), or when it was undoing what it did for another reason than a failed call
+of a batch (cancelled, or failing). Calls a person decided are replayed as decided: a rejected one
+told as such, an approved one with its approved arguments.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from orchestrator.result import Result
 from orchestrator.saga.async_journal import JournalRunner
 from orchestrator.saga.coordinator import rollback_reason
 from orchestrator.saga.journal import Journal
-from orchestrator.saga.states import CallState, InvocationState
+from orchestrator.saga.states import ApprovalState, CallState, InvocationState
 from orchestrator.telemetry import continued_trace
 
 __all__ = ["adoptable", "carry_on", "claim_adoption"]
@@ -42,7 +43,9 @@ def adoptable(journal: Journal, invocation_id: str) -> bool:
     record = journal.invocation(invocation_id)
     if record is None or record.state not in (InvocationState.RUNNING, InvocationState.COMPENSATING):
         return False
-    if journal.checkpoint(invocation_id) is None or journal.approvals(invocation_id):
+    if journal.checkpoint(invocation_id) is None:
+        return False
+    if journal.approvals(invocation_id, state=ApprovalState.PENDING):  # paused: resumed, not adopted
         return False
     if record.state is InvocationState.COMPENSATING:  # not cancelled, nor failing: a batch failed
         failed = {
@@ -84,9 +87,10 @@ async def carry_on(
     if record is None or checkpoint is None:
         raise OrchestratorError(f"The journal has no checkpointed invocation {invocation_id}")
     calls = await journal.run(lambda j: j.calls(invocation_id))
+    approvals = await journal.run(lambda j: j.approvals(invocation_id))
     if config.catalog is not None:
         await config.catalog.refresh()
-    state, history, turns = adopted_state(config, record, checkpoint, calls, mode, emit, memory)
+    state, history, turns = adopted_state(config, record, checkpoint, calls, approvals, mode, emit, memory)
     log.warning(
         "invocation %s adopted here from %s: %d journaled turn(s), %d call(s)",
         invocation_id,

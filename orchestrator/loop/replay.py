@@ -6,10 +6,12 @@ turn, running again a call whose outcome is journaled, or sending again a call t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from orchestrator.approvals import ApprovalRecord
 from orchestrator.loop.calls import Call, conclude
 from orchestrator.loop.config import LoopConfig, Mode
+from orchestrator.loop.pausing import settle_waiting
 from orchestrator.loop.state import Emit, RunState, new_state
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import AiMessage, ChatMessage, UserMessage, message_from_json, messages_from_json
@@ -23,11 +25,13 @@ __all__ = ["Replayed", "adopted_state", "replayed_batch"]
 
 @dataclass(frozen=True)
 class Replayed:
-    """One journaled turn: its AI message and the journal rows of its calls, by call id."""
+    """One journaled turn: its AI message, the journal rows of its calls and the decisions on those
+    that waited for a person, by call id."""
 
     turn: int
     message: AiMessage
     rows: Mapping[str, CallRecord]
+    approvals: Mapping[str, ApprovalRecord] = field(default_factory=dict)
 
 
 def adopted_state(
@@ -35,6 +39,7 @@ def adopted_state(
     record: InvocationRecord,
     checkpoint: Checkpoint,
     calls: Sequence[CallRecord],
+    approvals: Sequence[ApprovalRecord],
     mode: Mode,
     emit: Emit | None,
     memory: ChatMemory | None,
@@ -61,22 +66,31 @@ def adopted_state(
     for call in calls:
         if call.turn is not None and call.call_id is not None:
             by_turn.setdefault(call.turn, {})[call.call_id] = call
+    decided = {approval.call_id: approval for approval in approvals}
     turns = []
     for turn in sorted(checkpoint.turns):
         message = message_from_json(checkpoint.turns[turn])
         assert isinstance(message, AiMessage)
-        turns.append(Replayed(turn, message, by_turn.get(turn, {})))
+        ids = {r.id for r in message.tool_execution_requests}
+        turns.append(
+            Replayed(turn, message, by_turn.get(turn, {}), {i: a for i, a in decided.items() if i in ids})
+        )
     return state, messages_from_json(opening["history"]), turns
 
 
-def replayed_batch(state: RunState, replayed: Replayed) -> list[Call]:
+def replayed_batch(config: LoopConfig, state: RunState, replayed: Replayed) -> list[Call]:
     """The calls of a journaled turn: those whose outcome is journaled concluded from it (the stream
-    is not told again), those sent and not finished to be re-attached to, the rest to be run."""
+    is not told again), those sent and not finished to be re-attached to, those a person rejected
+    (or let expire) told as such, the rest (an approved one with its approved arguments) to be run."""
     batch = []
     for index, request in enumerate(replayed.message.tool_execution_requests):
         call = Call(index, request)
         row = replayed.rows.get(request.id or "")
+        approval = replayed.approvals.get(request.id or "")
         tool = state.tools.get(request.name)
+        if approval is not None and not settle_waiting(config, state, call, approval):
+            batch.append(call)  # it did not run: what the model reads of it is settled
+            continue
         if row is not None:
             call.row = row.id
             if isinstance(tool, ToolDefinition):

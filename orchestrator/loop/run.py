@@ -142,7 +142,7 @@ async def _adopted(
         message = replayed.message
         state.used_ids.update(r.id for r in message.tool_execution_requests if r.id)
         await state.add(message)
-        batch = replayed_batch(state, replayed)
+        batch = replayed_batch(config, state, replayed)
         await run_calls(config, state, [call for call in batch if call.execution is None])
         result = await _after_batch(config, state, batch, batch, ())
         if result is not None:

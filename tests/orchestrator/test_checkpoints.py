@@ -7,6 +7,7 @@ in flight re-attached to through the executor)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -18,7 +19,8 @@ import sqlalchemy as sa
 
 from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, UserMessage
 from orchestrator.messages import message_to_json
-from orchestrator.saga.journal import Intent, Journal, invocations, utc_now
+from orchestrator.saga._journal_tables import approvals, turns
+from orchestrator.saga.journal import Intent, Journal, invocations, tool_calls, utc_now
 from tests.orchestrator._databases import KINDS, fresh_database
 from tests.orchestrator._service import call, calls
 from workers import tool
@@ -270,3 +272,60 @@ def test_a_turn_and_its_intents_written_on_either_database_give_the_rows_in_orde
             assert checkpoint is not None and checkpoint.turns == {1: turn}
         finally:
             journal.engine.dispose()
+
+
+def _decided(journal: Journal, invocation_id: str, call_id: str, state: str, **fields: Any) -> None:
+    """A person's decision on a call of the invocation, as the approvals table keeps it."""
+    now = utc_now()
+    with journal.engine.begin() as connection:
+        connection.execute(
+            sa.insert(approvals).values(
+                invocation_id=invocation_id,
+                call_id=call_id,
+                tool="count",
+                arguments='{"what": "model"}',
+                arguments_hash="-",
+                state=state,
+                requested_at=now,
+                expires_at=now + timedelta(minutes=5),
+                decided_at=now,
+                **fields,
+            )
+        )
+
+
+def test_an_adopted_invocation_replays_the_calls_a_person_decided_as_decided(journal: Journal) -> None:
+    # given: a dead owner's turn whose first call ran, and whose two others waited for a person: one
+    # rejected, one approved with edited arguments (the owner died before sending it)
+    invocation_id, _, row_b = _left_by_a_dead_owner(journal)
+    with journal.engine.begin() as connection:  # the second call waited: it has no intent
+        connection.execute(sa.delete(tool_calls).where(tool_calls.c.id == row_b))
+    turn = message_to_json(
+        AiMessage(
+            tool_execution_requests=[
+                call("count", "c1", what="a"),
+                call("count", "c2", what="model"),
+                call("count", "c3", what="model"),
+            ]
+        )
+    )
+    with journal.engine.begin() as connection:
+        connection.execute(
+            sa.update(turns).where(turns.c.invocation_id == invocation_id).values(message=json.dumps(turn))
+        )
+    _decided(journal, invocation_id, "c2", "rejected", reason="not today")
+    _decided(journal, invocation_id, "c3", "approved", approved_arguments='{"what": "edited"}')
+    counter = Counter()
+    model = ScriptedChatModel(lambda r: "done: " + " | ".join(m.text or "" for m in r.messages[2:]))
+    service = AiService(
+        chat_model=model, tools=[counter], executor=CheckingExecutor(journal), journal=journal
+    )
+
+    # when
+    result = asyncio.run(service.aadopt(invocation_id, stale_after_s=30))
+
+    # then: the rejected call did not run and the model reads why; the approved one ran as approved
+    assert result is not None and result.content is not None
+    assert counter.runs == ["edited"]
+    assert result.content.startswith("done: counted a | ") and "not today" in result.content
+    assert result.content.endswith(" | counted edited")
