@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import logging
 
-from orchestrator.loop.adopting import claim_adoption
+from orchestrator.loop.adopting import adoptable, claim_adoption
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.saga.journal import owner_id
 from orchestrator.server.conversations import start_turn
 from orchestrator.server.invocations import Run
+from orchestrator.server.replicas import ADOPTED, ELSEWHERE
 from orchestrator.server.state import ServiceState
 
 __all__ = ["adopt_in_background"]
@@ -21,20 +22,23 @@ log = logging.getLogger(__name__)
 
 async def adopt_in_background(
     state: ServiceState, invocation_id: str, dead: str, stale_after_s: float
-) -> bool:
+) -> str:
     """Carry on here the invocation of `dead` (a replica whose heartbeat expired), if this replica
     serves its agent, the agent carries invocations on (`AiService.carries_on`) and the invocation
-    can be (`adopting.adoptable`): whether it was adopted. Exactly one process adopts it."""
+    can be (`adopting.adoptable`): `ADOPTED` (exactly one process adopts it); `ELSEWHERE` when it
+    could go on but this replica does not serve its agent, or is draining; else "" (undo it)."""
     origin = await state.events.first(invocation_id) or {}
     record = await state.journal.run(lambda j: j.invocation(invocation_id))
     if record is None:
-        return False
+        return ""
     agent = str(origin.get("agent") or record.service_name or "")
     service = state.agents.get(agent)
-    if service is None or not service.carries_on or state.draining:
-        return False
+    if service is not None and not service.carries_on:
+        return ""  # its agent undoes on an orchestrator's loss
+    if service is None or state.draining:
+        return ELSEWHERE if await state.journal.run(lambda j: adoptable(j, invocation_id)) else ""
     if not await claim_adoption(state.journal, invocation_id, stale_after_s):
-        return False
+        return ""
     here = owner_id()
     log.warning("replica %s stopped: its invocation %s goes on here", dead, invocation_id)
     adopted = {"type": "invocation.adopted", "invocation_id": invocation_id, "replica": here, "from": dead}
@@ -46,4 +50,4 @@ async def adopt_in_background(
         return Run(invocation_id, agent, service, question, memory, None, conversation_id, adopting=True)
 
     await start_turn(state, state.admit_adopted(), agent, conversation_id, [], run)
-    return True
+    return ADOPTED

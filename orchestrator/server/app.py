@@ -45,6 +45,10 @@ __all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
 
+# How long, in heartbeat TTLs, a dead replica's invocation whose agent this replica does not serve is
+# left for one that does (the replicas take turns looking), before it is undone here.
+LEAVE_FOR_OTHERS_TTLS = 5
+
 
 def create_app(
     agents: Mapping[str, AiService], serve: ServeSettings, settings: Settings, ui: UiSettings | None = None
@@ -81,6 +85,7 @@ def create_app(
         watch.adopt = lambda invocation_id, dead: adopt_in_background(
             state, invocation_id, dead, watch.stale_after_s
         )
+        watch.leave_for_others_s = LEAVE_FOR_OTHERS_TTLS * settings.heartbeat_ttl_s
         listen_for_cancels(settings.redis_url)  # whatever executor the agents use
         background = [asyncio.create_task(watch.run())]
         stop_counting_approvals = watch_approvals(

@@ -27,13 +27,15 @@ from orchestrator.saga.journal import owner_id
 from orchestrator.saga.recovery import Recovered, recover
 from orchestrator.server.events import EventLog
 
-__all__ = ["RECOVERY_LOCK_KEY", "REPLICAS_KEY", "REPLICA_KEY", "ReplicaWatch"]
+__all__ = ["ADOPTED", "ELSEWHERE", "RECOVERY_LOCK_KEY", "REPLICAS_KEY", "REPLICA_KEY", "ReplicaWatch"]
 
 log = logging.getLogger(__name__)
 
 REPLICAS_KEY = "toolfleet:replicas"  # set: every replica's owner id, until a live one recovers it
 REPLICA_KEY = "toolfleet:replica:{}"  # a live replica's heartbeat, by owner id (expiring)
 RECOVERY_LOCK_KEY = "toolfleet:replica-recovery"
+ADOPTED = "adopted"  # the invocation goes on here
+ELSEWHERE = "elsewhere"  # it could go on, on a replica that serves its agent
 
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
@@ -57,9 +59,12 @@ class ReplicaWatch:
     owner: str = field(default_factory=owner_id)
     # Run with each look for dead replicas (the approvals this replica goes on with, for one).
     housekeeping: Callable[[], Awaitable[object]] | None = None
-    # Carries on here a dead replica's invocation (its id, the dead replica): whether it did; those
-    # it does not are recovered (their saga finished, what succeeded compensated).
-    adopt: Callable[[str, str], Awaitable[bool]] | None = None
+    # Carries on here a dead replica's invocation (its id, the dead replica): ADOPTED; ELSEWHERE when
+    # a replica serving its agent could (it is left for one, `leave_for_others_s` at most); anything
+    # else, and what is left longer, is recovered (its saga finished, what succeeded compensated).
+    adopt: Callable[[str, str], Awaitable[str]] | None = None
+    leave_for_others_s: float = 0.0
+    _left_since: dict[str, float] = field(default_factory=dict)
 
     async def run(self) -> None:
         """Beat every third of the TTL and look for dead replicas every half (until cancelled); the
@@ -138,16 +143,26 @@ class ReplicaWatch:
         stale = await self.journal.run(lambda journal: journal.unfinished(self.stale_after_s))
         ids = [record.id for record in stale if record.owner == owner]
         reports: list[Recovered] = []
+        waiting = 0  # left for a replica that serves their agent
+        now = asyncio.get_running_loop().time()
         for invocation_id in ids:
-            if self.adopt is not None and await self.adopt(invocation_id, owner):
+            verdict = await self.adopt(invocation_id, owner) if self.adopt is not None else None
+            if verdict == ADOPTED:
                 continue
+            if verdict == ELSEWHERE:
+                since = self._left_since.setdefault(invocation_id, now)
+                if now - since < self.leave_for_others_s:
+                    waiting += 1
+                    continue
+                log.warning("no replica serving its agent took %s in %.0f s", invocation_id, now - since)
+            self._left_since.pop(invocation_id, None)
             log.warning("replica %s stopped: recovering its invocation %s", owner, invocation_id)
             for report in await recover(
                 self.journal, self.executor(), stale_after_s=self.stale_after_s, invocation_id=invocation_id
             ):
                 reports.append(report)
                 await self.events.add(invocation_id, _ended(owner, report))
-        return reports, len(mine) - len(ids)
+        return reports, len(mine) - len(ids) + waiting
 
 
 def _ended(owner: str, report: Recovered) -> dict[str, object]:

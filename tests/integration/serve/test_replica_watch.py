@@ -18,7 +18,7 @@ from orchestrator import LocalExecutor
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal, invocations, utc_now
 from orchestrator.server.events import EventLog
-from orchestrator.server.replicas import REPLICAS_KEY, ReplicaWatch
+from orchestrator.server.replicas import ELSEWHERE, REPLICAS_KEY, ReplicaWatch
 from workers.calls.invocation import Invocation, InvocationContext
 
 pytestmark = pytest.mark.integration
@@ -83,6 +83,50 @@ def test_a_dead_replicas_invocation_still_beating_is_left_until_its_beat_is_stal
 
     # then: it is recovered, and the ghost forgotten
     assert taken == [invocation_id]
+    record = journal.invocation(invocation_id)
+    assert record is not None and record.state == "failed"
+    assert not redis.Redis.from_url(redis_url).sismember(REPLICAS_KEY, GHOST)
+
+
+def test_an_invocation_another_replica_could_carry_on_is_left_for_it_a_while_then_undone(
+    redis_url: str, journal_file: Path, journal: Journal
+) -> None:
+    # given: a dead replica's stale invocation, which this replica could not carry on but a replica
+    # serving its agent could (its adopt says ELSEWHERE), left for one for 0.5 s at most
+    invocation_id = run_by_the_ghost(journal, beat_s_ago=5.0)
+    redis.Redis.from_url(redis_url).sadd(REPLICAS_KEY, GHOST)
+    asked: list[str] = []
+
+    async def elsewhere(invocation: str, dead: str) -> str:
+        asked.append(invocation)
+        return ELSEWHERE
+
+    async def look(watch: ReplicaWatch) -> list[str]:
+        return [report.invocation_id for report in await watch.recover_dead()]
+
+    async def story() -> tuple[list[str], bool, list[str]]:
+        client = aioredis.Redis.from_url(redis_url)
+        executor = LocalExecutor()
+        watch = ReplicaWatch(
+            client, AsyncJournal(f"sqlite:///{journal_file}"), lambda: executor, EventLog(client), ttl_s=2.0
+        )
+        watch.adopt, watch.leave_for_others_s = elsewhere, 0.5
+        try:
+            first = await look(watch)
+            known = bool(await client.sismember(REPLICAS_KEY, GHOST))
+            await asyncio.sleep(0.6)
+            return first, known, await look(watch)
+        finally:
+            executor.close()
+            await client.aclose()
+
+    # when: a replica looks, and again once the time to leave it has passed
+    first, known, later = asyncio.run(story())
+
+    # then: the first look leaves it (the ghost still known), the later one undoes it
+    assert first == [] and known
+    assert asked == [invocation_id, invocation_id]
+    assert later == [invocation_id]
     record = journal.invocation(invocation_id)
     assert record is not None and record.state == "failed"
     assert not redis.Redis.from_url(redis_url).sismember(REPLICAS_KEY, GHOST)
