@@ -28,7 +28,7 @@ __all__ = ["FAST_POOL_SIZE", "FastWrites", "shared_fast_writes"]
 
 # The connections one process keeps for the hot path per database and event loop, and never more:
 # beside SQLAlchemy's pool (`ASYNC_POOL_SIZE`), within a server's connection limit across replicas.
-FAST_POOL_SIZE = 8
+FAST_POOL_SIZE = 4
 
 
 class _Connections:

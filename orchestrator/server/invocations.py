@@ -97,12 +97,14 @@ class Invocations:
         if not tasks:
             return
         log.warning("draining %d invocations (%.0f s grace)", len(tasks), grace_s)
+        started = time.monotonic()
         _, pending = await asyncio.wait(tasks, timeout=grace_s)
         self.past_grace.set()
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+        log.warning("drained in %.1f s (%d cancelled and undone)", time.monotonic() - started, len(pending))
 
     async def cancel(self, invocation_id: str) -> None:
         """Ask whichever replica runs the invocation to cancel it."""
