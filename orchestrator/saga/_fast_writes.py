@@ -29,6 +29,7 @@ __all__ = ["FAST_POOL_SIZE", "FastWrites", "shared_fast_writes"]
 # The connections one process keeps for the hot path per database and event loop, and never more:
 # beside SQLAlchemy's pool (`ASYNC_POOL_SIZE`), within a server's connection limit across replicas.
 FAST_POOL_SIZE = 4
+CONNECT_TIMEOUT_S = 10  # a server that does not answer fails the write, it does not hang it
 
 
 class _Connections:
@@ -44,7 +45,9 @@ class _Connections:
         async with self.slots:
             connection = self.idle.pop() if self.idle else None
             if connection is None:
-                connection = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+                connection = await psycopg.AsyncConnection.connect(
+                    self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                )
             try:
                 yield connection
             finally:
