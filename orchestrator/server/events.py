@@ -102,6 +102,13 @@ class EventLog:
         raw = entries[0][0]
         return raw.decode() if isinstance(raw, bytes) else str(raw)
 
+    async def told(self, invocation_id: str) -> set[tuple[str, str]]:
+        """The (type, call id) of every call and compensation event written so far: what an adopter
+        of the invocation does not tell again."""
+        entries: Any = await self.client.xrange(EVENTS_KEY.format(invocation_id))
+        events = (json.loads(fields[b"event"]) for _, fields in entries)
+        return {(str(e["type"]), str(e["call_id"])) for e in events if e.get("call_id") is not None}
+
     async def last(self, invocation_id: str) -> dict[str, Any] | None:
         """The invocation's latest event, or None."""
         entries: Any = await self.client.xrevrange(EVENTS_KEY.format(invocation_id), count=1)

@@ -119,6 +119,9 @@ class Invocations:
         pending: set[asyncio.Future[Any]] = set()
         last: list[asyncio.Future[Any] | None] = [None]  # the call event written last
         tasks: dict[str, str] = {}  # each tool call's task, by call id, for its progress events
+        # An adopted invocation's calls were told of up to where its first replica died: a call
+        # re-attached to (or a compensation sent again) is not told queued or started twice.
+        told = await self.events.told(invocation_id) if run.adopting else set()
 
         async def wrap_up() -> None:  # before the last event: the call events, then the conversation
             await _settle(pending)
@@ -132,6 +135,11 @@ class Invocations:
                 tasks[event.call_id] = event.task_id
             payload = call_event(event)
             if payload is None:
+                return
+            if (
+                payload["type"].endswith((".queued", ".started"))
+                and (payload["type"], str(payload["call_id"])) in told
+            ):
                 return
 
             def write() -> None:  # after the one before: the stream keeps the order the calls told

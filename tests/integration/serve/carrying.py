@@ -166,8 +166,9 @@ def carried_on_once(outcome: Outcome, survivor: Replica) -> None:
     assert ends == ["invocation.completed"] and types[-1] == ends[-1], types
     print(f"adopted {outcome.adopted_in_s:.2f} s after the kill")  # shown with -s: docs/RELIABILITY.md
     assert outcome.adopted_in_s < ADOPTED_WITHIN_S, f"adopted {outcome.adopted_in_s:.2f} s after the kill"
-    finished = [str(e.get("call_id")) for _, e in outcome.events if e["type"] == "tool_call.finished"]
-    assert len(finished) == len(set(finished)), finished
+    told = [(str(e["type"]), str(e["call_id"])) for _, e in outcome.events if e.get("call_id") is not None]
+    told = [t for t in told if t[0] != "tool_call.progress"]
+    assert len(told) == len(set(told)), told  # each call queued, started and finished once
 
 
 def _kill_when(doomed: Replica, ready: Callable[[], bool], after_kill: Callable[[], object] | None) -> float:
