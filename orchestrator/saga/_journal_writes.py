@@ -158,10 +158,17 @@ def heartbeat_write(invocation_id: str, owner: str | None) -> Write:
 
 
 def outcome_write(
-    call_row: int, outcome: ToolOutcome, result_text: str, progress: dict[str, Any] | None
+    call_row: int,
+    outcome: ToolOutcome,
+    result_text: str,
+    progress: dict[str, Any] | None,
+    *,
+    state: CallState | None = None,
 ) -> Write:
-    """A call's outcome, with the last progress its tool reported (JSON), if any."""
-    state = CallState.FAILED if outcome.is_error else CallState.SUCCEEDED
+    """A call's outcome, with the last progress its tool reported (JSON), if any; its state the
+    outcome's (succeeded, failed) unless given (abandoned: given up on in flight)."""
+    if state is None:
+        state = CallState.FAILED if outcome.is_error else CallState.SUCCEEDED
     return Write(
         _CALL_UPDATE,
         {

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from orchestrator._database_url import database_engine, shared_loop_engines
 from orchestrator.saga._journal_crypto import JournalCipher
-from orchestrator.saga._journal_writes import Write, Written, heartbeat_write
+from orchestrator.saga._journal_writes import Write, Written, heartbeat_write, written
 from orchestrator.saga.journal import Journal, owner_id
 from workers.settings import Settings
 
@@ -36,10 +36,9 @@ _T = TypeVar("_T")
 
 class JournalRunner(Protocol):
     """Runs a function of a `Journal` in one transaction: `await runner.run(lambda j: j.calls(id))`;
-    with `one_statement` (`fn` issues a single statement), in autocommit: one round trip, without
-    the `BEGIN` and `COMMIT` around it."""
+    `execute` runs one statement of the hot path in autocommit (no `BEGIN` or `COMMIT` around it)."""
 
-    async def run(self, fn: Callable[[Journal], _T], *, one_statement: bool = False) -> _T: ...
+    async def run(self, fn: Callable[[Journal], _T]) -> _T: ...
 
     async def execute(self, write: Write) -> Written:
         """One statement of the journal's hot path (`_journal_writes`), in autocommit."""
@@ -84,6 +83,7 @@ class AsyncJournal:
             self._engines = shared_loop_engines(url)
         self._schema_ready = isinstance(source, Journal)  # a Journal ensured it when it was built
         self._schema_lock = threading.Lock()
+        self._backend = sa.make_url(self._engines.url).get_backend_name()
         self._fast: FastWrites | None = None
         if self._given is None and sa.make_url(self._engines.url).drivername == "postgresql+psycopg":
             from orchestrator.saga._fast_writes import shared_fast_writes  # psycopg: the extra's
@@ -95,33 +95,34 @@ class AsyncJournal:
         """What seals and opens the invocation parameters and checkpoints."""
         return self._cipher
 
-    async def run(self, fn: Callable[[Journal], _T], *, one_statement: bool = False) -> _T:
+    async def run(self, fn: Callable[[Journal], _T]) -> _T:
         """`fn(journal)` in one transaction on an async connection: committed when `fn` returns,
-        rolled back when it raises; with `one_statement` (`fn` issues one statement, atomic by
-        itself), in autocommit. `fn` runs on the event loop: it should only call the journal."""
-        if not self._schema_ready:
-            await asyncio.to_thread(self._ensure_schema)
-        engine = self._given if self._given is not None else await self._engines.engine()
+        rolled back when it raises. `fn` runs on the event loop: it should only call the journal."""
+        engine = await self._engine()
         cipher = self._cipher
-        if one_statement:
-            async with engine.connect() as connection:
-                autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
-                return await autocommit.run_sync(lambda sync: fn(Journal.on_connection(sync, cipher)))
         async with engine.begin() as connection:
             return await connection.run_sync(lambda sync: fn(Journal.on_connection(sync, cipher)))
 
     async def execute(self, write: Write) -> Written:
         """One statement of the journal's hot path (`_journal_writes`), in autocommit: on PostgreSQL
         straight through psycopg (`_fast_writes`), else on this journal's engine."""
+        if self._fast is not None:
+            if not self._schema_ready:
+                await asyncio.to_thread(self._ensure_schema)
+            return await self._fast.execute(write)
+        engine = await self._engine()
+        async with engine.connect() as connection:
+            autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
+            return written(await autocommit.execute(write.statement, write.params))
+
+    async def _engine(self) -> AsyncEngine:
         if not self._schema_ready:
             await asyncio.to_thread(self._ensure_schema)
-        if self._fast is not None:
-            return await self._fast.execute(write)
-        return await self.run(lambda journal: journal.execute_now(write), one_statement=True)
+        return self._given if self._given is not None else await self._engines.engine()
 
     @property
     def backend(self) -> str:
-        return sa.make_url(self._engines.url).get_backend_name()
+        return self._backend
 
     async def dispose(self) -> None:
         """Close the connections this journal holds for the running loop (the next `run` opens new

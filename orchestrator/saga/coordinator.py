@@ -122,17 +122,8 @@ class Saga:
         last progress its tool reported."""
         if self.journal is None or call_row is None:
             return
-
-        def write(journal: Journal) -> None:
-            journal.record_outcome(call_row, outcome, text, progress=progress)
-            journal.set_call_state(call_row, CallState.ABANDONED)
-
-        journal = self.journal
-        writing = (
-            journal.run(write)
-            if abandoned
-            else journal.execute(outcome_write(call_row, outcome, text, progress))
-        )
+        abandon = CallState.ABANDONED if abandoned else None
+        writing = self.journal.execute(outcome_write(call_row, outcome, text, progress, state=abandon))
         _, cancelled = await to_the_end(writing)
         if cancelled:  # the outcome is journaled all the same: the saga reads it to undo the call
             raise asyncio.CancelledError

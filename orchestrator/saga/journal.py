@@ -104,16 +104,11 @@ class Journal(JournalApprovals, JournalCheckpoints):
         """What seals and opens the invocation parameters (an `AsyncJournal` over this one shares it)."""
         return self._cipher
 
-    async def run(self, fn: Callable[[Journal], _T], *, one_statement: bool = False) -> _T:
-        """`fn(journal)` in one transaction (with `one_statement`, in autocommit), on this journal's
-        engine, inline: the `JournalRunner` interface of `AsyncJournal`, for callers (the CLI,
-        scripts, tests) that may block."""
+    async def run(self, fn: Callable[[Journal], _T]) -> _T:
+        """`fn(journal)` in one transaction, on this journal's engine, inline: the `JournalRunner`
+        interface of `AsyncJournal`, for callers (the CLI, scripts, tests) that may block."""
         if self._connection is not None:
             return fn(self)
-        if one_statement:
-            with self.engine.connect() as connection:
-                autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
-                return fn(Journal.on_connection(autocommit, self._cipher))
         with self.engine.begin() as connection:
             return fn(Journal.on_connection(connection, self._cipher))
 

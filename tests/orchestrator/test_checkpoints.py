@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, UserMessage
 from orchestrator.messages import message_to_json
+from orchestrator.saga._journal_checkpoints import turn_rows, turn_write
 from orchestrator.saga._journal_tables import approvals, turns
 from orchestrator.saga.journal import Intent, Journal, invocations, tool_calls, utc_now
 from tests.orchestrator._databases import KINDS, fresh_database
@@ -259,12 +260,12 @@ def test_a_turn_and_its_intents_written_on_either_database_give_the_rows_in_orde
             # sequences out of the requests' order: the rows follow the intents given, not the ids
             intents = [Intent(n, requests[n - 1], "p", False, f"k{n}") for n in order]
             turn = message_to_json(AiMessage(tool_execution_requests=requests))
-            rows = asyncio.run(
-                journal.run(
-                    lambda j: j.record_turn(invocation_id, 1, turn, intents),
-                    one_statement=journal.backend == "postgresql",
+            if journal.backend == "postgresql":  # one statement, as the saga writes it there
+                rows = turn_rows(
+                    intents, journal.execute_now(turn_write(invocation_id, 1, turn, intents)).rows
                 )
-            )
+            else:
+                rows = journal.record_turn(invocation_id, 1, turn, intents)
             by_row = {c.id: c for c in journal.calls(invocation_id)}
             assert [by_row[row].sequence for row in rows] == order
             assert [by_row[row].call_id for row in rows] == [f"c{n}" for n in order]

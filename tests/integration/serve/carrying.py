@@ -6,6 +6,7 @@ its own retries reaching the survivor) — and what came of it, read from outsid
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -21,7 +22,7 @@ from tests.integration.fake_openai import FakeOpenAi
 from tests.integration.serve.conftest import HEARTBEAT_TTL_S
 from tests.integration.serve.failover import failover
 from tests.integration.serve.replicas import AGENT, API_KEY, Replica, replica_env, start_replica
-from tests.integration.serve.test_invocations import AUTH, _read_all
+from tests.integration.serve.test_invocations import AUTH, _events, _read_all
 from tests.integration.side_effects import process_client
 
 __all__ = [
@@ -114,10 +115,18 @@ class Fleet:
         )
         assert started.status_code == 202, started.text
         invocation_id = str(started.json()["id"])
+        heard: list[tuple[str, dict[str, Any]]] = []  # what the client read before its replica died
+        following = threading.Thread(target=_follow, args=(doomed, invocation_id, heard), daemon=True)
+        following.start()
         killed_at = _kill_when(doomed, killed_when, after_kill)
-        # followed again where its client can reach: the survivor, from the start
-        events = _read_all(self.survivor, invocation_id)
-        last = events[-1][1]
+        following.join(timeout=30)
+        # the client reconnects where it can reach, the survivor, with the last event id it read:
+        # with what it read before, every event of the stream once, in order, to the end
+        rest = _read_all(self.survivor, invocation_id, heard[-1][0] if heard else None)
+        assert heard and [i for i, _ in heard + rest] == [
+            i for i, _ in _read_all(self.survivor, invocation_id)
+        ]
+        last = rest[-1][1]
         return invocation_id, str(last.get("content")) if "content" in last else None, killed_at
 
     def _whole(
@@ -153,6 +162,13 @@ class Fleet:
         raw = got["raw"]
         completion = raw.parse()
         return str(raw.headers["X-Invocation-Id"]), completion.choices[0].message.content, killed_at
+
+
+def _follow(replica: Replica, invocation_id: str, heard: list[tuple[str, dict[str, Any]]]) -> None:
+    """Read the invocation's events from `replica` into `heard` until its connection breaks."""
+    url = f"{replica.base_url}/invocations/{invocation_id}/events"
+    with contextlib.suppress(httpx.HTTPError), httpx.stream("GET", url, headers=AUTH, timeout=30) as response:
+        heard.extend(_events(response.iter_lines()))
 
 
 def carried_on_once(outcome: Outcome, survivor: Replica) -> None:

@@ -41,10 +41,12 @@ def carried(
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_killed_while_the_model_thinks_about_the_first_turn(
-    carried: Fleet, upstream: FakeOpenAi, ns: str, client: str
+@pytest.mark.parametrize("turn", [0, 2], ids=["first-turn", "answer-after-the-calls"])
+def test_killed_while_the_model_thinks(
+    carried: Fleet, upstream: FakeOpenAi, ns: str, client: str, turn: int
 ) -> None:
-    held = hold(ns, 0)
+    # given: the model's answer to request `turn` of the plan held until the replica is dead
+    held = hold(ns, turn)
     conversation = uuid.uuid4().hex
     plan = f"book {ns} trip; nap {ns} 1"
     outcome = carried.run(
@@ -53,7 +55,7 @@ def test_killed_while_the_model_thinks_about_the_first_turn(
     carried_on_once(outcome, carried.survivor)
     assert outcome.answer == "done: slept 1 s"
     assert effects(ns) == {"booked": ["trip"], "undone": [], "stamped": [], "napped": 1}
-    # the first turn's answer never came: asked again; the others once
+    # that request's answer never came: it was asked again; the others once
     assert asked(upstream, ns) == 3 + 1
     assert heard_in_conversation(carried.survivor, conversation) == f"heard: {plan} | what did I say?"
 
@@ -80,21 +82,4 @@ def test_killed_after_the_model_answered_before_its_calls_were_all_sent(
     assert "was being sent when its orchestrator stopped" in outcome.answer
     assert effects(ns) == {"booked": [], "undone": [], "stamped": ["s1"], "napped": 1}
     assert asked(upstream, ns) == 2
-    assert heard_in_conversation(carried.survivor, conversation) == f"heard: {plan} | what did I say?"
-
-
-@pytest.mark.parametrize("client", CLIENTS)
-def test_killed_while_the_model_thinks_about_the_answer_after_the_calls(
-    carried: Fleet, upstream: FakeOpenAi, ns: str, client: str
-) -> None:
-    held = hold(ns, 2)
-    conversation = uuid.uuid4().hex
-    plan = f"book {ns} trip; nap {ns} 1"
-    outcome = carried.run(
-        client, plan, held.asked.is_set, conversation_id=conversation, after_kill=held.released.set
-    )
-    carried_on_once(outcome, carried.survivor)
-    assert outcome.answer == "done: slept 1 s"
-    assert effects(ns) == {"booked": ["trip"], "undone": [], "stamped": [], "napped": 1}
-    assert asked(upstream, ns) == 3 + 1  # the answer's request asked again: it never came
     assert heard_in_conversation(carried.survivor, conversation) == f"heard: {plan} | what did I say?"
