@@ -13,7 +13,7 @@ WITH_REDIS := $(BIN)/python -m workers._devredis --
 # The unit tests: no worker processes (nothing of tests/integration, nothing marked integration).
 UNIT_TESTS := tests --ignore=tests/integration -m 'not integration'
 
-.PHONY: setup compiled test test-fast lint lock demo bench clean
+.PHONY: setup compiled test test-fast lint lock demo bench soak clean
 
 $(VENV)/.uv-$(UV_VERSION):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,13 @@ demo: setup
 
 bench: setup
 	$(WITH_REDIS) $(BIN)/python -m bench
+
+# The chaos soak: a fleet on simulated hosts under load and random faults, its invariants checked.
+SOAK_MINUTES ?= 2
+SOAK_SEED ?= 1
+SOAK_REPORT ?= bench/results/soak.json
+soak: compiled
+	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) --report $(SOAK_REPORT)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -78,7 +78,7 @@ def database_engine(url: str) -> Engine:
     """The engine for `url` (see `database_url`); SQLite connections wait `SQLITE_BUSY_TIMEOUT_S` for
     a lock held by another process."""
     url = database_url(url)
-    return sa.create_engine(url, connect_args=_connect_args(url))
+    return sa.create_engine(url, connect_args=_connect_args(url), **_pinged(url))
 
 
 def async_database_url(url: str | sa.URL) -> str:
@@ -88,6 +88,12 @@ def async_database_url(url: str | sa.URL) -> str:
     parsed = sa.make_url(database_url(text))
     driver = _ASYNC_DRIVERS.get(parsed.drivername.lower())
     return (parsed.set(drivername=driver) if driver else parsed).render_as_string(hide_password=False)
+
+
+def _pinged(url: str) -> dict[str, bool]:
+    """A server database's pooled connections are checked before each use (a connection its server,
+    or a proxy between, closed while it was idle is replaced, not handed to a write that would fail)."""
+    return {} if sa.make_url(url).get_backend_name() == "sqlite" else {"pool_pre_ping": True}
 
 
 class LoopEngines:
@@ -104,7 +110,7 @@ class LoopEngines:
         self._engines: dict[asyncio.AbstractEventLoop, tuple[AsyncEngine, AsyncGenerator[None, None]]] = {}
         self._lock = threading.Lock()  # loops of several threads may ask at once
         sqlite = sa.make_url(self.url).get_backend_name() == "sqlite"  # its pool is SQLAlchemy's choice
-        self._pool = {} if sqlite else {"pool_size": ASYNC_POOL_SIZE, "max_overflow": 0}
+        self._pool = {} if sqlite else {"pool_size": ASYNC_POOL_SIZE, "max_overflow": 0, **_pinged(self.url)}
 
     async def engine(self) -> AsyncEngine:
         """The engine of the running loop, made on its first use."""

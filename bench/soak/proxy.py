@@ -20,6 +20,7 @@ __all__ = ["MAX_STALL_S", "FaultProxy", "LinkState"]
 
 MAX_STALL_S = 60.0  # the longest a stalled piece of data waits before its connection is dropped
 _CHUNK = 65536
+STOP_WAIT_S = 6.0  # how long `stop` waits for its connections' tasks (a connect in progress: 5 s)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class FaultProxy:
         self._loop = asyncio.new_event_loop()
         self._flowing: asyncio.Event | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"proxy-{name}", daemon=True)
 
@@ -88,7 +90,12 @@ class FaultProxy:
             finally:
                 done.set()
 
-        self._loop.call_soon_threadsafe(run)
+        if not self._thread.is_alive():
+            return  # stopped (a restarted link is a new proxy): nothing to change
+        try:
+            self._loop.call_soon_threadsafe(run)
+        except RuntimeError:  # stopped between the check and the call
+            return
         done.wait(timeout=10)
 
     # -- the loop's side -----------------------------------------------------------------------------
@@ -114,10 +121,15 @@ class FaultProxy:
             self._server.close()
         for writer in list(self._writers):
             writer.close()
-        await asyncio.sleep(0)
+        if self._tasks:  # their connections closed, they end by themselves (cancelled, asyncio complains)
+            await asyncio.wait(list(self._tasks), timeout=STOP_WAIT_S)
 
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         if self.state.cut:
             client_writer.close()
             return

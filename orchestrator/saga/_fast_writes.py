@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -44,6 +45,10 @@ class _Connections:
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         async with self.slots:
             connection = self.idle.pop() if self.idle else None
+            if connection is not None and _dropped(connection):  # the server (or a proxy) hung up
+                with contextlib.suppress(Exception):
+                    await connection.close()
+                connection = None
             if connection is None:
                 connection = await psycopg.AsyncConnection.connect(
                     self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
@@ -51,7 +56,7 @@ class _Connections:
             try:
                 yield connection
             finally:
-                if not connection.closed:  # one the server dropped is not handed out again
+                if not (connection.closed or connection.broken):  # one the server dropped is not reused
                     self.idle.append(connection)
 
     async def close(self) -> None:
@@ -59,6 +64,17 @@ class _Connections:
         for connection in idle:
             with contextlib.suppress(Exception):
                 await connection.close()
+
+
+def _dropped(connection: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle connection was closed by the other side: an idle connection's server sends
+    nothing, so anything to read (its end of file, or a termination notice) means it is gone. One
+    `select` with no wait, where a ping would cost a round trip on every write."""
+    try:
+        readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
 
 
 class FastWrites:

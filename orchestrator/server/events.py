@@ -16,7 +16,8 @@ the process that took it (of several trying at once, one does).
 A stream followed over HTTP stays open through any quiet stretch (a tool that runs for minutes without
 a word): each read blocks for less than the Redis client's socket timeout, and after `KEEPALIVE_S`
 without an event a comment line (`: keep-alive`) goes out, which SSE clients ignore and proxies see as
-traffic.
+traffic. A Redis restart under a followed stream does not end it: the read goes on from the same
+entry once Redis answers again (within `FOLLOW_OUTAGE_S`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 _T = TypeVar("_T")
@@ -45,6 +47,8 @@ __all__ = [
 ]
 
 EVENTS_KEY = "toolfleet:events:{}"
+RUNNER_KEY = "toolfleet:events:{}:runner"  # the run whose events the stream takes
+END_KEY = "toolfleet:events:{}:ended"  # set with the stream's one terminal event
 EVENTS_TTL_S = 24 * 3600
 MAX_EVENTS = 100_000  # an invocation that streams more keeps its latest (approximately)
 TERMINAL_TYPES = frozenset({"invocation.completed", "invocation.failed", "invocation.cancelled"})
@@ -54,6 +58,23 @@ MIN_BLOCK_MS = 100
 _STREAM_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
 _MAX_ID_PART = 2**64 - 1  # each part of a Redis stream id is an unsigned 64-bit number
 
+
+FOLLOW_OUTAGE_S = 60.0  # a followed stream waits this long for an unreachable Redis, then fails
+FOLLOW_RETRY_S = 0.5  # ... trying again this often
+
+# Fenced and once-only: a superseded run's events are dropped, and only the first terminal event lands.
+_ADD = """
+if ARGV[4] ~= '' then
+  local current = redis.call('get', KEYS[2])
+  if current and current ~= ARGV[4] then return false end
+end
+if ARGV[5] == '1' then
+  if not redis.call('set', KEYS[3], '1', 'NX', 'EX', ARGV[3]) then return false end
+end
+local id = redis.call('xadd', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'event', ARGV[1])
+redis.call('expire', KEYS[1], ARGV[3])
+return id
+"""
 
 REDIS_CONNECTIONS = 1000  # a replica's connections to Redis at most; more requests wait for one
 REDIS_WAIT_S = 30.0  # ... for up to this long
@@ -74,16 +95,36 @@ class EventLog:
 
     def __init__(self, client: aioredis.Redis) -> None:
         self.client = client
+        self._add = client.register_script(_ADD)
 
-    async def add(self, invocation_id: str, event: dict[str, Any]) -> str:
-        """Append `event`; its stream id."""
-        key = EVENTS_KEY.format(invocation_id)
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.xadd(
-                key, {"event": json.dumps(event, separators=(",", ":"))}, maxlen=MAX_EVENTS, approximate=True
-            )
-            pipe.expire(key, EVENTS_TTL_S)
-            entry_id, _ = await pipe.execute()
+    async def take(self, invocation_id: str, runner: str) -> None:
+        """Make `runner` (one run of the invocation: its start, a resume, an adoption) the one whose
+        events the stream takes from now on: a run superseded (its replica taken for dead, yet still
+        going) writes no more."""
+        await self.client.set(RUNNER_KEY.format(invocation_id), runner, ex=EVENTS_TTL_S)
+
+    async def add(
+        self, invocation_id: str, event: dict[str, Any], *, runner: str | None = None
+    ) -> str | None:
+        """Append `event`; its stream id. None, and nothing written, when `runner` is no longer the
+        invocation's (see `take`), or when the event would end an invocation whose stream has ended:
+        a stream tells one end, whoever else tries to write one (a recovery, a superseded run)."""
+        entry_id = await self._add(
+            keys=[
+                EVENTS_KEY.format(invocation_id),
+                RUNNER_KEY.format(invocation_id),
+                END_KEY.format(invocation_id),
+            ],
+            args=[
+                json.dumps(event, separators=(",", ":")),
+                MAX_EVENTS,
+                EVENTS_TTL_S,
+                runner or "",
+                1 if event.get("type") in TERMINAL_TYPES else 0,
+            ],
+        )
+        if entry_id is None:
+            return None
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
     async def exists(self, invocation_id: str) -> bool:
@@ -132,11 +173,21 @@ class EventLog:
         cursor = after
         block_ms = self._block_ms(keepalive_s)
         quiet_since = time.monotonic()
+        unreachable_since: float | None = None
         while True:
             try:
                 batches: Any = await self.client.xread({key: cursor}, count=500, block=block_ms)
+                exists = bool(batches) or bool(await self.client.exists(key))
+                unreachable_since = None
             except RedisTimeoutError:  # the reply came later than the socket timeout: nothing new yet
-                batches = []
+                batches, exists = [], True
+            except RedisConnectionError:  # Redis restarting: read on from the same place once it is back
+                now = time.monotonic()
+                unreachable_since = unreachable_since or now
+                if now - unreachable_since > FOLLOW_OUTAGE_S:
+                    raise
+                await asyncio.sleep(FOLLOW_RETRY_S)
+                batches, exists = [], True
             for _, entries in batches:
                 for raw_id, fields in entries:
                     cursor = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
@@ -146,7 +197,7 @@ class EventLog:
                         return
                 quiet_since = time.monotonic()
             if not batches:
-                if not await self.client.exists(key):
+                if not exists:
                     return  # expired, or never was
                 if time.monotonic() - quiet_since >= keepalive_s:
                     yield None

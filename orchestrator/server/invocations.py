@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -111,8 +113,20 @@ class Invocations:
         await self.client.set(CANCELLED_KEY.format(invocation_id), b"1", ex=EVENTS_TTL_S)
         await self.client.publish(CANCEL_CHANNEL, invocation_id)
 
+    async def _fenced(self, invocation_id: str) -> Callable[..., Awaitable[str | None]]:
+        """How this run writes its events: as the invocation's runner from now on (an earlier run,
+        superseded, writes no more); unfenced if Redis does not take the claim."""
+        runner = uuid.uuid4().hex
+        try:
+            await self.events.take(invocation_id, runner)
+        except Exception as exc:  # Redis away: as before fencing, every run's events are written
+            log.warning("invocation %s: its events are not fenced: %s", invocation_id, exc)
+            return self.events.add
+        return functools.partial(self.events.add, runner=runner)
+
     async def _run(self, run: Run, finish: Callable[[], Awaitable[None]]) -> None:
-        invocation_id, add = run.invocation_id, self.events.add
+        invocation_id = run.invocation_id
+        add = await self._fenced(invocation_id)
         tell = run.listener or (lambda _: None)
         loop = asyncio.get_running_loop()
         started = time.monotonic()

@@ -82,6 +82,7 @@ class ReplicaWatch:
                     if loop.time() - looked_at >= self.ttl_s / 2:
                         looked_at = loop.time()
                         await self.recover_dead()
+                        await self.recover_stale()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # a Redis or database hiccup: beat again next time
@@ -108,10 +109,8 @@ class ReplicaWatch:
 
     async def dead(self) -> list[str]:
         """Known replicas whose heartbeat has expired."""
-        raw: Any = await self.client.smembers(REPLICAS_KEY)
-        members = [m.decode() if isinstance(m, bytes) else str(m) for m in raw]
         found = []
-        for owner in members:
+        for owner in await self._members():
             if owner != self.owner and not await self.client.exists(REPLICA_KEY.format(owner)):
                 found.append(owner)
         return found
@@ -135,7 +134,34 @@ class ReplicaWatch:
             await self.client.eval(_RELEASE, 1, RECOVERY_LOCK_KEY, token)
         return reports
 
-    async def _recover_owner(self, owner: str) -> tuple[list[Recovered], int]:
+    async def recover_stale(self) -> list[Recovered]:
+        """Carry on or finish the invocations live replicas gave up on, as a dead replica's: one left
+        `compensating` (a compensation still owed after its retries), or whose task ended without its
+        end written (its database gone at that moment), stops beating; whichever replica takes the
+        recovery lock settles it, so the fleet does without an operator."""
+        stale = await self.journal.run(lambda journal: journal.unfinished(self.stale_after_s))
+        if not stale:
+            return []
+        live = set(await self._members()) - set(await self.dead())
+        owners = sorted({record.owner for record in stale if record.owner in live})
+        if not owners:
+            return []
+        token = uuid.uuid4().hex
+        if not await self.client.set(RECOVERY_LOCK_KEY, token, nx=True, px=int(max(self.ttl_s, 1) * 10_000)):
+            return []
+        reports: list[Recovered] = []
+        try:
+            for owner in owners:
+                reports += (await self._recover_owner(owner, gave_up=True))[0]
+        finally:
+            await self.client.eval(_RELEASE, 1, RECOVERY_LOCK_KEY, token)
+        return reports
+
+    async def _members(self) -> list[str]:
+        raw: Any = await self.client.smembers(REPLICAS_KEY)
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in raw]
+
+    async def _recover_owner(self, owner: str, *, gave_up: bool = False) -> tuple[list[Recovered], int]:
         """Recover the dead replica's invocations whose journal heartbeat is stale too; those recovered,
         and how many of its invocations are left (their heartbeat still fresh: looked at again later)."""
         unfinished = await self.journal.run(lambda journal: journal.unfinished(0.0))
@@ -156,7 +182,8 @@ class ReplicaWatch:
                     continue
                 log.warning("no replica serving its agent took %s in %.0f s", invocation_id, now - since)
             self._left_since.pop(invocation_id, None)
-            log.warning("replica %s stopped: recovering its invocation %s", owner, invocation_id)
+            why = "gave up on" if gave_up else "stopped: recovering"
+            log.warning("replica %s %s its invocation %s", owner, why, invocation_id)
             for report in await recover(
                 self.journal, self.executor(), stale_after_s=self.stale_after_s, invocation_id=invocation_id
             ):

@@ -29,6 +29,9 @@ __all__ = ["LEASE_S", "TURNS_KEY", "Turn", "take_turn"]
 
 log = logging.getLogger(__name__)
 
+LEAVE_TRIES = 6  # a turn tries to leave its queue this many times, `LEAVE_RETRY_S` apart
+LEAVE_RETRY_S = 0.5
+
 TURNS_KEY = "toolfleet:turns:{}"  # list: the tickets of a conversation's turns, in arrival order
 LEASE_KEY = "toolfleet:turn:{}"  # a ticket's lease, renewed by its replica (expiring)
 LEASE_S = 10.0
@@ -69,13 +72,20 @@ class Turn:
             raise asyncio.CancelledError
 
     async def _leave(self) -> None:
-        try:
-            async with self.client.pipeline(transaction=True) as pipe:
-                pipe.lrem(self.queue, 0, self.ticket)
-                pipe.delete(LEASE_KEY.format(self.ticket))
-                await pipe.execute()
-        except Exception as exc:  # its lease expires: the next turn takes the head then
-            log.warning("turn %s did not leave %s: %s", self.ticket, self.queue, exc)
+        for attempt in range(
+            LEAVE_TRIES
+        ):  # through a Redis restart, the next turn need not wait out the lease
+            try:
+                async with self.client.pipeline(transaction=True) as pipe:
+                    pipe.lrem(self.queue, 0, self.ticket)
+                    pipe.delete(LEASE_KEY.format(self.ticket))
+                    await pipe.execute()
+                return
+            except Exception as exc:  # its lease expires: the next turn takes the head then
+                if attempt == LEAVE_TRIES - 1:
+                    log.warning("turn %s did not leave %s: %s", self.ticket, self.queue, exc)
+                else:
+                    await asyncio.sleep(LEAVE_RETRY_S)
 
 
 async def take_turn(client: aioredis.Redis, conversation: str, wait_s: float) -> Turn:

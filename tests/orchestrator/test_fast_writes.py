@@ -89,22 +89,24 @@ def test_the_hot_path_writes_the_rows_without_sqlalchemys_engine(postgres_url: s
         journal.engine.dispose()
 
 
-def _drop_connections(url: str) -> None:
-    """Another session ends every other connection to the test's database (a server restart)."""
+def _drop_connections(url: str) -> int:
+    """Another session ends every other connection to the test's database (a server restart); how many."""
     engine = sa.create_engine(url)
     try:
         with engine.connect() as connection:
-            connection.execute(
-                sa.text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                )
+            return len(
+                connection.execute(
+                    sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                ).all()
             )
     finally:
         engine.dispose()
 
 
-def test_errors_are_sqlalchemys_and_a_dropped_connection_is_not_used_again(postgres_url: str) -> None:
+def test_errors_are_sqlalchemys_and_a_connection_dropped_while_idle_is_replaced(postgres_url: str) -> None:
     async def story() -> None:
         journal = AsyncJournal(postgres_url, keys=[])
 
@@ -117,10 +119,11 @@ def test_errors_are_sqlalchemys_and_a_dropped_connection_is_not_used_again(postg
             await journal.execute(first)
             with pytest.raises(sa.exc.IntegrityError):  # the same invocation twice
                 await journal.execute(first)
-            # the server drops the journal's connections: the write on one fails, once
-            await asyncio.to_thread(_drop_connections, postgres_url)
-            with pytest.raises(sa.exc.OperationalError):
-                await journal.execute(start("m2"))
+            # the server (or a proxy restarted between) drops the journal's idle connections: the next
+            # writes go through on new ones, none of them fails
+            assert await asyncio.to_thread(_drop_connections, postgres_url) >= 1
+            await asyncio.sleep(0.2)  # the termination reaches the idle connections' sockets
+            await journal.execute(start("m2"))
             await journal.execute(start("m3"))
         finally:
             await journal.dispose()

@@ -46,6 +46,9 @@ __all__ = ["Dispatcher"]
 
 log = logging.getLogger(__name__)
 
+ABANDON_RETRY_S = 15.0  # how long a call given up on is tried to be marked abandoned while Redis is away
+ABANDON_RETRY_EVERY_S = 0.5
+
 LATE_RESULT_GRACE_S = 5.0  # how long a result a worker marked finished may take to reach the backend
 
 
@@ -130,7 +133,7 @@ class Dispatcher:
         try:
             meta = await asyncio.wait_for(asyncio.shield(waiting), max(remaining, 0.0))
         except TimeoutError:
-            if abandon_atomically and not self.mark_abandoned(task_id):
+            if abandon_atomically and not await self.claim_abandoned(task_id):
                 # The worker finished first: the call succeeded and its result is on its way.
                 late = await self._late_result(waiting, task_id)
                 if late is None:
@@ -149,7 +152,7 @@ class Dispatcher:
             # The invocation was cancelled: the call is abandoned as at a deadline, so its worker
             # undoes it if it still finishes.
             collector.forget(task_id)
-            if abandon_atomically and not self.mark_abandoned(task_id):
+            if abandon_atomically and not await self.claim_abandoned(task_id):
                 log.warning("%s finished as its invocation was cancelled: recovery finds its result", task_id)
             self.abandon(task_id, pool)
             if notify:
@@ -159,7 +162,7 @@ class Dispatcher:
         if (
             outcome.kind is OutcomeKind.WORKER_LOST
             and abandon_atomically
-            and not self.mark_abandoned(task_id)
+            and not await self.claim_abandoned(task_id)
         ):
             # Declared lost, yet its worker marked it finished: the result is on its way.
             collector.forget(task_id)
@@ -263,6 +266,24 @@ class Dispatcher:
             self.redis.set(CALL_CANCELLED_KEY.format(task_id), b"1", ex=call_state_ttl_s(self.settings))
         except redis.RedisError as exc:
             log.warning("could not flag %s cancelled: %s", task_id, exc)
+
+    async def claim_abandoned(self, task_id: str) -> bool:
+        """`mark_abandoned`, tried again while Redis does not answer (a restart), for up to
+        `ABANDON_RETRY_S`, on a thread: a call abandoned during an outage is still undone by its
+        worker if it finishes, where a mark never written would leave its side effect in place."""
+        deadline = time.monotonic() + ABANDON_RETRY_S
+        while True:
+            try:
+                return await asyncio.to_thread(self.mark_abandoned, task_id, raise_errors=True)
+            except redis.RedisError as exc:
+                if time.monotonic() >= deadline:
+                    log.warning(
+                        "could not mark %s abandoned (%s); it will not be compensated if it finishes",
+                        task_id,
+                        exc,
+                    )
+                    return True
+            await asyncio.sleep(ABANDON_RETRY_EVERY_S)
 
     def mark_abandoned(self, task_id: str, *, raise_errors: bool = False) -> bool:
         """Claim a call as abandoned, unless its worker already marked it finished (one `SET NX`).

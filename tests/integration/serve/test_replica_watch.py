@@ -18,7 +18,7 @@ from orchestrator import LocalExecutor
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal, invocations, utc_now
 from orchestrator.server.events import EventLog
-from orchestrator.server.replicas import ELSEWHERE, REPLICAS_KEY, ReplicaWatch
+from orchestrator.server.replicas import ELSEWHERE, REPLICA_KEY, REPLICAS_KEY, ReplicaWatch
 from workers.calls.invocation import Invocation, InvocationContext
 
 pytestmark = pytest.mark.integration
@@ -35,12 +35,12 @@ def run_by_the_ghost(journal: Journal, beat_s_ago: float) -> str:
     return invocation_id
 
 
-def beat(journal: Journal, invocation_id: str, s_ago: float) -> None:
+def beat(journal: Journal, invocation_id: str, s_ago: float, owner: str = GHOST) -> None:
     with journal.engine.begin() as connection:
         connection.execute(
             sa.update(invocations)
             .where(invocations.c.id == invocation_id)
-            .values(owner=GHOST, heartbeat_at=utc_now() - timedelta(seconds=s_ago))
+            .values(owner=owner, heartbeat_at=utc_now() - timedelta(seconds=s_ago))
         )
 
 
@@ -130,3 +130,51 @@ def test_an_invocation_another_replica_could_carry_on_is_left_for_it_a_while_the
     record = journal.invocation(invocation_id)
     assert record is not None and record.state == "failed"
     assert not redis.Redis.from_url(redis_url).sismember(REPLICAS_KEY, GHOST)
+
+
+LIVE = f"live-host:{uuid.uuid4().hex[:8]}"  # a replica whose Redis heartbeat is alive
+
+
+def test_a_live_replicas_invocation_that_stopped_beating_is_finished_by_the_fleet(
+    redis_url: str, journal_file: Path, journal: Journal
+) -> None:
+    # given: a live replica; one of its invocations still beats, one stopped beating while running
+    # (its task ended without its end written), one stopped once answered, a compensation still owed
+    client = redis.Redis.from_url(redis_url)
+    client.sadd(REPLICAS_KEY, LIVE)
+    client.set(REPLICA_KEY.format(LIVE), b"1", px=60_000)
+    beating = run_by_the_ghost(journal, beat_s_ago=0.0)
+    dropped = run_by_the_ghost(journal, beat_s_ago=5.0)
+    answered = run_by_the_ghost(journal, beat_s_ago=5.0)
+    journal.set_invocation_state(answered, "compensating", "1 compensation(s) owed", final_answer="done")
+    for invocation_id, s_ago in ((beating, 0.0), (dropped, 5.0), (answered, 5.0)):
+        beat(journal, invocation_id, s_ago, owner=LIVE)
+
+    async def look() -> list[str]:
+        aclient = aioredis.Redis.from_url(redis_url)
+        executor = LocalExecutor()
+        watch = ReplicaWatch(
+            aclient,
+            AsyncJournal(f"sqlite:///{journal_file}"),
+            lambda: executor,
+            EventLog(aclient),
+            ttl_s=2.0,
+            stale_after_s=1.5,
+        )
+        try:
+            return sorted(report.invocation_id for report in await watch.recover_stale())
+        finally:
+            executor.close()
+            await aclient.aclose()
+
+    # when: a replica looks for invocations given up on
+    taken = asyncio.run(look())
+
+    # then: it finishes the two that stopped beating, not the one that beats
+    assert taken == sorted([dropped, answered])
+    states = {i: journal.invocation(i) for i in (beating, dropped, answered)}
+    assert states[beating] is not None and states[beating].state == "running"
+    assert states[dropped] is not None and states[dropped].state == "failed"
+    # the answered one ends as it would have, had its compensation been done in time
+    assert states[answered] is not None and states[answered].state == "succeeded"
+    assert states[answered].final_answer == "done"
