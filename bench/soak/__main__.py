@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import redis
+import sqlalchemy as sa
 
 from bench._worker import REPO
 from bench.soak import report as reporting
@@ -46,8 +48,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # the fleet, its network and its database are removed on the way out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    signal.signal(signal.SIGTERM, _interrupted)
     directory = Path(tempfile.mkdtemp(prefix="toolfleet-soak-"))
     seconds = args.minutes * 60
     model = PlanModel()
@@ -58,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
                 return _run(args, fleet, seconds, upstream.base_url, model)
             finally:
                 fleet.down()
+    except sa.exc.OperationalError as exc:
+        print(
+            f"soak: needs a PostgreSQL server (--postgres, now {args.postgres}): {exc.orig}", file=sys.stderr
+        )
+        return 2
     except Exception:
         traceback.print_exc()
         print(f"soak: could not run; its logs are in {directory}", file=sys.stderr)

@@ -4,6 +4,11 @@ The kinds come round in turns, each turn in an order of its own drawn from the s
 comes about as often as the others; the gaps between faults are drawn too (a fault may start while
 an earlier one still holds: they overlap, as on a bad day). Each fault ends by itself after a drawn
 time (a killed process started again, a link healed), and is logged with its times.
+
+A cut or stall takes one link: a worker's to Redis, a replica's to Redis, or its clients' to it.
+PostgreSQL's faults are the forwarder's restarts (every connection through it dropped at once) and
+latency: a replica cut off from its journal for seconds fails the invocations that write meanwhile
+(see docs/RELIABILITY.md).
 """
 
 from __future__ import annotations
@@ -72,8 +77,9 @@ def schedule(seed: int, seconds: float, every_s: float, kinds: tuple[str, ...] =
             target = rng.choice(prefork)
         elif kind == "kill_replica":
             target = rng.choice(REPLICAS)
-        elif kind in ("cut_link", "stall_link"):
-            target = rng.choice([*WORKERS, *REPLICAS])
+        elif kind in ("cut_link", "stall_link"):  # a worker's link to Redis; a replica's, or its clients'
+            host = rng.choice([*WORKERS, *REPLICAS])
+            target = f"{host}>redis" if host in WORKERS else rng.choice([f"{host}>redis", f"load>{host}"])
             duration = rng.uniform(1.0, 10.0)
         elif kind == "latency":
             target = rng.choice([*WORKERS, *REPLICAS])
@@ -177,17 +183,12 @@ class Injector:
     def _stall_link(self, fault: Fault) -> None:
         self._links_of(fault.target, "stall", fault.duration_s)
 
-    def _links_of(self, host: str, how: str, seconds: float) -> None:
-        names = [
-            name for name in self.fleet.links if name.startswith(f"{host}>") and not name.endswith(">model")
-        ]
-        for name in names:
-            getattr(self.fleet.links[name], how)()
+    def _links_of(self, link: str, how: str, seconds: float) -> None:
+        getattr(self.fleet.links[link], how)()
         try:
             time.sleep(seconds)
         finally:
-            for name in names:
-                self.fleet.links[name].heal()
+            self.fleet.links[link].heal()
 
     def _latency(self, fault: Fault) -> None:
         names = [name for name in self.fleet.links if name.startswith(f"{fault.target}>")]

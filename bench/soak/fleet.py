@@ -326,11 +326,28 @@ class Fleet:
 
     def _create_database(self) -> None:
         with self._server() as connection:
+            listed = connection.execute(
+                sa.text("SELECT datname FROM pg_database WHERE datname LIKE 'toolfleet_soak_%'")
+            )
+            for (name,) in listed.all():  # what a killed soak left
+                pid = name.split("_")[2]
+                if pid.isdigit() and not _alive(int(pid)):
+                    connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             connection.execute(sa.text(f'CREATE DATABASE "{self.database}"'))
 
     def _drop_database(self) -> None:
         with self._server() as connection:
             connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _free_port(address: str) -> int:

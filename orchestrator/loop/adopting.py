@@ -47,6 +47,8 @@ def adoptable(journal: Journal, invocation_id: str) -> bool:
         return False
     if journal.approvals(invocation_id, state=ApprovalState.PENDING):  # paused: resumed, not adopted
         return False
+    if record.state is InvocationState.COMPENSATING and record.error:
+        return False  # its loop ended (cancelled, failed, or answered) owing compensations: recovery's
     if record.state is InvocationState.COMPENSATING:  # not cancelled, nor failing: a batch failed
         failed = {
             rollback_reason(c.tool, c.call_id)

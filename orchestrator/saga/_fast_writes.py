@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import select
 import threading
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -31,6 +32,8 @@ __all__ = ["FAST_POOL_SIZE", "FastWrites", "shared_fast_writes"]
 # beside SQLAlchemy's pool (`ASYNC_POOL_SIZE`), within a server's connection limit across replicas.
 FAST_POOL_SIZE = 4
 CONNECT_TIMEOUT_S = 10  # a server that does not answer fails the write, it does not hang it
+CONNECT_RETRY_S = 5.0  # a refused connection is tried again this long (a restart, a proxy between)
+CONNECT_RETRY_EVERY_S = 0.25
 
 
 class _Connections:
@@ -50,14 +53,26 @@ class _Connections:
                     await connection.close()
                 connection = None
             if connection is None:
-                connection = await psycopg.AsyncConnection.connect(
-                    self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-                )
+                connection = await self._connect()
             try:
                 yield connection
             finally:
                 if not (connection.closed or connection.broken):  # one the server dropped is not reused
                     self.idle.append(connection)
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        """A new connection, tried again for `CONNECT_RETRY_S` while the server (or a proxy before it)
+        refuses: nothing was sent yet, so a write waits out a brief outage instead of failing."""
+        deadline = time.monotonic() + CONNECT_RETRY_S
+        while True:
+            try:
+                return await psycopg.AsyncConnection.connect(
+                    self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                )
+            except psycopg.OperationalError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(CONNECT_RETRY_EVERY_S)
 
     async def close(self) -> None:
         idle, self.idle = self.idle, []

@@ -61,16 +61,16 @@ _MAX_ID_PART = 2**64 - 1  # each part of a Redis stream id is an unsigned 64-bit
 
 FOLLOW_OUTAGE_S = 60.0  # a followed stream waits this long for an unreachable Redis, then fails
 FOLLOW_RETRY_S = 0.5  # ... trying again this often
+ADD_OUTAGE_S = 15.0  # an event is tried again this long while Redis does not answer
 
-# Fenced and once-only: a superseded run's events are dropped, and only the first terminal event lands.
+# Fenced and ended once: a superseded run's events are dropped, and nothing lands after a terminal event.
 _ADD = """
 if ARGV[4] ~= '' then
   local current = redis.call('get', KEYS[2])
   if current and current ~= ARGV[4] then return false end
 end
-if ARGV[5] == '1' then
-  if not redis.call('set', KEYS[3], '1', 'NX', 'EX', ARGV[3]) then return false end
-end
+if redis.call('exists', KEYS[3]) == 1 then return false end
+if ARGV[5] == '1' then redis.call('set', KEYS[3], '1', 'EX', ARGV[3]) end
 local id = redis.call('xadd', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'event', ARGV[1])
 redis.call('expire', KEYS[1], ARGV[3])
 return id
@@ -108,7 +108,19 @@ class EventLog:
     ) -> str | None:
         """Append `event`; its stream id. None, and nothing written, when `runner` is no longer the
         invocation's (see `take`), or when the event would end an invocation whose stream has ended:
-        a stream tells one end, whoever else tries to write one (a recovery, a superseded run)."""
+        a stream tells one end, whoever else tries to write one (a recovery, a superseded run), and
+        nothing after it. Tried again while Redis restarts (for `ADD_OUTAGE_S`): an invocation's end
+        written as Redis comes back is not lost, nor told twice."""
+        deadline = time.monotonic() + ADD_OUTAGE_S
+        while True:
+            try:
+                return await self._add_once(invocation_id, event, runner)
+            except RedisConnectionError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(FOLLOW_RETRY_S)
+
+    async def _add_once(self, invocation_id: str, event: dict[str, Any], runner: str | None) -> str | None:
         entry_id = await self._add(
             keys=[
                 EVENTS_KEY.format(invocation_id),

@@ -18,9 +18,11 @@ import pytest
 import sqlalchemy as sa
 
 from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, UserMessage
+from orchestrator.loop.adopting import adoptable
 from orchestrator.messages import message_to_json
 from orchestrator.saga._journal_checkpoints import turn_rows, turn_write
 from orchestrator.saga._journal_tables import approvals, turns
+from orchestrator.saga.coordinator import rollback_reason
 from orchestrator.saga.journal import Intent, Journal, invocations, tool_calls, utc_now
 from tests.orchestrator._databases import KINDS, fresh_database
 from tests.orchestrator._service import call, calls
@@ -330,3 +332,31 @@ def test_an_adopted_invocation_replays_the_calls_a_person_decided_as_decided(jou
     assert counter.runs == ["edited"]
     assert result.content.startswith("done: counted a | ") and "not today" in result.content
     assert result.content.endswith(" | counted edited")
+
+
+def test_an_invocation_whose_loop_ended_owing_compensations_is_recovered_not_carried_on(
+    journal: Journal,
+) -> None:
+    # given: a dead owner's invocation, compensating after its first call's batch failed
+    invocation_id, row_a, row_b = _left_by_a_dead_owner(journal)
+    journal.record_outcome(row_b, ToolOutcome(OutcomeKind.EXECUTION_ERROR, "no"), "no")
+    journal.plan_compensations(
+        invocation_id,
+        [c for c in journal.calls(invocation_id) if c.id == row_a],
+        rollback_reason("count", "c2"),
+    )
+    journal.set_invocation_state(invocation_id, "compensating", owner="dead-host:1")
+    with journal.engine.begin() as connection:
+        connection.execute(
+            sa.update(invocations)
+            .where(invocations.c.id == invocation_id)
+            .values(heartbeat_at=utc_now() - timedelta(minutes=1))
+        )
+    # while its loop goes on after the batch, it can be carried on
+    assert adoptable(journal, invocation_id)
+    # once its loop ended owing what it could not undo (it was cancelled meanwhile), it is not:
+    # carrying on would run a cancelled invocation again; recovery undoes what is owed
+    journal.set_invocation_state(
+        invocation_id, "compensating", "cancelled; 1 compensation(s) owed", owner="dead-host:1"
+    )
+    assert not adoptable(journal, invocation_id)

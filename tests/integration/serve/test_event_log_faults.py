@@ -40,6 +40,7 @@ def test_a_stream_tells_one_end_and_a_superseded_run_writes_no_more(redis_url: s
             # a recovery, or a second cancel, after the end: not written
             assert await log.add(invocation_id, {"type": "invocation.failed"}) is None
             assert await log.add(invocation_id, {"type": "invocation.cancelled"}) is None
+            assert await log.add(invocation_id, {"type": "compensation.finished"}) is None  # nor after it
             return [
                 str(event["type"]) + str(event.get("text", "")) async for _, event in _all(log, invocation_id)
             ]
@@ -136,3 +137,25 @@ def test_a_call_given_up_while_redis_restarts_is_still_marked_abandoned() -> Non
     dispatcher = SimpleNamespace(mark_abandoned=mark_abandoned)
     claimed = asyncio.run(Dispatcher.claim_abandoned(dispatcher, "task-1"))  # type: ignore[arg-type]
     assert claimed and tries == ["task-1"] * 3
+
+
+def test_an_end_written_while_redis_restarts_lands_once(tmp_path: Path) -> None:
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+
+        async def story() -> list[str]:
+            client = aioredis.Redis.from_url(server.url, socket_timeout=2)
+            log, invocation_id = EventLog(client), str(uuid.uuid4())
+            try:
+                await log.add(invocation_id, {"type": "invocation.started"})
+                server.stop()  # the invocation ends while Redis is away; it is back a second later
+                threading.Timer(1.0, server.start).start()
+                assert await log.add(invocation_id, {"type": "invocation.completed"}) is not None
+                return [str(event["type"]) async for _, event in _all(log, invocation_id)]
+            finally:
+                await client.aclose()
+
+        assert asyncio.run(story()) == ["invocation.started", "invocation.completed"]
+    finally:
+        server.stop()

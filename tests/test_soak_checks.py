@@ -1,0 +1,138 @@
+"""The soak's checkers can fail: each invariant, given evidence that breaks it, reports a violation,
+and evidence of a run where nothing went wrong reports none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.soak.checks import check
+from bench.soak.evidence import Evidence
+
+INVOCATION = "11111111-1111-1111-1111-111111111111"
+PLAN = 'plan p1 [[["book","p1.0.0"]]]'
+
+
+def _clean() -> Evidence:
+    """One conversation of one turn: a booking that stood, told to the model, streamed once."""
+    key = f"{INVOCATION}:c0_0"
+    return Evidence(
+        ledger=[
+            {
+                "kind": "effect",
+                "tool": "book",
+                "ref": "p1.0.0",
+                "key": key,
+                "invocation": INVOCATION,
+                "call": "c0_0",
+            }
+        ],
+        requests=[
+            {
+                "mode": "openai",
+                "plan": "p1",
+                "text": PLAN,
+                "conversation": "conv-1",
+                "turn": 0,
+                "invocation": INVOCATION,
+                "answer": "done p1: ok p1.0.0",
+                "error": None,
+                "events": [],
+                "started": 0.0,
+                "ended": 1.0,
+            }
+        ],
+        told_ok={"p1.0.0"},
+        invocations={
+            INVOCATION: {
+                "id": INVOCATION,
+                "state": "succeeded",
+                "user_message": PLAN,
+                "final_answer": "done p1: ok p1.0.0",
+                "memory_id": "soak/conv-1",
+                "error": None,
+            }
+        },
+        calls=[
+            {
+                "id": 1,
+                "invocation_id": INVOCATION,
+                "call_id": "c0_0",
+                "tool": "book",
+                "state": "succeeded",
+                "outcome": "success",
+                "idempotency_key": key,
+            }
+        ],
+        memory={"conv-1": [PLAN]},
+        events={
+            INVOCATION: [
+                ("1-0", {"type": "invocation.started"}),
+                ("2-0", {"type": "tool_call.queued", "call_id": "c0_0"}),
+                ("3-0", {"type": "tool_call.finished", "call_id": "c0_0"}),
+                ("4-0", {"type": "invocation.completed"}),
+            ]
+        },
+    )
+
+
+def _invariants(evidence: Evidence) -> list[str]:
+    return [v.invariant for v in check(evidence)]
+
+
+def test_a_run_where_nothing_went_wrong_has_no_violation() -> None:
+    assert check(_clean()) == []
+
+
+def test_an_effect_twice_is_a_violation() -> None:
+    evidence = _clean()
+    evidence.ledger.append(dict(evidence.ledger[0]))
+    assert _invariants(evidence) == ["once"]
+
+
+def test_an_effect_of_a_failed_invocation_never_undone_is_a_violation() -> None:
+    evidence = _clean()
+    evidence.invocations[INVOCATION]["state"] = "failed"
+    evidence.requests[0].update(answer=None, error="500: the invocation failed")
+    evidence.events[INVOCATION][-1] = ("4-0", {"type": "invocation.failed"})
+    assert _invariants(evidence) == ["compensated once"]
+    evidence.ledger.append(
+        {"kind": "undo", "tool": "book", "ref": "p1.0.0", "key": evidence.ledger[0]["key"]}
+    )
+    assert _invariants(evidence) == []
+
+
+def test_what_the_model_was_told_succeeded_must_have_happened() -> None:
+    evidence = _clean()
+    evidence.ledger.clear()
+    assert _invariants(evidence) == ["told"]
+
+
+def test_a_request_without_its_answer_is_a_violation() -> None:
+    evidence = _clean()
+    evidence.requests[0].update(answer=None, error="APITimeoutError")
+    assert "one answer" in _invariants(evidence)
+
+
+def test_a_turn_held_twice_or_lost_is_a_violation() -> None:
+    evidence = _clean()
+    evidence.memory["conv-1"] = [PLAN, PLAN]
+    assert _invariants(evidence) == ["conversation"]
+    evidence.memory["conv-1"] = []
+    assert _invariants(evidence) == ["conversation"]
+
+
+def test_an_undecided_approval_and_a_stream_with_two_ends_are_violations() -> None:
+    evidence = _clean()
+    evidence.approvals.append(
+        {"invocation_id": INVOCATION, "call_id": "c1_0", "tool": "wire", "state": "pending"}
+    )
+    evidence.events[INVOCATION].append(("5-0", {"type": "invocation.completed"}))
+    assert sorted(_invariants(evidence)) == ["approvals", "stream"]
+
+
+def test_an_invocation_left_running_is_a_violation() -> None:
+    evidence = _clean()
+    evidence.invocations[INVOCATION]["state"] = "running"
+    evidence.calls[0]["state"] = "dispatched"
+    found: list[Any] = _invariants(evidence)
+    assert found.count("terminal") == 2
