@@ -17,10 +17,25 @@ import pytest
 
 from orchestrator.executors.celery import _dispatch as dispatch_module
 from orchestrator.executors.celery._dispatch import Dispatcher
-from workers import OutcomeKind, ToolDefinition, ToolOutcome, ToolRegistry, compensate_for, tool
+from workers import (
+    OutcomeKind,
+    ToolDefinition,
+    ToolExecution,
+    ToolOutcome,
+    ToolRegistry,
+    compensate_for,
+    tool,
+)
 from workers.calls.invocation import Invocation
 from workers.calls.retry import call_state_ttl_s
-from workers.protocol import CALL_FINISHED, META_PREFIX, CallTask, ToolExecutionRequest, call_state_key
+from workers.protocol import (
+    CALL_FINISHED,
+    META_PREFIX,
+    CallTask,
+    CompensationTask,
+    ToolExecutionRequest,
+    call_state_key,
+)
 from workers.settings import Settings
 
 
@@ -179,3 +194,26 @@ def test_a_result_that_never_arrives_times_the_call_out_without_revoking_it() ->
     )
     assert dispatcher.stub.forgotten == ["t-1"]
     assert dispatcher.publisher.control.revoked == []
+
+
+def test_a_compensation_given_up_is_never_revoked() -> None:
+    # a compensation's task id is its call's: revoked once, every retry of it (a recovery's) would be
+    # discarded by the workers, and the call never undone
+    dispatcher = Stubbed(None)
+    request = ToolExecutionRequest("c1", "credit", '{"amount": 5}')
+    execution = ToolExecution(request=request, result="credited 5", status="success")
+    started = time.monotonic()
+    outcome = asyncio.run(
+        dispatcher.dispatch(
+            "compensate.credit",
+            "compensate-1",
+            CompensationTask(execution, Invocation(), "inv:c1"),
+            definition(),
+            started + 0.05,
+            0.05,
+            key="inv:c1",
+            on_call=None,
+        )
+    )
+    assert outcome.kind is OutcomeKind.TIMED_OUT
+    assert dispatcher.publisher.control.revoked == []  # type: ignore[attr-defined]

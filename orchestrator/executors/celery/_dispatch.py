@@ -92,6 +92,9 @@ class Dispatcher:
         a call its worker completes at the deadline is collected rather than abandoned. Without
         `publish`, the task is one an orchestrator that died published: it is watched, not sent."""
         pool = definition.pool
+        # A compensation is never revoked: its task id is its call's, every retry (a recovery's too)
+        # sends that id again, and workers discard a revoked id for good; it runs at most once anyway.
+        undoing = isinstance(envelope, CompensationTask)
         if publish and not self.pools.has_workers(pool):
             return no_worker_outcome(definition)
         collector = self.collector
@@ -144,7 +147,8 @@ class Dispatcher:
                 meta = late
             else:
                 collector.forget(task_id)
-                self.abandon(task_id, pool)
+                if not undoing:
+                    self.abandon(task_id, pool)
                 if notify:
                     notify(OutcomeKind.TIMED_OUT.value, None)
                 return _timed_out(definition, timeout_s, task_id, pool)
@@ -154,7 +158,8 @@ class Dispatcher:
             collector.forget(task_id)
             if abandon_atomically and not await self.claim_abandoned(task_id):
                 log.warning("%s finished as its invocation was cancelled: recovery finds its result", task_id)
-            self.abandon(task_id, pool)
+            if not undoing:
+                self.abandon(task_id, pool)
             if notify:
                 notify("cancelled", None)
             raise
