@@ -136,3 +136,19 @@ def test_an_invocation_left_running_is_a_violation() -> None:
     evidence.calls[0]["state"] = "dispatched"
     found: list[Any] = _invariants(evidence)
     assert found.count("terminal") == 2
+
+
+def test_an_effect_left_standing_after_a_failed_batch_is_a_violation() -> None:
+    evidence = _clean()
+    plan = 'plan p1 [[["book","p1.0.0"],["refuse","p1.0.1"]]]'
+    evidence.requests[0]["text"] = plan
+    evidence.invocations[INVOCATION]["user_message"] = plan
+    evidence.memory["conv-1"] = [plan]
+    evidence.calls.append(dict(evidence.calls[0], id=2, call_id="c0_1", tool="refuse", state="failed"))
+    evidence.events[INVOCATION].insert(2, ("2-1", {"type": "tool_call.finished", "call_id": "c0_1"}))
+    assert _invariants(evidence) == ["compensated once"]
+    evidence.ledger.append(
+        {"kind": "undo", "tool": "book", "ref": "p1.0.0", "key": evidence.ledger[0]["key"]}
+    )
+    evidence.calls[0]["state"] = "compensated"
+    assert _invariants(evidence) == []

@@ -3,6 +3,7 @@ one is a `Violation`, with the invocation it concerns where there is one."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -100,8 +101,34 @@ def compensated(evidence: Evidence) -> Iterator[Violation]:
             yield Violation(
                 "compensated once", invocation_id, f"{entry['tool']} {ref} happened, {called}, never undone"
             )
+    yield from _failed_batches_undone(evidence, undos, effects)
     for ref in sorted(evidence.told_ok - set(effects)):
         yield Violation("told", None, f"the model was told {ref} succeeded; it never happened")
+
+
+def _failed_batches_undone(
+    evidence: Evidence, undos: Counter[str], effects: dict[str, dict[str, Any]]
+) -> Iterator[Violation]:
+    """From the plans the clients sent: once a batch with a refusal ran (its call is in the journal),
+    every effect of that batch and of the batches before it was undone."""
+    ran = {(c["invocation_id"], c["call_id"]) for c in evidence.calls if c["tool"] == "refuse"}
+    for request in evidence.requests:
+        invocation_id = request.get("invocation")
+        steps = json.loads(request["text"].split(" ", 2)[2])
+        for failed, step in enumerate(steps):
+            if not any(
+                (invocation_id, f"c{failed}_{i}") in ran for i, c in enumerate(step) if c[0] == "refuse"
+            ):
+                continue
+            for earlier in steps[: failed + 1]:
+                for call in earlier:
+                    entry = effects.get(call[1])
+                    if entry is not None and entry["tool"] in COMPENSABLE and not undos[entry["key"]]:
+                        yield Violation(
+                            "compensated once",
+                            invocation_id,
+                            f"{entry['tool']} {call[1]} stood though a call of its batch or after it failed",
+                        )
 
 
 def answered(evidence: Evidence) -> Iterator[Violation]:

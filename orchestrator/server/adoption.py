@@ -14,6 +14,7 @@ from orchestrator.server.conversations import start_turn
 from orchestrator.server.invocations import Run
 from orchestrator.server.replicas import ADOPTED, ELSEWHERE
 from orchestrator.server.state import ServiceState
+from workers.protocol import CANCELLED_KEY
 
 __all__ = ["adopt_in_background"]
 
@@ -27,6 +28,8 @@ async def adopt_in_background(
     serves its agent, the agent carries invocations on (`AiService.carries_on`) and the invocation
     can be (`adopting.adoptable`): `ADOPTED` (exactly one process adopts it); `ELSEWHERE` when it
     could go on but this replica does not serve its agent, or is draining; else "" (undo it)."""
+    if await state.redis.exists(CANCELLED_KEY.format(invocation_id)):
+        return ""  # cancelled by its client: undone, not carried on (it would stop at once, unjournaled)
     origin = await state.events.first(invocation_id) or {}
     record = await state.journal.run(lambda j: j.invocation(invocation_id))
     if record is None:
