@@ -3,10 +3,13 @@ and evidence of a run where nothing went wrong reports none."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from bench.soak.checks import check
 from bench.soak.evidence import Evidence
+from bench.soak.faults import Fault
+from bench.soak.report import build, plot, table
 
 INVOCATION = "11111111-1111-1111-1111-111111111111"
 PLAN = 'plan p1 [[["book","p1.0.0"]]]'
@@ -91,7 +94,7 @@ def test_an_effect_twice_is_a_violation() -> None:
 
 def test_an_effect_of_a_failed_invocation_never_undone_is_a_violation() -> None:
     evidence = _clean()
-    evidence.invocations[INVOCATION]["state"] = "failed"
+    evidence.invocations[INVOCATION].update(state="failed", final_answer=None)
     evidence.requests[0].update(answer=None, error="500: the invocation failed")
     evidence.events[INVOCATION][-1] = ("4-0", {"type": "invocation.failed"})
     assert _invariants(evidence) == ["compensated once"]
@@ -152,3 +155,23 @@ def test_an_effect_left_standing_after_a_failed_batch_is_a_violation() -> None:
     )
     evidence.calls[0]["state"] = "compensated"
     assert _invariants(evidence) == []
+
+
+def test_the_report_tells_the_violations_with_the_faults_near_them(tmp_path: Path) -> None:
+    evidence = _clean()
+    evidence.ledger.append(dict(evidence.ledger[0]))
+    faults = [Fault(5.0, "kill_worker", "threads-1", 1.0, started=0.5, ended=1.5)]
+    report = build(
+        seed=1,
+        minutes=2,
+        began=0.0,
+        evidence=evidence,
+        faults=faults,
+        violations=check(evidence),
+        network="loopback",
+    )
+    assert report["faults"]["kill_worker"] == 1 and report["invariants"]["once"] == 1
+    assert report["violations"][0]["faults_near"] == ["kill_worker threads-1 at 0.5"]
+    assert "violations: 1" in table(report)
+    plot(report, evidence.requests, tmp_path / "soak.png")
+    assert (tmp_path / "soak.png").stat().st_size > 1000

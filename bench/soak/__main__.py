@@ -44,7 +44,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="a URL of the PostgreSQL server to use")
     parser.add_argument("--loopback", action="store_true", help="every host on loopback (no namespaces)")
-    parser.add_argument("--keep", action="store_true", help="keep the run's directory (logs, ledger)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the run's directory (logs, ledger) and database"
+    )
     return parser.parse_args(argv)
 
 
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 return _run(args, fleet, seconds, upstream.base_url, model)
             finally:
-                fleet.down()
+                fleet.down(keep_database=args.keep)
     except sa.exc.OperationalError as exc:
         print(
             f"soak: needs a PostgreSQL server (--postgres, now {args.postgres}): {exc.orig}", file=sys.stderr

@@ -36,6 +36,19 @@ class Violation:
 Check = Callable[[Evidence], Iterator[Violation]]
 
 
+def _end_told(row: dict[str, Any]) -> str | None:
+    """The end an invocation's clients and stream are told: an invocation that answered, then owed a
+    compensation that recovery finished, is journaled `failed` (never `succeeded` once it owed), yet
+    it answered: its end told is its completion."""
+    if row["state"] == "failed" and row.get("final_answer") is not None:
+        return "invocation.completed"
+    return TERMINAL_EVENTS.get(str(row["state"]))
+
+
+def _answered(row: dict[str, Any]) -> bool:
+    return _end_told(row) == "invocation.completed"
+
+
 def terminal(evidence: Evidence) -> Iterator[Violation]:
     """Every invocation reached a terminal state; no call or compensation row is left standing."""
     for invocation_id, row in evidence.invocations.items():
@@ -150,13 +163,13 @@ def answered(evidence: Evidence) -> Iterator[Violation]:
             continue
         if request["mode"] in ("openai", "stream"):
             got = request.get("answer") is not None and not request.get("error")
-            if row["state"] == "succeeded" and not got:
+            if _answered(row) and not got:
                 yield Violation("one answer", invocation_id, f"{label}: no answer ({request.get('error')})")
-            elif row["state"] == "succeeded" and request["answer"] != row["final_answer"]:
+            elif _answered(row) and request["answer"] != row["final_answer"]:
                 yield Violation(
                     "one answer", invocation_id, f"{label} got {request['answer']!r}, not its invocation's"
                 )
-            elif row["state"] != "succeeded" and got:
+            elif not _answered(row) and got:
                 yield Violation(
                     "one answer", invocation_id, f"{label} got an answer; the invocation is {row['state']}"
                 )
@@ -168,7 +181,7 @@ def answered(evidence: Evidence) -> Iterator[Violation]:
                 invocation_id,
                 f"{label}: its stream never told its end ({request.get('error')})",
             )
-        elif outcome != TERMINAL_EVENTS.get(row["state"]):
+        elif outcome != _end_told(row):
             yield Violation(
                 "one answer", invocation_id, f"{label} was told {outcome}; the invocation is {row['state']}"
             )
@@ -229,9 +242,7 @@ def streams(evidence: Evidence) -> Iterator[Violation]:
         ends = [t for t in types if t in TERMINAL_EVENTS.values()]
         if types.count("invocation.started") != 1 or (types and types[0] != "invocation.started"):
             yield Violation("stream", invocation_id, f"started {types.count('invocation.started')} times")
-        if row["state"] in TERMINAL_STATES and (
-            ends != [TERMINAL_EVENTS[row["state"]]] or types[-1] != ends[-1]
-        ):
+        if row["state"] in TERMINAL_STATES and (ends != [_end_told(row)] or types[-1] != ends[-1]):
             yield Violation("stream", invocation_id, f"ends {ends} for a {row['state']} invocation")
         told = Counter(
             (str(e["type"]), str(e.get("call_id"))) for _, e in events if e.get("type") in CALL_EVENTS

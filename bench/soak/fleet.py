@@ -32,7 +32,7 @@ import sqlalchemy as sa
 
 from bench._worker import REPO, log_tail, spawn, stop_group
 from bench.soak.agents import HEAVY_POOL, MODEL_ENV, POOL
-from bench.soak.hosts import Host, Network
+from bench.soak.hosts import Host, Network, alive
 from bench.soak.ledger import LEDGER_ENV
 from bench.soak.proxy import FaultProxy
 
@@ -181,12 +181,16 @@ class Fleet:
             self.procs[name] = self._replica(name).start()
         self.wait_ready()
 
-    def down(self) -> None:
+    def down(self, *, keep_database: bool = False) -> None:
+        """Stop everything and remove the network; the database too, unless kept (to read it after)."""
         for proc in reversed(list(self.procs.values())):
             proc.stop()
         for proxy in self.links.values():
             proxy.stop()
         self.network.remove()
+        if keep_database:
+            print(f"soak: its journal is kept in database {self.database}")
+            return
         with contextlib.suppress(sa.exc.SQLAlchemyError):
             self._drop_database()
 
@@ -331,23 +335,13 @@ class Fleet:
             )
             for (name,) in listed.all():  # what a killed soak left
                 pid = name.split("_")[2]
-                if pid.isdigit() and not _alive(int(pid)):
+                if pid.isdigit() and not alive(int(pid)):
                     connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             connection.execute(sa.text(f'CREATE DATABASE "{self.database}"'))
 
     def _drop_database(self) -> None:
         with self._server() as connection:
             connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _free_port(address: str) -> int:

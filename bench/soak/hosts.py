@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Host", "Network", "remove_stale"]
+__all__ = ["Host", "Network", "alive", "remove_stale"]
 
 _PREFIX = "tfsoak"
 _NAMESPACE = re.compile(rf"^{_PREFIX}-(\d+)-([0-9a-f]{{4}})-")
@@ -121,7 +121,7 @@ def remove_stale() -> list[str]:
     for line in listed.stdout.splitlines():
         name = line.split()[0] if line.strip() else ""
         match = _NAMESPACE.match(name)
-        if match is None or _alive(int(match.group(1))):
+        if match is None or alive(int(match.group(1))):
             continue
         _ip("netns", "del", name, check=False)
         _ip("link", "del", f"tfs{match.group(2)}b", check=False)
@@ -129,7 +129,8 @@ def remove_stale() -> list[str]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (what a soak names after its pid is removed once it does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -157,14 +157,10 @@ class Client:
                 watchdog.cancel()
                 record["error"] = None
                 return
-            except (
-                openai.APIConnectionError,
-                openai.InternalServerError,
-                ConnectionError,
-                httpx.HTTPError,
-            ) as exc:
+            except (openai.APIConnectionError, ConnectionError, httpx.HTTPError) as exc:
                 self._failed(record, f"{type(exc).__name__}: {exc}")
-            except openai.APIStatusError as exc:
+            except openai.APIStatusError as exc:  # a 5xx is sent again; its invocation noted
+                record["invocation"] = exc.response.headers.get("X-Invocation-Id") or record["invocation"]
                 self._failed(record, f"{exc.status_code}: {exc.message}")
                 if exc.status_code not in RETRIED and exc.status_code < 500:
                     return

@@ -5,6 +5,7 @@ on stdout, and as a plot of throughput and latency over time with the faults mar
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -53,6 +54,13 @@ def build(
         "faults_not_made": [f.to_json() for f in faults if f.started is None or f not in made],
         "fault_log": [f.to_json() for f in faults],
         "invocations": dict(Counter(str(row["state"]) for row in evidence.invocations.values())),
+        "why_failed": dict(
+            Counter(
+                _masked(str(row["error"]))
+                for row in evidence.invocations.values()
+                if row["state"] in ("failed", "compensating") and row["error"]
+            )
+        ),
         "calls": dict(Counter(str(call["state"]) for call in evidence.calls)),
         "requests": dict(Counter(f"{r['mode']}:{_ending(r)}" for r in requests)),
         "ledger": dict(Counter(f"{e['kind']}:{e['tool']}" for e in evidence.ledger)),
@@ -69,6 +77,12 @@ def build(
         ],
         "began": began,
     }
+
+
+def _masked(error: str) -> str:
+    """An invocation's error without its ids and hosts, cut short: errors of one kind count as one."""
+    error = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}|vm:\d+|[\w.-]+:\d{3,}|c\d+_\d+|p\d+x[\w.]+", "…", error)
+    return error[:90]
 
 
 def _ending(request: dict[str, Any]) -> str:
@@ -104,6 +118,8 @@ def table(report: dict[str, Any]) -> str:
     lines.append("faults made:  " + ", ".join(f"{k} {v}" for k, v in report["faults"].items()))
     lines.append(f"faults not made: {len(report['faults_not_made'])}")
     lines.append("invocations:  " + ", ".join(f"{k} {v}" for k, v in sorted(report["invocations"].items())))
+    for why, count in sorted(report["why_failed"].items(), key=lambda item: -item[1]):
+        lines.append(f"  failed or owing, {count}: {why}")
     lines.append("calls:        " + ", ".join(f"{k} {v}" for k, v in sorted(report["calls"].items())))
     lines.append("requests:     " + ", ".join(f"{k} {v}" for k, v in sorted(report["requests"].items())))
     lines.append("ledger:       " + ", ".join(f"{k} {v}" for k, v in sorted(report["ledger"].items())))

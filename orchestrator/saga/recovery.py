@@ -95,9 +95,8 @@ async def recover(
         # beating as the invocation's owner now: a recovery that outlasts the staleness is not taken over
         beat = beating(journal, record.id, stale_after_s / MISSED_BEATS) if stale_after_s > 0 else None
         try:
-            answered = record.final_answer is not None
             reports.append(
-                await _recover_one(journal, executor, definitions or {}, record.id, invocation_json, answered)
+                await _recover_one(journal, executor, definitions or {}, record.id, invocation_json)
             )
         finally:
             if beat is not None:
@@ -112,10 +111,7 @@ async def _recover_one(
     definitions: dict[str, ToolDefinition],
     invocation_id: str,
     invocation_json: dict[str, Any],
-    answered: bool = False,
 ) -> Recovered:
-    """Settle, then compensate what is owed; `answered`: the invocation had ended with its answer and
-    owed only compensations, so once they are done it ends `succeeded`, as it would have."""
     report = Recovered(invocation_id)
     invocation = Invocation.from_json(invocation_json)
     unsettled: list[str] = []  # left dispatched for the next `recover` to read again
@@ -142,11 +138,6 @@ async def _recover_one(
     if report.failed:  # still owed: left compensating, so the next `recover` retries them
         state_error += f"; compensations still owed: {', '.join(report.failed)}"
     state = InvocationState.COMPENSATING if report.failed or unsettled else InvocationState.FAILED
-    if answered and state is InvocationState.FAILED:
-        state, state_error = (
-            InvocationState.SUCCEEDED,
-            "answered; the compensations it owed were finished by recovery",
-        )
     await _write_end(journal, invocation_id, state, state_error)
     return report
 

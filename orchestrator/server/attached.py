@@ -61,6 +61,11 @@ class Attached:
     def leave(self) -> None:
         """Nothing to cancel: the invocation belongs to the request that started it."""
 
+    async def started(self) -> None:
+        """Return once the first request's invocation has started; a 409 to send the request again
+        if it does not within the first request's turn wait (that request died, or was refused)."""
+        await self._started()
+
     async def _started(self) -> None:
         """Wait for the first request's invocation to have events (it may wait for its conversation's
         turn first); a 409 to retry if it never starts, or its request was refused."""

@@ -19,6 +19,7 @@ from orchestrator.messages import UserMessage
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.states import ApprovalState
 from orchestrator.server.approvals import cancel_paused_invocation
+from orchestrator.server.attached import Attached
 from orchestrator.server.conversations import start_turn
 from orchestrator.server.events import TERMINAL_TYPES, once_journaled, stream_position
 from orchestrator.server.idempotency import key_of, until_started
@@ -58,7 +59,10 @@ async def start_invocation(name: str, request: Request) -> Response:
     invocation_id = str(uuid.uuid4())
     key = key_of(request, state.redis, f"agents/{name}/invocations", raw)
     if key is not None and (first := await key.claim(invocation_id)) != invocation_id:
-        return _started(request, state, name, first)  # sent again: the first one's invocation
+        # sent again: the first one's invocation, once it has started (a 409 if it never does: the
+        # request is sent again, and starts it afresh once the first one's starting lease lapsed)
+        await Attached(state.events, key, first, state.serve.turn_wait_s).started()
+        return _started(request, state, name, first)
     question = UserMessage(body.input)
 
     def run(memory: ChatMemory) -> Run:

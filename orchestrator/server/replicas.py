@@ -25,6 +25,7 @@ from orchestrator.executors.base import ToolExecutor
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import owner_id
 from orchestrator.saga.recovery import Recovered, recover
+from orchestrator.saga.states import InvocationState
 from orchestrator.server.events import EventLog
 
 __all__ = ["ADOPTED", "ELSEWHERE", "RECOVERY_LOCK_KEY", "REPLICAS_KEY", "REPLICA_KEY", "ReplicaWatch"]
@@ -135,24 +136,31 @@ class ReplicaWatch:
         return reports
 
     async def recover_stale(self) -> list[Recovered]:
-        """Carry on or finish the invocations live replicas gave up on, as a dead replica's: one left
-        `compensating` (a compensation still owed after its retries), or whose task ended without its
-        end written (its database gone at that moment), stops beating; whichever replica takes the
-        recovery lock settles it, so the fleet does without an operator."""
+        """Finish what live replicas gave up on: an invocation whose loop ended owing compensations
+        (one still failed after its retries, or was cut short by a cancel) is left `compensating`
+        with what it owes in its error, and stops beating; whichever replica takes the recovery lock
+        retries what it owes, as `toolfleet recover` would, so the fleet settles it without an
+        operator. A `running` one is left alone: it may be waiting for its turn, adopted."""
         stale = await self.journal.run(lambda journal: journal.unfinished(self.stale_after_s))
-        if not stale:
-            return []
-        live = set(await self._members()) - set(await self.dead())
-        owners = sorted({record.owner for record in stale if record.owner in live})
-        if not owners:
+        live = set(await self._members()) - set(await self.dead()) if stale else set()
+        ids = [r.id for r in stale if r.owner in live and r.state is InvocationState.COMPENSATING and r.error]
+        if not ids:
             return []
         token = uuid.uuid4().hex
         if not await self.client.set(RECOVERY_LOCK_KEY, token, nx=True, px=int(max(self.ttl_s, 1) * 10_000)):
             return []
         reports: list[Recovered] = []
         try:
-            for owner in owners:
-                reports += (await self._recover_owner(owner, gave_up=True))[0]
+            for invocation_id in ids:
+                log.warning(
+                    "invocation %s owes compensations its replica gave up on: retrying them", invocation_id
+                )
+                reports += await recover(
+                    self.journal,
+                    self.executor(),
+                    stale_after_s=self.stale_after_s,
+                    invocation_id=invocation_id,
+                )
         finally:
             await self.client.eval(_RELEASE, 1, RECOVERY_LOCK_KEY, token)
         return reports
@@ -161,7 +169,7 @@ class ReplicaWatch:
         raw: Any = await self.client.smembers(REPLICAS_KEY)
         return [m.decode() if isinstance(m, bytes) else str(m) for m in raw]
 
-    async def _recover_owner(self, owner: str, *, gave_up: bool = False) -> tuple[list[Recovered], int]:
+    async def _recover_owner(self, owner: str) -> tuple[list[Recovered], int]:
         """Recover the dead replica's invocations whose journal heartbeat is stale too; those recovered,
         and how many of its invocations are left (their heartbeat still fresh: looked at again later)."""
         unfinished = await self.journal.run(lambda journal: journal.unfinished(0.0))
@@ -182,8 +190,7 @@ class ReplicaWatch:
                     continue
                 log.warning("no replica serving its agent took %s in %.0f s", invocation_id, now - since)
             self._left_since.pop(invocation_id, None)
-            why = "gave up on" if gave_up else "stopped: recovering"
-            log.warning("replica %s %s its invocation %s", owner, why, invocation_id)
+            log.warning("replica %s stopped: recovering its invocation %s", owner, invocation_id)
             for report in await recover(
                 self.journal, self.executor(), stale_after_s=self.stale_after_s, invocation_id=invocation_id
             ):

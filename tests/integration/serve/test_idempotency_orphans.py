@@ -5,13 +5,19 @@ starting lease has lapsed, not before, and never once the invocation has started
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import uuid
 
+import httpx
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from orchestrator.server.events import EventLog
 from orchestrator.server.idempotency import IdempotencyKey
+from tests.integration.serve.replicas import AGENT, API_KEY, Replica
+from tests.integration.serve.test_invocations import AUTH, _read_all
 
 pytestmark = pytest.mark.integration
 
@@ -37,3 +43,40 @@ def test_a_key_whose_first_request_died_before_starting_is_taken_over_by_a_retry
             await client.aclose()
 
     assert asyncio.run(story()) == ("first", "first", "retry-2", "retry-2")
+
+
+@pytest.fixture(scope="module")
+def replica_changes() -> dict[str, str | None]:
+    return {"TOOLFLEET_SERVE_TURN_WAIT_S": "1"}  # a retry waits 1 s + the start grace for the first
+
+
+def _held_by_a_dead_request(redis_url: str, body: bytes, key: str, *, lease: bool) -> str:
+    """The key as a first request left it when its replica died after taking it, before starting its
+    invocation: held, naming an invocation with no events; its starting lease still there or lapsed."""
+    scope = hashlib.sha256(f"Bearer {API_KEY}\0agents/{AGENT}/invocations\0{key}".encode()).hexdigest()
+    name, never = f"toolfleet:idempotency:{scope}", str(uuid.uuid4())
+    client = redis.Redis.from_url(redis_url)
+    client.set(name, json.dumps({"invocation_id": never, "body": hashlib.sha256(body).hexdigest()}), ex=600)
+    if lease:
+        client.set(f"{name}:starting", never, px=60_000)
+    return never
+
+
+def test_a_retry_never_names_an_invocation_that_has_not_started(
+    redis_url: str, replicas: tuple[Replica, Replica]
+) -> None:
+    body = json.dumps({"input": "add 2 3"}).encode()
+    headers = {**AUTH, "Content-Type": "application/json"}
+    url = f"{replicas[1].base_url}/agents/{AGENT}/invocations"
+    # its first request is (as far as anyone knows) still starting it: the retry is told to come back
+    key = uuid.uuid4().hex
+    _held_by_a_dead_request(redis_url, body, key, lease=True)
+    refused = httpx.post(url, content=body, headers={**headers, "Idempotency-Key": key}, timeout=30)
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "idempotency_key_in_use"
+    # its first request died (its lease lapsed): the retry starts the invocation, which answers
+    key = uuid.uuid4().hex
+    never = _held_by_a_dead_request(redis_url, body, key, lease=False)
+    started = httpx.post(url, content=body, headers={**headers, "Idempotency-Key": key}, timeout=30)
+    assert started.status_code == 202 and started.json()["id"] != never
+    events = _read_all(replicas[1], started.json()["id"])
+    assert events[-1][1]["type"] == "invocation.completed"

@@ -135,19 +135,22 @@ def test_an_invocation_another_replica_could_carry_on_is_left_for_it_a_while_the
 LIVE = f"live-host:{uuid.uuid4().hex[:8]}"  # a replica whose Redis heartbeat is alive
 
 
-def test_a_live_replicas_invocation_that_stopped_beating_is_finished_by_the_fleet(
+def test_what_a_live_replica_gave_up_owing_is_retried_by_the_fleet(
     redis_url: str, journal_file: Path, journal: Journal
 ) -> None:
-    # given: a live replica; one of its invocations still beats, one stopped beating while running
-    # (its task ended without its end written), one stopped once answered, a compensation still owed
+    # given: a live replica; one of its invocations ended owing a compensation (stale, as it no longer
+    # beats), one still beats, one is running but silent (adopted, waiting for its turn, say), one
+    # is silent midway through undoing a failed batch
     client = redis.Redis.from_url(redis_url)
     client.sadd(REPLICAS_KEY, LIVE)
     client.set(REPLICA_KEY.format(LIVE), b"1", px=60_000)
+    owing = run_by_the_ghost(journal, beat_s_ago=5.0)
+    journal.set_invocation_state(owing, "compensating", "1 compensation(s) owed", final_answer="done")
     beating = run_by_the_ghost(journal, beat_s_ago=0.0)
-    dropped = run_by_the_ghost(journal, beat_s_ago=5.0)
-    answered = run_by_the_ghost(journal, beat_s_ago=5.0)
-    journal.set_invocation_state(answered, "compensating", "1 compensation(s) owed", final_answer="done")
-    for invocation_id, s_ago in ((beating, 0.0), (dropped, 5.0), (answered, 5.0)):
+    silent = run_by_the_ghost(journal, beat_s_ago=5.0)
+    midway = run_by_the_ghost(journal, beat_s_ago=5.0)  # undoing a failed batch, its loop going on after
+    journal.set_invocation_state(midway, "compensating")
+    for invocation_id, s_ago in ((owing, 5.0), (beating, 0.0), (silent, 5.0), (midway, 5.0)):
         beat(journal, invocation_id, s_ago, owner=LIVE)
 
     async def look() -> list[str]:
@@ -162,19 +165,20 @@ def test_a_live_replicas_invocation_that_stopped_beating_is_finished_by_the_flee
             stale_after_s=1.5,
         )
         try:
-            return sorted(report.invocation_id for report in await watch.recover_stale())
+            return [report.invocation_id for report in await watch.recover_stale()]
         finally:
             executor.close()
             await aclient.aclose()
 
-    # when: a replica looks for invocations given up on
+    # when: a replica looks for what live ones gave up on
     taken = asyncio.run(look())
 
-    # then: it finishes the two that stopped beating, not the one that beats
-    assert taken == sorted([dropped, answered])
-    states = {i: journal.invocation(i) for i in (beating, dropped, answered)}
+    # then: it settles the one that owed (nothing left to undo: it ends, failed as recovery ends
+    # what it finished), and leaves the others to their replica
+    assert taken == [owing]
+    states = {i: journal.invocation(i) for i in (owing, beating, silent)}
+    assert states[owing] is not None and states[owing].state == "failed"
     assert states[beating] is not None and states[beating].state == "running"
-    assert states[dropped] is not None and states[dropped].state == "failed"
-    # the answered one ends as it would have, had its compensation been done in time
-    assert states[answered] is not None and states[answered].state == "succeeded"
-    assert states[answered].final_answer == "done"
+    assert states[silent] is not None and states[silent].state == "running"
+    record = journal.invocation(midway)
+    assert record is not None and record.state == "compensating"
