@@ -129,3 +129,26 @@ def test_errors_are_sqlalchemys_and_a_connection_dropped_while_idle_is_replaced(
             await journal.dispose()
 
     asyncio.run(story())
+
+
+def test_the_journals_engines_replace_a_connection_dropped_while_idle(postgres_url: str) -> None:
+    # the same on SQLAlchemy's side (everything but the hot path): its pooled connections are pinged
+    journal = Journal(postgres_url, keys=[])
+    context = InvocationContext(memory_id="m1", user_message="hi")
+    try:
+        journal.start_invocation(context, Invocation(context).to_json())
+        assert _drop_connections(postgres_url) >= 1
+        assert journal.invocation(str(context.invocation_id)) is not None
+    finally:
+        journal.engine.dispose()
+
+    async def story() -> None:
+        ajournal = AsyncJournal(postgres_url, keys=[])
+        try:
+            assert await ajournal.run(lambda j: j.invocation(str(context.invocation_id))) is not None
+            assert await asyncio.to_thread(_drop_connections, postgres_url) >= 1
+            assert await ajournal.run(lambda j: j.invocation(str(context.invocation_id))) is not None
+        finally:
+            await ajournal.dispose()
+
+    asyncio.run(story())
