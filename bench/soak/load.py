@@ -24,13 +24,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 
 from bench.soak.model import plan_text
+from tests.integration.sse import server_sent_events
 
 __all__ = ["MODES", "main", "random_plan"]
 
@@ -219,7 +219,7 @@ class Client:
                     watchdog = _closing_at(deadline, response.close)  # keep-alives never end a read
                     if response.status_code != 200:
                         raise httpx.HTTPError(f"{response.status_code}")
-                    for event_id, event in _events(response.iter_lines()):
+                    for event_id, event in server_sent_events(response.iter_lines()):
                         record["events"].append(event_id)
                         last = event_id
                         if event["type"] == "approval.requested":
@@ -272,18 +272,6 @@ def _closing_at(deadline: float, close: Any) -> threading.Timer:
     timer.daemon = True
     timer.start()
     return timer
-
-
-def _events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
-    entry_id, data = "", ""
-    for line in lines:
-        if line.startswith("id: "):
-            entry_id = line[4:]
-        elif line.startswith("data: "):
-            data = line[6:]
-        elif not line and data:
-            yield entry_id, json.loads(data)
-            entry_id, data = "", ""
 
 
 def main(argv: list[str]) -> int:

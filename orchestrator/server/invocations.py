@@ -113,10 +113,14 @@ class Invocations:
         await self.client.set(CANCELLED_KEY.format(invocation_id), b"1", ex=EVENTS_TTL_S)
         await self.client.publish(CANCEL_CHANNEL, invocation_id)
 
-    async def _fenced(self, invocation_id: str) -> Callable[..., Awaitable[str | None]]:
-        """How this run writes its events: as the invocation's runner from now on (an earlier run,
-        superseded, writes no more); unfenced if Redis does not take the claim."""
+    async def _fenced(self, invocation_id: str, *, take: bool) -> Callable[..., Awaitable[str | None]]:
+        """How this run writes its events: with a runner token of its own, taking the stream from any
+        earlier run (`take`: an adopting or resuming run; a fresh invocation has no earlier one, and
+        its token is accepted until another run takes the stream, at no extra write); unfenced if
+        Redis does not take the claim."""
         runner = uuid.uuid4().hex
+        if not take:
+            return functools.partial(self.events.add, runner=runner)
         try:
             await self.events.take(invocation_id, runner)
         except Exception as exc:  # Redis away: as before fencing, every run's events are written
@@ -126,7 +130,7 @@ class Invocations:
 
     async def _run(self, run: Run, finish: Callable[[], Awaitable[None]]) -> None:
         invocation_id = run.invocation_id
-        add = await self._fenced(invocation_id)
+        add = await self._fenced(invocation_id, take=run.adopting or run.resuming)
         tell = run.listener or (lambda _: None)
         loop = asyncio.get_running_loop()
         started = time.monotonic()

@@ -13,9 +13,10 @@ never were replicas (scripts, `toolfleet chat`) are left to `toolfleet recover`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,18 +122,13 @@ class ReplicaWatch:
         dead = await self.dead()
         if not dead:
             return []
-        token = uuid.uuid4().hex
-        if not await self.client.set(RECOVERY_LOCK_KEY, token, nx=True, px=int(max(self.ttl_s, 1) * 10_000)):
-            return []
         reports: list[Recovered] = []
-        try:
-            for owner in dead:
+        async with self._recovery_lock() as held:
+            for owner in dead if held else []:
                 recovered, left = await self._recover_owner(owner)
                 reports += recovered
                 if not left:  # forgotten once none of its invocations is left to take over
                     await self.client.srem(REPLICAS_KEY, owner)
-        finally:
-            await self.client.eval(_RELEASE, 1, RECOVERY_LOCK_KEY, token)
         return reports
 
     async def recover_stale(self) -> list[Recovered]:
@@ -146,12 +142,9 @@ class ReplicaWatch:
         ids = [r.id for r in stale if r.owner in live and r.state is InvocationState.COMPENSATING and r.error]
         if not ids:
             return []
-        token = uuid.uuid4().hex
-        if not await self.client.set(RECOVERY_LOCK_KEY, token, nx=True, px=int(max(self.ttl_s, 1) * 10_000)):
-            return []
         reports: list[Recovered] = []
-        try:
-            for invocation_id in ids:
+        async with self._recovery_lock() as held:
+            for invocation_id in ids if held else []:
                 log.warning(
                     "invocation %s owes compensations its replica gave up on: retrying them", invocation_id
                 )
@@ -161,9 +154,18 @@ class ReplicaWatch:
                     stale_after_s=self.stale_after_s,
                     invocation_id=invocation_id,
                 )
-        finally:
-            await self.client.eval(_RELEASE, 1, RECOVERY_LOCK_KEY, token)
         return reports
+
+    @contextlib.asynccontextmanager
+    async def _recovery_lock(self) -> AsyncIterator[bool]:
+        """Whether this replica holds the fleet's recovery lock (one recoverer at a time) for the block."""
+        token = uuid.uuid4().hex
+        held = await self.client.set(RECOVERY_LOCK_KEY, token, nx=True, px=int(max(self.ttl_s, 1) * 10_000))
+        try:
+            yield bool(held)
+        finally:
+            if held:
+                await self.client.eval(_RELEASE, 1, RECOVERY_LOCK_KEY, token)
 
     async def _members(self) -> list[str]:
         raw: Any = await self.client.smembers(REPLICAS_KEY)

@@ -22,8 +22,9 @@ from tests.integration.fake_openai import FakeOpenAi
 from tests.integration.serve.conftest import HEARTBEAT_TTL_S
 from tests.integration.serve.failover import failover
 from tests.integration.serve.replicas import AGENT, API_KEY, Replica, replica_env, start_replica
-from tests.integration.serve.test_invocations import AUTH, _events, _read_all
+from tests.integration.serve.test_invocations import AUTH, _read_all
 from tests.integration.side_effects import process_client
+from tests.integration.sse import server_sent_events
 
 __all__ = [
     "ADOPTED_WITHIN_S",
@@ -168,7 +169,7 @@ def _follow(replica: Replica, invocation_id: str, heard: list[tuple[str, dict[st
     """Read the invocation's events from `replica` into `heard` until its connection breaks."""
     url = f"{replica.base_url}/invocations/{invocation_id}/events"
     with contextlib.suppress(httpx.HTTPError), httpx.stream("GET", url, headers=AUTH, timeout=30) as response:
-        heard.extend(_events(response.iter_lines()))
+        heard.extend(server_sent_events(response.iter_lines()))
 
 
 def carried_on_once(outcome: Outcome, survivor: Replica) -> None:

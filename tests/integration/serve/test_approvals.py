@@ -15,8 +15,9 @@ from orchestrator import Journal, approve
 from orchestrator.approvals import record_decisions
 from tests.integration.fake_openai import FakeOpenAi
 from tests.integration.serve.replicas import AGENT, Replica, replica_env, two_replicas
-from tests.integration.serve.test_invocations import AUTH, _events
+from tests.integration.serve.test_invocations import AUTH
 from tests.integration.side_effects import process_client
+from tests.integration.sse import server_sent_events
 from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -54,7 +55,7 @@ def _read_until(replica: Replica, invocation_id: str, last: str | None, stop: st
     read: list[tuple[str, dict]] = []
     with httpx.stream("GET", url, headers=headers, timeout=30) as response:
         assert response.status_code == 200, response.read()
-        for entry_id, event in _events(response.iter_lines()):
+        for entry_id, event in server_sent_events(response.iter_lines()):
             read.append((entry_id, event))
             if event["type"] == stop:
                 break

@@ -4,9 +4,7 @@ from any replica, which stops a long tool at once and compensates what was done.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from tests._waiting import wait_for
 from tests.integration.serve.replicas import AGENT, API_KEY, Replica
 from tests.integration.side_effects import process_client
+from tests.integration.sse import server_sent_events
 from tests.integration.starting import journaled_late
 
 pytestmark = pytest.mark.integration
@@ -34,19 +33,6 @@ def _start(replica: Replica, text: str, agent: str = AGENT, **fields: object) ->
     return str(body["id"])
 
 
-def _events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, object]]]:
-    """(id, event) of each server-sent event read from `lines`."""
-    entry_id, data = "", ""
-    for line in lines:
-        if line.startswith("id: "):
-            entry_id = line[4:]
-        elif line.startswith("data: "):
-            data = line[6:]
-        elif not line and data:
-            yield entry_id, json.loads(data)
-            entry_id, data = "", ""
-
-
 def _read_all(
     replica: Replica, invocation_id: str, last_event_id: str | None = None
 ) -> list[tuple[str, dict]]:
@@ -54,7 +40,7 @@ def _read_all(
     url = f"{replica.base_url}/invocations/{invocation_id}/events"
     with httpx.stream("GET", url, headers=headers, timeout=30) as response:
         assert response.status_code == 200, response.read()
-        return list(_events(response.iter_lines()))
+        return list(server_sent_events(response.iter_lines()))
 
 
 def test_an_invocation_streams_its_calls_and_its_answer(replicas: tuple[Replica, Replica]) -> None:
@@ -68,7 +54,7 @@ def test_an_invocation_streams_its_calls_and_its_answer(replicas: tuple[Replica,
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         invocation_id = response.headers["X-Invocation-Id"]
-        events = [event for _, event in _events(response.iter_lines())]
+        events = [event for _, event in server_sent_events(response.iter_lines())]
 
     types = [e["type"] for e in events if e["type"] != "text.delta"]
     assert types == [
@@ -103,7 +89,7 @@ def test_a_dropped_event_stream_resumes_on_the_other_replica(
     seen: list[tuple[str, dict]] = []
     url = f"{replicas[0].base_url}/invocations/{invocation_id}/events"
     with httpx.stream("GET", url, headers=AUTH, timeout=30) as response:
-        for entry in _events(response.iter_lines()):
+        for entry in server_sent_events(response.iter_lines()):
             seen.append(entry)
             if entry[1]["type"] == "tool_call.finished":
                 break  # the connection drops here

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 from orchestrator import LocalExecutor
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal, invocations, utc_now
+from orchestrator.saga.recovery import Recovered
 from orchestrator.server.events import EventLog
 from orchestrator.server.replicas import ELSEWHERE, REPLICA_KEY, REPLICAS_KEY, ReplicaWatch
 from workers.calls.invocation import Invocation, InvocationContext
@@ -44,14 +46,12 @@ def beat(journal: Journal, invocation_id: str, s_ago: float, owner: str = GHOST)
         )
 
 
-def test_a_dead_replicas_invocation_still_beating_is_left_until_its_beat_is_stale(
-    redis_url: str, journal_file: Path, journal: Journal
-) -> None:
-    # given: the ghost is a known replica without a Redis heartbeat; its invocation beat just now
-    invocation_id = run_by_the_ghost(journal, beat_s_ago=0.0)
-    redis.Redis.from_url(redis_url).sadd(REPLICAS_KEY, GHOST)
+def looked(
+    redis_url: str, journal_file: Path, look: Callable[[ReplicaWatch], Awaitable[list[Recovered]]]
+) -> list[str]:
+    """The invocations one look of a live replica's watch (`recover_dead`, `recover_stale`) took."""
 
-    async def look() -> list[str]:
+    async def run() -> list[str]:
         client = aioredis.Redis.from_url(redis_url)
         executor = LocalExecutor()
         watch = ReplicaWatch(
@@ -63,13 +63,23 @@ def test_a_dead_replicas_invocation_still_beating_is_left_until_its_beat_is_stal
             stale_after_s=1.5,
         )
         try:
-            return [report.invocation_id for report in await watch.recover_dead()]
+            return [report.invocation_id for report in await look(watch)]
         finally:
             executor.close()
             await client.aclose()
 
+    return asyncio.run(run())
+
+
+def test_a_dead_replicas_invocation_still_beating_is_left_until_its_beat_is_stale(
+    redis_url: str, journal_file: Path, journal: Journal
+) -> None:
+    # given: the ghost is a known replica without a Redis heartbeat; its invocation beat just now
+    invocation_id = run_by_the_ghost(journal, beat_s_ago=0.0)
+    redis.Redis.from_url(redis_url).sadd(REPLICAS_KEY, GHOST)
+
     # when: a live replica looks for dead ones
-    taken = asyncio.run(look())
+    taken = looked(redis_url, journal_file, ReplicaWatch.recover_dead)
 
     # then: it takes nothing, and still knows the ghost
     assert taken == []
@@ -79,7 +89,7 @@ def test_a_dead_replicas_invocation_still_beating_is_left_until_its_beat_is_stal
 
     # when: the invocation's beat is stale too (2 s, past 1.5 s), and the replica looks again
     beat(journal, invocation_id, 2.0)
-    taken = asyncio.run(look())
+    taken = looked(redis_url, journal_file, ReplicaWatch.recover_dead)
 
     # then: it is recovered, and the ghost forgotten
     assert taken == [invocation_id]
@@ -153,25 +163,8 @@ def test_what_a_live_replica_gave_up_owing_is_retried_by_the_fleet(
     for invocation_id, s_ago in ((owing, 5.0), (beating, 0.0), (silent, 5.0), (midway, 5.0)):
         beat(journal, invocation_id, s_ago, owner=LIVE)
 
-    async def look() -> list[str]:
-        aclient = aioredis.Redis.from_url(redis_url)
-        executor = LocalExecutor()
-        watch = ReplicaWatch(
-            aclient,
-            AsyncJournal(f"sqlite:///{journal_file}"),
-            lambda: executor,
-            EventLog(aclient),
-            ttl_s=2.0,
-            stale_after_s=1.5,
-        )
-        try:
-            return [report.invocation_id for report in await watch.recover_stale()]
-        finally:
-            executor.close()
-            await aclient.aclose()
-
     # when: a replica looks for what live ones gave up on
-    taken = asyncio.run(look())
+    taken = looked(redis_url, journal_file, ReplicaWatch.recover_stale)
 
     # then: it settles the one that owed (nothing left to undo: it ends, failed as recovery ends
     # what it finished), and leaves the others to their replica
