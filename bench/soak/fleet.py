@@ -58,13 +58,11 @@ class Proc:
     env: dict[str, str]
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
-    starts: int = 0
 
     def start(self) -> Proc:
         # Spawned from one long-lived thread: a child is sent SIGTERM when the *thread* that started
         # it ends (PR_SET_PDEATHSIG), and faults restart processes from short-lived threads.
         self.process = _SPAWNER.submit(spawn, self.host.command(self.argv), self.env, self.log_path).result()
-        self.starts += 1
         return self
 
     @property
@@ -118,7 +116,6 @@ class Fleet:
     hosts: dict[str, Host] = field(default_factory=dict)
     links: dict[str, FaultProxy] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
-    model_url: str = ""  # the scripted model, on this machine's loopback
 
     def __post_init__(self) -> None:
         self.network = Network(isolated=self.isolated)

@@ -31,7 +31,6 @@ class PlanModel:
     """The script (`__call__`, given a request body) and what it was told."""
 
     told_ok: set[str] = field(default_factory=set)
-    requests: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, body: dict[str, Any]) -> Reply:
@@ -40,7 +39,6 @@ class PlanModel:
         text = _text(messages[asked]["content"])
         results = [_text(m["content"]) for m in messages[asked:] if m["role"] == "tool"]
         with self._lock:
-            self.requests += 1
             self.told_ok.update(r[3:] for r in results if r.startswith("ok "))
         if not text.startswith("plan "):
             return Reply(content=f"heard {text}")

@@ -29,6 +29,11 @@ HEADER = "Idempotency-Key"
 # The first request holds its key's starting lease until its invocation has started; a retry finding
 # the key held, the invocation never started and the lease lapsed (that request died) starts it afresh.
 STARTING_LEASE_S = 10.0
+_CLAIM = """
+if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 0 end
+redis.call('set', KEYS[2], ARGV[3], 'PX', ARGV[4])
+return 1
+"""
 _TAKE_OVER = """
 if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('set', KEYS[1], ARGV[2], 'EX', ARGV[3])
@@ -52,8 +57,10 @@ class IdempotencyKey:
         the invocation the first one started; a 409 if that one was sent with another body."""
         value = json.dumps({"invocation_id": invocation_id, "body": self.digest})
         for _ in range(3):  # the held key may expire or be let go between the two reads
-            if await self.client.set(self.name, value, nx=True, ex=EVENTS_TTL_S):
-                await self.client.set(self.lease, invocation_id, px=int(STARTING_LEASE_S * 1000))
+            lease_ms = int(STARTING_LEASE_S * 1000)
+            if await self.client.eval(
+                _CLAIM, 2, self.name, self.lease, value, EVENTS_TTL_S, invocation_id, lease_ms
+            ):
                 return invocation_id
             raw = await self.client.get(self.name)
             if raw is None:

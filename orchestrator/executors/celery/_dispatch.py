@@ -156,7 +156,8 @@ class Dispatcher:
             # The invocation was cancelled: the call is abandoned as at a deadline, so its worker
             # undoes it if it still finishes.
             collector.forget(task_id)
-            if abandon_atomically and not await self.claim_abandoned(task_id):
+            # shielded: a second cancel must not leave the mark unwritten
+            if abandon_atomically and not await asyncio.shield(self.claim_abandoned(task_id)):
                 log.warning("%s finished as its invocation was cancelled: recovery finds its result", task_id)
             if not undoing:
                 self.abandon(task_id, pool)
