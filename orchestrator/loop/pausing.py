@@ -32,7 +32,7 @@ from orchestrator.messages import (
 )
 from orchestrator.models.base import FinishReason, TokenUsage
 from orchestrator.providers import AiServiceTool, ToolRunContext
-from orchestrator.result import ApprovalRequested, Result
+from orchestrator.result import ApprovalRequested, Result, ToolExecuted
 from orchestrator.saga import SagaStep
 from orchestrator.saga.async_journal import JournalRunner
 from orchestrator.saga.journal import CallRecord, CallState, Journal, WaitingCall, owner_id
@@ -50,6 +50,7 @@ __all__ = [
     "read_for_resume",
     "restore",
     "saga_steps",
+    "settle_unrun",
     "settle_waiting",
 ]
 
@@ -57,6 +58,10 @@ log = logging.getLogger(__name__)
 
 PAUSED_STATE_VERSION = 1
 REJECTED_STATUS = "rejected"
+NOT_RUN_STATUS = "not_run"
+NOT_RUN = (
+    "The call to '{tool}' did not run: tool '{failed}' of the same batch failed, so the batch was rolled back"
+)
 
 
 def needs_approval(config: LoopConfig, state: RunState, request: ToolExecutionRequest) -> bool:
@@ -240,6 +245,25 @@ def settle_waiting(config: LoopConfig, state: RunState, call: Call, approval: Ap
         request=request, result=text, has_failed=True, status=REJECTED_STATUS, pool=approval.pool
     )
     return False
+
+
+def settle_unrun(state: RunState, calls: Sequence[Call], failed: str) -> None:
+    """Settle the `calls` of a batch undone before they ran (they waited for a person when another
+    call of the batch failed): no one is asked, nothing runs; the model reads that they did not run,
+    and the stream tells each one's end."""
+    for call in calls:
+        request = call.request
+        text = NOT_RUN.format(tool=request.name, failed=failed)
+        call.status = CallStatus.SUCCEEDED  # settled, with nothing to undo
+        call.behavior = ReturnBehavior.TO_LLM
+        call.message = ToolExecutionResultMessage(
+            id=request.id, tool_name=request.name, text=text, is_error=True
+        )
+        call.execution = ToolExecution(
+            request=request, result=text, has_failed=True, status=NOT_RUN_STATUS, pool=_pool(state, request)
+        )
+        if state.emit is not None:
+            state.emit(ToolExecuted(call.execution))
 
 
 async def read_for_resume(

@@ -27,7 +27,7 @@ from orchestrator.loop.calls import (
 )
 from orchestrator.loop.cancellation import cancellable
 from orchestrator.loop.config import LoopConfig
-from orchestrator.loop.pausing import needs_approval, pause, settle_waiting
+from orchestrator.loop.pausing import needs_approval, pause, settle_unrun, settle_waiting
 from orchestrator.loop.replay import Replayed, replayed_batch
 from orchestrator.loop.state import RunState, ask_providers, visible
 from orchestrator.loop.toolset import unique_id, with_unique_ids
@@ -143,8 +143,18 @@ async def _adopted(
         state.used_ids.update(r.id for r in message.tool_execution_requests if r.id)
         await state.add(message)
         batch = replayed_batch(config, state, replayed)
-        await run_calls(config, state, [call for call in batch if call.execution is None])
-        result = await _after_batch(config, state, batch, batch, ())
+        # a call that was to wait for a person and was never asked (its process died first) waits now
+        waiting = {
+            call.index
+            for call in batch
+            if call.execution is None
+            and call.row is None
+            and (call.request.id or "") not in replayed.approvals
+            and needs_approval(config, state, call.request)
+        }
+        fresh = [call for call in batch if call.index not in waiting]
+        await run_calls(config, state, [call for call in fresh if call.execution is None])
+        result = await _after_batch(config, state, batch, fresh, waiting)
         if result is not None:
             return result
     return await _turns(config, state)
@@ -209,6 +219,9 @@ async def _after_batch(
     failed = next((call for call in fresh if call.status is CallStatus.FAILED), None)
     if config.compensating and failed is not None:
         await _compensate_batch(state, batch, failed)
+        # the batch is undone: a call of it waiting for a person would stand alone if approved later
+        settle_unrun(state, [call for call in batch if call.index in waiting], failed.request.name)
+        waiting = ()
     if waiting:
         return await pause(config, state, batch, waiting)
     results = []

@@ -32,7 +32,7 @@ from orchestrator import (
 )
 from orchestrator.models.base import ChatRequest, FinishReason
 from orchestrator.result import CompleteResponse
-from workers import tool
+from workers import ToolErrorVisibleToLlm, compensate_for, tool
 from workers.runtime.catalog import CatalogTool
 from workers.tools.registry import ToolRegistry
 
@@ -160,6 +160,80 @@ def test_stream_and_stream_resume_tell_the_pause_and_the_decisions(journal: Jour
     assert (
         isinstance(second[-1], CompleteResponse) and second[-1].result.content == "noted | paid 100 to mario"
     )
+
+
+class Desk:
+    """A booking that can be undone, a payment that needs a person, and a check that always fails."""
+
+    def __init__(self) -> None:
+        self.undone: list[str] = []
+
+    @tool("Books a room")
+    def book(self, room: str) -> str:
+        RAN.append({"book": room})
+        return f"booked {room}"
+
+    @compensate_for("book")
+    def unbook(self, room: str) -> None:
+        self.undone.append(room)
+
+    @tool("Pays, once a person says so", requires_approval=True)
+    def settle(self, amount: int) -> str:
+        RAN.append({"settle": amount})
+        return f"settled {amount}"
+
+    @tool("A check that always fails")
+    def check(self) -> str:
+        raise ToolErrorVisibleToLlm.from_message("check failed")
+
+
+def _desk_service(journal: Journal, desk: Desk, *, compensating: bool) -> AiService:
+    def script(request: ChatRequest) -> AiMessage | str:
+        results = [m for m in request.messages if isinstance(m, ToolExecutionResultMessage)]
+        if results:
+            return " | ".join(r.text for r in results)
+        return AiMessage(
+            tool_execution_requests=[
+                ToolExecutionRequest("b1", "book", json.dumps({"room": "12"})),
+                ToolExecutionRequest("s1", "settle", json.dumps({"amount": 90})),
+                ToolExecutionRequest("c1", "check", "{}"),
+            ]
+        )
+
+    return AiService(
+        chat_model=ScriptedChatModel(script),
+        tools=[desk],
+        executor=LocalExecutor(),
+        journal=journal,
+        compensate_on_tool_errors=compensating,
+    )
+
+
+def test_a_call_waiting_in_a_batch_that_failed_and_was_undone_is_never_asked_for(journal: Journal) -> None:
+    desk = Desk()
+
+    result = _desk_service(journal, desk, compensating=True).chat("go")
+
+    # the batch was undone, so the payment waiting in it would stand alone: nobody is asked, it never runs
+    assert result.finish_reason is not FinishReason.APPROVAL_REQUIRED and result.pending_approvals == []
+    assert RAN == [{"book": "12"}] and desk.undone == ["12"]
+    assert result.content is not None and (
+        "The call to 'settle' did not run: tool 'check' of the same batch failed, so the batch was rolled back"
+        in result.content
+    )
+    assert [e.status for e in result.tool_executions if e.request.name == "settle"] == ["not_run"]
+    assert journal.approvals(result.invocation_id or "") == []
+    record = journal.invocation(result.invocation_id or "")
+    assert record is not None and record.state is InvocationState.SUCCEEDED
+
+
+def test_without_compensation_a_failed_batch_still_asks_for_its_waiting_call(journal: Journal) -> None:
+    desk = Desk()
+
+    result = _desk_service(journal, desk, compensating=False).chat("go")
+
+    assert [a.call_id for a in result.pending_approvals] == ["s1"]
+    assert desk.undone == []
 
 
 def test_the_catalog_tells_remote_orchestrators_a_tool_needs_approval(tmp_path: Path) -> None:

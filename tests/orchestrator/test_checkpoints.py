@@ -334,6 +334,31 @@ def test_an_adopted_invocation_replays_the_calls_a_person_decided_as_decided(jou
     assert result.content.endswith(" | counted edited")
 
 
+def test_an_adopted_invocation_asks_for_a_call_its_dead_owner_never_asked_for(journal: Journal) -> None:
+    # given: a dead owner's turn whose first call ran and whose second was to wait for a person: the
+    # owner died before it paused, so the call has no intent and no approval
+    invocation_id, _, row_b = _left_by_a_dead_owner(journal)
+    with journal.engine.begin() as connection:
+        connection.execute(sa.delete(tool_calls).where(tool_calls.c.id == row_b))
+    counter = Counter()
+    service = AiService(
+        chat_model=ScriptedChatModel(lambda r: "done"),
+        tools=[counter],
+        executor=CheckingExecutor(journal),
+        journal=journal,
+        approval_policy=lambda request, context: request.id == "c2",
+    )
+
+    # when
+    result = asyncio.run(service.aadopt(invocation_id, stale_after_s=30))
+
+    # then: it is not run unasked: the adopted invocation pauses for it
+    assert result is not None and [a.call_id for a in result.pending_approvals] == ["c2"]
+    assert counter.runs == []
+    record = journal.invocation(invocation_id)
+    assert record is not None and record.state == "paused"
+
+
 def test_an_invocation_whose_loop_ended_owing_compensations_is_recovered_not_carried_on(
     journal: Journal,
 ) -> None:
