@@ -229,20 +229,25 @@ async def _settle(
     report: Recovered,
 ) -> bool:
     """Journal what became of a call dispatched but never journaled as finished. False when its
-    outcome may still be learnt (its state was unreadable, or its result had not arrived): the call
-    is left dispatched, for the next `recover` to read again."""
+    outcome may still be learnt (its state was unreadable, or its result had not arrived) and
+    matters (the call is compensable): the call is left dispatched, for the next `recover` to read
+    again. A call with nothing to undo whose outcome cannot be learnt is journaled `abandoned`."""
     label = f"{call.tool} ({call.call_id})"
-    if not call.compensable:
+
+    async def unknown() -> bool:
         report.unknown.append(label)
+        if call.compensable:
+            return False
+        await journal.run(lambda j: j.set_call_state(call.id, CallState.ABANDONED))
         return True
+
     try:
         settled = await executor.settle(call.idempotency_key, definition)
     except redis.RedisError as exc:
         log.warning("state of %s unreadable (%s); its outcome stays unknown", label, exc)
-        report.unknown.append(label)
-        return False
+        return await unknown()
     if settled is None:  # the executor cannot know (the call ran in a process that is gone)
-        report.unknown.append(label)
+        await unknown()
         return True
     state = CallState(settled.state)
     if state == CallState.ABANDONED:
@@ -252,8 +257,7 @@ async def _settle(
     if settled.meta is None:
         # Its worker marked it finished, but its result never arrived: what to undo is unknown.
         log.warning("%s finished but its result is not in the backend; its outcome stays unknown", label)
-        report.unknown.append(label)
-        return False
+        return await unknown()
     if definition is not None:
         outcome = outcome_of_meta(settled.meta, definition, definition.timeout or 0.0)
     elif state == CallState.SUCCEEDED:

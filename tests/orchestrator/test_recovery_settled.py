@@ -8,6 +8,9 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
+import redis
+
 from orchestrator.executors.base import Settled
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.recovery import recover
@@ -47,14 +50,14 @@ class SettledExecutor:
         pass
 
 
-def left_in_flight(journal: Journal) -> str:
-    """An invocation whose orchestrator died with its compensable `credit` dispatched."""
+def left_in_flight(journal: Journal, *, compensable: bool = True) -> str:
+    """An invocation whose orchestrator died with its `credit` (compensable unless told) dispatched."""
     context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="default", user_message="credit")
     invocation_id = str(context.invocation_id)
     journal.start_invocation(context, Invocation(context).to_json())
     request = ToolExecutionRequest("c1", "credit", '{"amount": 5}')
     journal.record_intent(
-        invocation_id, 1, request, pool="bank", compensable=True, idempotency_key=f"{invocation_id}:c1"
+        invocation_id, 1, request, pool="bank", compensable=compensable, idempotency_key=f"{invocation_id}:c1"
     )
     return invocation_id
 
@@ -110,3 +113,45 @@ def test_a_success_whose_result_never_arrived_is_unknown_and_read_again_later(jo
     [call] = journal.calls(invocation_id)
     assert call.result == "credited 5"
     assert again.unknown == []
+
+
+class UnreadableExecutor(SettledExecutor):
+    """An executor whose Redis cannot be read while it settles."""
+
+    async def settle(self, key: str, definition: ToolDefinition | None) -> Settled:
+        raise redis.ConnectionError("Connection refused")
+
+
+@pytest.mark.parametrize(
+    "executor",
+    [
+        SettledExecutor(Settled("succeeded", "t-1", None)),
+        UnreadableExecutor(Settled("succeeded", "t-1", None)),
+    ],
+    ids=["result never arrived", "state unreadable"],
+)
+def test_a_call_with_nothing_to_undo_whose_outcome_is_unknown_is_journaled_abandoned(
+    journal: Journal, executor: SettledExecutor
+) -> None:
+    # given: a call of a tool with no compensation, its outcome not to be learnt
+    invocation_id = left_in_flight(journal, compensable=False)
+
+    # when
+    [report] = asyncio.run(recover(journal, executor, stale_after_s=0))
+
+    # then: it is not left dispatched (nothing would ever settle it): the invocation gave it up, and ended
+    assert report.unknown == ["credit (c1)"]
+    [call] = journal.calls(invocation_id)
+    assert call.state == "abandoned"
+    record = journal.invocation(invocation_id)
+    assert record is not None and record.state == "failed"
+
+
+def test_a_call_with_nothing_to_undo_is_journaled_with_its_stored_outcome(journal: Journal) -> None:
+    invocation_id = left_in_flight(journal, compensable=False)
+    executor = SettledExecutor(Settled("succeeded", "t-1", success_meta("credited 5")))
+
+    asyncio.run(recover(journal, executor, stale_after_s=0))
+
+    [call] = journal.calls(invocation_id)
+    assert (call.state, call.result, call.worker) == ("succeeded", "credited 5", "bank@h")
