@@ -103,7 +103,10 @@ async def start_turn(
         conversation = await open_conversation(state, agent, conversation_id, list(history))
         opened = conversation
         await state.invocations.start(
-            run(opened.memory), finish=lambda: save_conversation(state, opened), on_end=place.release
+            run(opened.memory),
+            finish=lambda: save_conversation(state, opened),
+            on_end=place.release,
+            let_go=lambda: close_conversation(opened),
         )
     except BaseException:
         place.release()

@@ -35,6 +35,7 @@ from orchestrator.result import (
     ToolExecuted,
     ToolProgress,
 )
+from orchestrator.saga.async_journal import to_the_end
 from orchestrator.server.error_shape import invocation_failure
 from orchestrator.server.events import EVENTS_TTL_S, EventLog
 from orchestrator.service import AiService
@@ -72,22 +73,49 @@ class Invocations:
         self.events = events
         self.running: dict[str, asyncio.Task[None]] = {}
         self.past_grace = asyncio.Event()  # set when a drain's grace has run out
+        self._letting_go: set[asyncio.Future[None]] = set()
 
     async def start(
-        self, run: Run, finish: Callable[[], Awaitable[None]], on_end: Callable[[], object]
+        self,
+        run: Run,
+        finish: Callable[[], Awaitable[None]],
+        on_end: Callable[[], object],
+        let_go: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Run the invocation as a task of this replica; `finish()` is awaited when it ends (before its
-        last event), then `on_end()` is called. Its first event (`invocation.started`) is written
-        before this returns: a client told the invocation's id finds its events at once, anywhere."""
+        last event), then `on_end()` is called. A run that stops without an end of its own (another
+        process went on with the invocation, or its task stopped before it began) awaits `let_go()`
+        instead of `finish()`. Its first event (`invocation.started`) is written before this returns:
+        a client told the invocation's id finds its events at once, anywhere."""
         # A resumed one says so once this process has taken it (InvocationResumed), an adopted one
         # as it is adopted (`invocation.adopted`).
         if not run.resuming and not run.adopting:
             await self.events.add(run.invocation_id, {"type": "invocation.started", **_origin(run)})
-        task = asyncio.create_task(self._run(run, finish))
+        ended_here = began = False
+
+        async def finish_once() -> None:
+            nonlocal ended_here
+            ended_here = True
+            await finish()
+
+        async def whole() -> None:
+            nonlocal began
+            began = True
+            try:
+                await self._run(run, finish_once)
+            finally:
+                if not ended_here and let_go is not None:
+                    await to_the_end(let_go())
+
+        task = asyncio.create_task(whole())
         self.running[run.invocation_id] = task
 
-        def ended(_: asyncio.Task[None]) -> None:
+        def ended(done: asyncio.Task[None]) -> None:
             self.running.pop(run.invocation_id, None)
+            if not began and let_go is not None:
+                # stopped before it began (its `finally` never ran): let go of what it held anyway
+                self._letting_go.add(letting := asyncio.ensure_future(let_go()))
+                letting.add_done_callback(self._letting_go.discard)
             on_end()
 
         task.add_done_callback(ended)

@@ -68,3 +68,71 @@ def test_a_resumed_invocation_writes_no_started_event() -> None:
         return told
 
     assert asyncio.run(scenario()) == []
+
+
+class NoRedis:
+    """A Redis client of which a run asks only whether its invocation was cancelled: it was not."""
+
+    async def exists(self, key: str) -> int:
+        return 0
+
+
+class GoneOnElsewhere:
+    """A service whose paused invocation another process went on with: resuming it yields nothing."""
+
+    async def stream_resume(self, invocation_id: str, **options: Any) -> Any:
+        return
+        yield
+
+
+def _ends(run_of: Any, *, cancel_at_once: bool = False) -> list[str]:
+    """How a background run ended: whether `finish` or `let_go` was awaited, and `on_end` called."""
+    said: list[str] = []
+
+    async def scenario() -> None:
+        invocations = Invocations(cast(Any, NoRedis()), cast(Any, RecordedLog()))
+
+        async def finish() -> None:
+            said.append("finish")
+
+        async def let_go() -> None:
+            said.append("let go")
+
+        await invocations.start(run_of, finish, on_end=lambda: said.append("end"), let_go=let_go)
+        task = invocations.running[run_of.invocation_id]
+        if cancel_at_once:
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        for _ in range(3):  # what the task's end schedules
+            await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+    return said
+
+
+def test_a_resumed_run_another_process_went_on_with_lets_go_of_its_turn_without_saving() -> None:
+    run = Run(
+        "inv-3",
+        "clerk",
+        cast(Any, GoneOnElsewhere()),
+        UserMessage("hi"),
+        cast(Any, None),
+        None,
+        resuming=True,
+    )
+
+    assert _ends(run) == ["let go", "end"]
+
+
+def test_a_run_stopped_before_it_began_lets_go_of_its_turn() -> None:
+    run = Run(
+        "inv-4",
+        "clerk",
+        cast(Any, GoneOnElsewhere()),
+        UserMessage("hi"),
+        cast(Any, None),
+        None,
+        resuming=True,
+    )
+
+    assert sorted(_ends(run, cancel_at_once=True)) == ["end", "let go"]
