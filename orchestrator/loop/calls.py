@@ -196,7 +196,8 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
     cancelled = False  # the invocation, while the outcome was journaled: the call is settled first
     if call.definition is not None:  # journaled before a handler may end the invocation
         # Abandoned: if it still completes, its worker (or LocalExecutor) undoes it.
-        abandoned = late and (outcome.kind in _ABANDONED or call.cancelled)
+        # (A call cancelled alone whose worker finished first succeeded: it is not abandoned.)
+        abandoned = late and (outcome.kind in _ABANDONED or (call.cancelled and outcome.is_error))
         progress = call.progress.to_json() if call.progress is not None else None
         try:
             await state.saga.outcome(call.row, outcome, outcome.text, abandoned=abandoned, progress=progress)

@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,3 +94,63 @@ def test_cancelling_one_in_process_call_fails_it_and_the_invocation_goes_on() ->
     assert running.join(timeout_s=10).content == "done"
     assert crew.saw_cancel.wait(2)
     assert "Tool 'work' was cancelled" in (model.requests[1].messages[-1].text or "")  # type: ignore[union-attr]
+
+
+class FinishingFirst(LocalExecutor):
+    """Runs `book` as a call whose worker finishes it just as it is cancelled: the executor then tells
+    its success instead of the cancellation (as `CeleryExecutor` does when the worker's mark wins)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+
+    async def execute(self, request: ToolExecutionRequest, *arguments: Any, **options: Any) -> Any:
+        if request.name != "book":
+            return await super().execute(request, *arguments, **options)
+        self.started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return await super().execute(request, *arguments, **options)
+        raise AssertionError("never cancelled")
+
+
+def _finishing_first(tmp_path: Path) -> tuple[Crew, FinishingFirst, AiService, Journal]:
+    crew, executor = Crew(), FinishingFirst()
+    journal = Journal(f"sqlite:///{tmp_path / 'journal.db'}")
+    service = AiService(
+        chat_model=ScriptedChatModel([_ask("b1", "book"), "done"]),
+        tools=[crew],
+        executor=executor,
+        journal=journal,
+        compensate_on_tool_errors=True,
+    )
+    return crew, executor, service, journal
+
+
+def test_a_call_that_finished_as_its_invocation_was_cancelled_is_undone(tmp_path: Path) -> None:
+    crew, executor, service, journal = _finishing_first(tmp_path)
+    invocation_id = str(uuid.uuid4())
+    running = Background(lambda: service.chat("go", invocation_id=invocation_id))
+    assert executor.started.wait(10)
+
+    service.cancel(invocation_id)
+
+    with pytest.raises(asyncio.CancelledError):
+        running.join(timeout_s=10)
+    assert (crew.booked, crew.undone) == (1, 1)
+    assert [(c.call_id, c.state) for c in journal.calls(invocation_id)] == [("b1", "compensated")]
+
+
+def test_a_call_cancelled_alone_that_finished_first_stands_as_succeeded(tmp_path: Path) -> None:
+    crew, executor, service, journal = _finishing_first(tmp_path)
+    invocation_id = str(uuid.uuid4())
+    running = Background(lambda: service.chat("go", invocation_id=invocation_id))
+    assert executor.started.wait(10)
+
+    service.cancel_call(invocation_id, "b1")
+
+    assert running.join(timeout_s=10).content == "done"
+    assert (crew.booked, crew.undone) == (1, 0)
+    # not abandoned: nothing undoes it later, and nothing should
+    assert [(c.call_id, c.state) for c in journal.calls(invocation_id)] == [("b1", "succeeded")]

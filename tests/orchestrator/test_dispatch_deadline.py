@@ -70,14 +70,15 @@ class Collector:
 class Redis:
     """The call's state as the worker left it: marked finished, its result stored or not."""
 
-    def __init__(self, stored: dict[str, Any] | None) -> None:
+    def __init__(self, stored: dict[str, Any] | None, *, finished_first: bool = True) -> None:
         self.values: dict[str, bytes] = {}
         self.stored = stored
+        self.finished_first = finished_first
         self.sets: list[tuple[str, str, dict[str, Any]]] = []
 
     def set(self, key: str, value: str, **options: Any) -> bool:
         self.sets.append((key, value, options))
-        return False  # the worker's mark is there first
+        return not self.finished_first or not options.get("nx")  # the worker's mark may be there first
 
     def get(self, key: str) -> bytes | None:
         if key.startswith(META_PREFIX) and self.stored is not None:
@@ -86,19 +87,25 @@ class Redis:
 
 
 class Pools:
+    def __init__(self, kind: str = "threads") -> None:
+        self.pool_kind = kind
+
     def has_workers(self, pool: str) -> bool:
         return True
 
     def kind(self, pool: str) -> str:
-        return "threads"
+        return self.pool_kind
 
 
 class Control:
     def __init__(self) -> None:
         self.revoked: list[str] = []
+        self.terminated: list[str] = []
 
     def revoke(self, task_id: str, **options: Any) -> None:
         self.revoked.append(task_id)
+        if options.get("terminate"):
+            self.terminated.append(task_id)
 
 
 class Publisher:
@@ -113,8 +120,11 @@ class Publisher:
 class Stubbed(Dispatcher):
     """The dispatcher with its collector replaced."""
 
-    def __init__(self, stored: dict[str, Any] | None) -> None:
-        super().__init__(Settings(), Publisher(), Redis(stored), Pools())  # type: ignore[arg-type]
+    def __init__(
+        self, stored: dict[str, Any] | None, *, finished_first: bool = True, kind: str = "threads"
+    ) -> None:
+        redis = Redis(stored, finished_first=finished_first)
+        super().__init__(Settings(), Publisher(), redis, Pools(kind))  # type: ignore[arg-type]
         self.stub = Collector()
 
     @property
@@ -217,3 +227,58 @@ def test_a_compensation_given_up_is_never_revoked() -> None:
     )
     assert outcome.kind is OutcomeKind.TIMED_OUT
     assert dispatcher.publisher.control.revoked == []  # type: ignore[attr-defined]
+
+
+def cancelled_dispatch(dispatcher: Dispatcher, *, compensable: bool = True) -> ToolOutcome:
+    """A call with a long deadline, its invocation cancelled while it runs."""
+    request = ToolExecutionRequest("c1", "credit", '{"amount": 5}')
+    envelope = CallTask(request, Invocation(), compensate_if_late=compensable)
+
+    async def scenario() -> ToolOutcome:
+        running = asyncio.ensure_future(
+            dispatcher.dispatch(
+                "tool.credit",
+                "t-1",
+                envelope,
+                definition(),
+                time.monotonic() + 30,
+                30,
+                key="inv:c1",
+                on_call=None,
+                abandon_atomically=compensable,
+            )
+        )
+        await asyncio.sleep(0.05)
+        running.cancel()
+        return await running
+
+    return asyncio.run(scenario())
+
+
+def test_a_call_its_worker_finished_as_its_invocation_was_cancelled_is_told_succeeded() -> None:
+    # given: a call whose worker marks it finished just before the orchestrator's claim
+    stored = {"status": "SUCCESS", "result": {"kind": "success", "text": "credited 5", "worker": "bank@h"}}
+    dispatcher = Stubbed(stored)
+
+    # when: its invocation is cancelled
+    outcome = cancelled_dispatch(dispatcher)
+
+    # then: it succeeded, and says so (the invocation undoes it with its other successes); not revoked
+    assert (outcome.kind, outcome.text, outcome.worker) == (OutcomeKind.SUCCESS, "credited 5", "bank@h")
+    assert dispatcher.publisher.control.revoked == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("compensable", [True, False])
+def test_a_cancelled_prefork_call_is_killed_only_if_nothing_would_undo_it(compensable: bool) -> None:
+    # given: a call on a prefork pool that the orchestrator abandons first
+    dispatcher = Stubbed(None, finished_first=False, kind="prefork")
+
+    # when: its invocation is cancelled
+    with pytest.raises(asyncio.CancelledError):
+        cancelled_dispatch(dispatcher, compensable=compensable)
+
+    # then: it is revoked; killed midway only when it is not undone by its worker if it finishes (killed
+    # after its effect, before it could tell, it would leave an effect nothing undoes)
+    control = dispatcher.publisher.control  # type: ignore[attr-defined]
+    assert control.revoked == ["t-1"]
+    assert control.terminated == ([] if compensable else ["t-1"])

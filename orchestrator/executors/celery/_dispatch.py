@@ -148,19 +148,31 @@ class Dispatcher:
             else:
                 collector.forget(task_id)
                 if not undoing:
-                    self.abandon(task_id, pool)
+                    self.abandon(task_id, pool, terminate=False if abandon_atomically else None)
                 if notify:
                     notify(OutcomeKind.TIMED_OUT.value, None)
                 return _timed_out(definition, timeout_s, task_id, pool)
         except asyncio.CancelledError:
-            # The invocation was cancelled: the call is abandoned as at a deadline, so its worker
-            # undoes it if it still finishes.
-            collector.forget(task_id)
-            # shielded: a second cancel must not leave the mark unwritten
+            # The invocation (or this call alone) was cancelled: the call is abandoned as at a
+            # deadline, so its worker undoes it if it still finishes. Shielded: a second cancel must
+            # not leave the mark unwritten.
             if abandon_atomically and not await asyncio.shield(self.claim_abandoned(task_id)):
-                log.warning("%s finished as its invocation was cancelled: recovery finds its result", task_id)
+                # Its worker finished first: the call succeeded. Its outcome is returned, so that the
+                # invocation undoes it with its other successes; nothing else would.
+                late = await asyncio.shield(self._late_result(waiting, task_id))
+                if late is not None:
+                    outcome = outcome_of_meta(late, definition, timeout_s)
+                    if notify:
+                        notify(outcome.kind.value, worker_of(late))
+                    return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=worker_of(late))
+                log.error(
+                    "%s finished as it was cancelled, but its result never arrived: not undone", task_id
+                )
+            collector.forget(task_id)
             if not undoing:
-                self.abandon(task_id, pool)
+                # a call its worker undoes if it finishes is not killed midway: killed after its
+                # effect and before it could tell, it would leave an effect that nothing undoes
+                self.abandon(task_id, pool, terminate=False if abandon_atomically else None)
             if notify:
                 notify("cancelled", None)
             raise
@@ -217,8 +229,8 @@ class Dispatcher:
 
     def abandon(self, task_id: str, pool: str | None = None, *, terminate: bool | None = None) -> None:
         """Give up a call (past its deadline, or cancelled): revoke it, so it is discarded if still queued,
-        terminate it where the worker's pool can (prefork), and tell its tool (`flag_cancelled`), so
-        a cooperative tool on a threads pool stops at its next report or heartbeat."""
+        terminate it where the worker's pool can (prefork) unless told not to, and tell its tool
+        (`flag_cancelled`), so a cooperative tool stops at its next report or heartbeat."""
         self.flag_cancelled(task_id)
         if terminate is None:
             terminate = pool is not None and self.pools.kind(pool) == "prefork"
