@@ -1,5 +1,6 @@
 """The bookkeeping of a compensation on its worker: the lock is released only by its holder, and a
-late-success mark that cannot be written gives up instead of retrying forever.
+late-success mark that cannot be written gives up instead of retrying forever, and one whose first
+write landed unanswered reads the orchestrator's verdict again.
 
 The task bodies run in this process against the test Redis (the lock) or a Redis that does not
 answer (the mark); the Celery task around them is a stand-in exposing what the bodies read.
@@ -18,7 +19,16 @@ import redis
 
 from workers import ToolExecutionRequest, compensate_for, tool
 from workers.calls.invocation import Invocation
-from workers.protocol import CompensationTask, OutcomeKind, ToolExecution, ToolOutcome, compensation_lock_key
+from workers.protocol import (
+    CALL_ABANDONED,
+    CompensationTask,
+    OutcomeKind,
+    ToolExecution,
+    ToolOutcome,
+    call_state_key,
+    compensation_lock_key,
+)
+from workers.runtime import _compensation as compensation_module
 from workers.runtime._compensation import finish_or_compensate_late, run_compensation_task
 from workers.settings import Settings
 from workers.tools.registry import ToolRegistry
@@ -98,3 +108,46 @@ def test_a_late_success_mark_without_a_deadline_gives_up_once_redis_stays_away()
 
     # then it stops retrying, bounded by the result's lifetime, instead of retrying forever
     assert not marking.is_alive(), "marking a call without a deadline finished retries forever"
+
+
+class _AnswerLost:
+    """A Redis client whose first command lands but whose answer is lost (a link that stalled)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client, self.lost = client, False
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.client, name)
+
+        def call(*arguments: Any, **options: Any) -> Any:
+            result = method(*arguments, **options)
+            if not self.lost:
+                self.lost = True
+                raise redis.TimeoutError("Timeout reading from the server")
+            return result
+
+        return call
+
+
+def test_a_late_success_whose_first_mark_landed_unanswered_is_still_compensated(
+    settings: Settings, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: a call its orchestrator abandoned, and a worker whose first write of the mark lands
+    # but whose answer is lost, so that it writes it again
+    (definition,) = ToolRegistry().add(book)
+    task_id = str(uuid.uuid4())
+    client.set(call_state_key(task_id), CALL_ABANDONED, ex=60)
+    lossy = _AnswerLost(client)
+    monkeypatch.setattr(compensation_module, "_redis", lambda _: lossy)
+    sent: list[str] = []
+    task = _task(task_id)
+    task.app = SimpleNamespace(send_task=lambda name, **options: sent.append(name))
+    success = ToolOutcome(kind=OutcomeKind.SUCCESS, text="booked")
+    request = ToolExecutionRequest(id="call-3", name="book", arguments='{"name": "Ada"}')
+    quick = Settings(redis_url=settings.redis_url, retry_backoff_s=0.01, retry_backoff_max_s=0.05)
+
+    # when it marks the call finished
+    finish_or_compensate_late(task, definition, quick, request, Invocation(), success, time.time() + 5)
+
+    # then: the retry reads the orchestrator's verdict, not its own first write: the call is undone
+    assert lossy.lost and sent == ["compensate.book"]

@@ -55,6 +55,16 @@ def _redis(settings: Settings) -> redis.Redis:
     return client
 
 
+# Mark a call finished unless the orchestrator abandoned it first, whose mark then stays: a retry
+# of this write (its first try may have landed unanswered) reads the same verdict, never its own mark.
+_FINISH = """
+local previous = redis.call('get', KEYS[1])
+if previous ~= ARGV[1] then
+  redis.call('set', KEYS[1], ARGV[2], 'EX', ARGV[3])
+end
+return previous
+"""
+
 _UNBOUNDED = 1_000_000  # retries of compensation tasks are bounded by their deadline instead
 
 
@@ -108,8 +118,9 @@ def finish_or_compensate_late(
 ) -> None:
     """Mark the call finished; if the orchestrator already abandoned it, enqueue its compensation.
 
-    One atomic SET ... GET decides: whichever of worker and orchestrator writes first wins, so a late
+    One atomic script decides: whichever of worker and orchestrator writes first wins, so a late
     success is either collected by the orchestrator or compensated here, never both, never neither.
+    The orchestrator's mark is left in place, so a retry of the write reads the same verdict.
     """
     ttl = call_state_ttl_s(settings)
     # The side effect happened: this mark must land, or a late success goes unnoticed; yet not forever.
@@ -119,7 +130,9 @@ def finish_or_compensate_late(
             settings,
             f"marking {task.request.id} finished",
             until,
-            lambda: _redis(settings).set(call_state_key(task.request.id), CALL_FINISHED, ex=ttl, get=True),
+            lambda: _redis(settings).eval(
+                _FINISH, 1, call_state_key(task.request.id), CALL_ABANDONED, CALL_FINISHED, ttl
+            ),
         )
     except redis.RedisError as exc:
         log.error("could not mark %s finished: %s", task.request.id, exc)
