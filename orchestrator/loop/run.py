@@ -51,7 +51,7 @@ from orchestrator.result import Result, ToolExecuted
 from orchestrator.saga import rollback_reason, rolled_back_text
 from orchestrator.saga._journal_writes import start_write
 from orchestrator.saga.async_journal import beating, to_the_end
-from orchestrator.saga.states import InvocationState
+from orchestrator.saga.states import CANCELLED_BY_CALLER, InvocationState
 from orchestrator.telemetry import model_called, trace_carrier, traced_invocation
 from workers.tools import ToolDefinition
 
@@ -371,6 +371,6 @@ async def _end_abnormally(config: LoopConfig, state: RunState, error: BaseExcept
     if config.compensating and state.saga.steps:
         await to_the_end(state.saga.compensate_all(state.invocation(), reason))
     if isinstance(error, asyncio.CancelledError):
-        await to_the_end(state.saga.end(InvocationState.CANCELLED, "cancelled by its caller"))
+        await to_the_end(state.saga.end(InvocationState.CANCELLED, CANCELLED_BY_CALLER))
     else:
         await to_the_end(state.saga.end(InvocationState.FAILED, f"{type(error).__name__}: {error}"))

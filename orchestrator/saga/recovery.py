@@ -26,8 +26,14 @@ from orchestrator.executors._outcomes import outcome_of_meta, outcome_of_success
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.saga.async_journal import JournalRunner, beating
 from orchestrator.saga.compensation import run_compensation
-from orchestrator.saga.journal import CallRecord, Journal, owner_id
-from orchestrator.saga.states import ApprovalState, CallState, InvocationState
+from orchestrator.saga.journal import CallRecord, InvocationRecord, Journal, owner_id
+from orchestrator.saga.states import (
+    CANCELLED_BY_CALLER,
+    CANCELLED_WHILE_PAUSED,
+    ApprovalState,
+    CallState,
+    InvocationState,
+)
 from orchestrator.telemetry import approvals_waited, continued_trace, traced_recovery
 from workers.calls.invocation import Invocation
 from workers.protocol import OutcomeKind, ToolOutcome
@@ -96,12 +102,24 @@ async def recover(
         beat = beating(journal, record.id, stale_after_s / MISSED_BEATS) if stale_after_s > 0 else None
         try:
             reports.append(
-                await _recover_one(journal, executor, definitions or {}, record.id, invocation_json)
+                await _recover_one(
+                    journal, executor, definitions or {}, record.id, invocation_json, _told_cancelled(record)
+                )
             )
         finally:
             if beat is not None:
                 beat.cancel()
     return reports
+
+
+def _told_cancelled(record: InvocationRecord) -> str | None:
+    """The cancellation an invocation left owing compensations was ended with (its error begins with
+    it), if any: recovery then ends it `cancelled`, as its clients were told."""
+    if record.state is InvocationState.COMPENSATING and record.error:
+        for cancelled in (CANCELLED_BY_CALLER, CANCELLED_WHILE_PAUSED):
+            if record.error.startswith(cancelled):
+                return cancelled
+    return None
 
 
 @traced_recovery
@@ -111,6 +129,7 @@ async def _recover_one(
     definitions: dict[str, ToolDefinition],
     invocation_id: str,
     invocation_json: dict[str, Any],
+    cancelled: str | None = None,
 ) -> Recovered:
     report = Recovered(invocation_id)
     invocation = Invocation.from_json(invocation_json)
@@ -124,6 +143,8 @@ async def _recover_one(
     todo = await journal.run(lambda j: _plan(j, invocation_id, reason))
     await _compensate(journal, executor, definitions, todo, invocation, report)
     state_error = "recovered after its orchestrator stopped"
+    if cancelled is not None:
+        state_error = f"{cancelled}; its compensations finished by recovery"
     if report.nothing_to_undo:
         state_error += f"; failed, nothing to undo: {', '.join(report.nothing_to_undo)}"
     if report.abandoned:
@@ -137,7 +158,8 @@ async def _recover_one(
         state_error += f"; outcome to read again by the next recover: {', '.join(unsettled)}"
     if report.failed:  # still owed: left compensating, so the next `recover` retries them
         state_error += f"; compensations still owed: {', '.join(report.failed)}"
-    state = InvocationState.COMPENSATING if report.failed or unsettled else InvocationState.FAILED
+    ended = InvocationState.FAILED if cancelled is None else InvocationState.CANCELLED
+    state = InvocationState.COMPENSATING if report.failed or unsettled else ended
     await _write_end(journal, invocation_id, state, state_error)
     return report
 
@@ -158,7 +180,7 @@ async def cancel_paused(
     report = Recovered(invocation_id)
     invocation_json = record.invocation_json
     invocation = Invocation.from_json(invocation_json)
-    reason = "cancelled while paused for approval"
+    reason = CANCELLED_WHILE_PAUSED
     todo = await journal.run(lambda j: _plan(j, invocation_id, reason))
     with continued_trace(invocation_json.get("trace_context")):
         approvals_waited(

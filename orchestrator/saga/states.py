@@ -15,7 +15,19 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["ApprovalState", "CallState", "CompensationState", "InvocationState"]
+__all__ = [
+    "CANCELLED_BY_CALLER",
+    "CANCELLED_WHILE_PAUSED",
+    "ApprovalState",
+    "CallState",
+    "CompensationState",
+    "InvocationState",
+]
+
+# The error of a cancelled invocation; one left owing compensations keeps it first, so that whoever
+# finishes them ends it `cancelled`, as it was told.
+CANCELLED_BY_CALLER = "cancelled by its caller"
+CANCELLED_WHILE_PAUSED = "cancelled while paused for approval"
 
 
 class InvocationState(StrEnum):

@@ -283,21 +283,26 @@ def approvals_waited(records: Iterable[Any]) -> None:
 
 
 def traced_recovery(recover: _F) -> _F:
-    """Around `_recover_one(journal, executor, definitions, invocation_id, invocation_json)`, the
+    """Around `_recover_one(journal, executor, definitions, invocation_id, invocation_json, ...)`, the
     recovery of an invocation whose orchestrator stopped: a `recover_invocation` span, a child of the
     invocation's own span, whose context the journal kept with it (`trace_context`), so that the
     compensations run here join the trace of the calls they undo."""
 
     @functools.wraps(recover)
     async def wrapper(
-        journal: Any, executor: Any, definitions: Any, invocation_id: str, invocation_json: dict[str, Any]
+        journal: Any,
+        executor: Any,
+        definitions: Any,
+        invocation_id: str,
+        invocation_json: dict[str, Any],
+        *more: Any,
     ) -> Any:
         with (
             bound_call(CallFields(invocation_id)),
             continued_trace(invocation_json.get("trace_context")),
             span("recover_invocation", {"toolfleet.invocation.id": invocation_id}) as current,
         ):
-            report = await recover(journal, executor, definitions, invocation_id, invocation_json)
+            report = await recover(journal, executor, definitions, invocation_id, invocation_json, *more)
             done, owed = len(report.compensated), len(report.failed)
             current.set_attributes({"toolfleet.compensated": done, "toolfleet.compensations_failed": owed})
             return report

@@ -14,9 +14,11 @@ import redis
 from orchestrator.executors.base import Settled
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.recovery import recover
-from workers import ToolDefinition, ToolExecution, ToolExecutionRequest, ToolOutcome
+from orchestrator.saga.states import CANCELLED_BY_CALLER, CANCELLED_WHILE_PAUSED
+from workers import ToolDefinition, ToolExecution, ToolExecutionRequest, ToolOutcome, compensate_for, tool
 from workers.calls.invocation import Invocation, InvocationContext
 from workers.protocol import OutcomeKind
+from workers.tools.registry import ToolRegistry
 
 
 class SettledExecutor:
@@ -155,3 +157,45 @@ def test_a_call_with_nothing_to_undo_is_journaled_with_its_stored_outcome(journa
 
     [call] = journal.calls(invocation_id)
     assert (call.state, call.result, call.worker) == ("succeeded", "credited 5", "bank@h")
+
+
+class Till:
+    @tool("Credits an account")
+    def credit(self, amount: int) -> str:
+        return f"credited {amount}"
+
+    @compensate_for("credit")
+    def uncredit(self, amount: int) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("ended_with", "recovered_as"),
+    [
+        (CANCELLED_BY_CALLER, "cancelled"),
+        (CANCELLED_WHILE_PAUSED, "cancelled"),
+        ("the invocation failed: RuntimeError", "failed"),
+    ],
+)
+def test_an_invocation_that_ended_owing_compensations_is_recovered_to_the_end_it_was_told(
+    journal: Journal, ended_with: str, recovered_as: str
+) -> None:
+    # given: an invocation whose loop ended (cancelled, or failing) owing the undo of its `credit`
+    invocation_id = left_in_flight(journal)
+    [call] = journal.calls(invocation_id)
+    journal.record_outcome(call.id, ToolOutcome(OutcomeKind.SUCCESS, "credited 5"), "credited 5")
+    journal.plan_compensations(invocation_id, journal.calls(invocation_id), "the invocation was cancelled")
+    journal.set_invocation_state(
+        invocation_id,
+        "compensating",
+        f"{ended_with}; 1 compensation(s) owed, `toolfleet recover` retries them",
+    )
+    executor = SettledExecutor(Settled("succeeded", "t-1", None))
+    definitions = {d.name: d for d in ToolRegistry().add(Till())}
+
+    # when: recovery finishes what it owed
+    [report] = asyncio.run(recover(journal, executor, definitions, stale_after_s=0))
+
+    # then: undone, and it ends as its clients were told it ended
+    assert report.compensated == ["credit (c1)"] and executor.compensated == ["credited 5"]
+    record = journal.invocation(invocation_id)
+    assert record is not None and record.state == recovered_as
