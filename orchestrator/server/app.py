@@ -86,6 +86,9 @@ def create_app(
             state, invocation_id, dead, watch.stale_after_s
         )
         watch.leave_for_others_s = LEAVE_FOR_OTHERS_TTLS * settings.heartbeat_ttl_s
+        # an invocation of this replica's own, silent longer than a turn may wait to begin, is lost here
+        watch.orphaned_after_s = watch.stale_after_s + serve.turn_wait_s + settings.heartbeat_ttl_s
+        watch.running_here = lambda: list(state.invocations.running)
         listen_for_cancels(settings.redis_url)  # whatever executor the agents use
         background = [asyncio.create_task(watch.run())]
         stop_counting_approvals = watch_approvals(

@@ -157,8 +157,16 @@ class EventLog:
 
     async def told(self, invocation_id: str) -> set[tuple[str, str]]:
         """The (type, call id) of every call and compensation event written so far: what an adopter
-        of the invocation does not tell again."""
-        entries: Any = await self.client.xrange(EVENTS_KEY.format(invocation_id))
+        of the invocation does not tell again. Read again while Redis restarts (for `ADD_OUTAGE_S`)."""
+        deadline = time.monotonic() + ADD_OUTAGE_S
+        while True:
+            try:
+                entries: Any = await self.client.xrange(EVENTS_KEY.format(invocation_id))
+                break
+            except RedisConnectionError:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(FOLLOW_RETRY_S)
         events = (json.loads(fields[b"event"]) for _, fields in entries)
         return {(str(e["type"]), str(e["call_id"])) for e in events if e.get("call_id") is not None}
 

@@ -141,6 +141,15 @@ class Invocations:
         await self.client.set(CANCELLED_KEY.format(invocation_id), b"1", ex=EVENTS_TTL_S)
         await self.client.publish(CANCEL_CHANNEL, invocation_id)
 
+    async def _cancelled_before(self, invocation_id: str) -> bool:
+        """Whether a cancel came before the run began; unknown while Redis does not answer, then not
+        (a cancel published meanwhile still reaches the running invocation)."""
+        try:
+            return bool(await self.client.exists(CANCELLED_KEY.format(invocation_id)))
+        except Exception as exc:
+            log.warning("invocation %s: whether it was cancelled is unknown: %s", invocation_id, exc)
+            return False
+
     async def _fenced(self, invocation_id: str, *, take: bool) -> Callable[..., Awaitable[str | None]]:
         """How this run writes its events: with a runner token of its own, taking the stream from any
         earlier run (`take`: an adopting or resuming run; a fresh invocation has no earlier one, and
@@ -209,7 +218,7 @@ class Invocations:
 
         origin = _origin(run)
         try:
-            if await self.client.exists(CANCELLED_KEY.format(invocation_id)):
+            if await self._cancelled_before(invocation_id):
                 raise asyncio.CancelledError
             with observe_calls(observed):
                 stream = (

@@ -6,8 +6,10 @@ expires after the workers' heartbeat TTL. Every half TTL each replica looks for 
 whose heartbeat has expired; the one that takes `RECOVERY_LOCK_KEY` carries their unfinished
 invocations on where it can (`adopt`: the invocation goes on here from its checkpoints), and finishes
 the others as `toolfleet recover` does (settle in-flight calls, compensate what succeeded, latest
-first), ending each one's event stream; then it forgets the dead replica. Invocations of processes that
-never were replicas (scripts, `toolfleet chat`) are left to `toolfleet recover`.
+first), ending each one's event stream; then it forgets the dead replica. A replica takes up its own
+invocations the same way when nothing of it runs or beats for them (a run that failed before it
+began). Invocations of processes that never were replicas (scripts, `toolfleet chat`) are left to
+`toolfleet recover`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +68,12 @@ class ReplicaWatch:
     # else, and what is left longer, is recovered (its saga finished, what succeeded compensated).
     adopt: Callable[[str, str], Awaitable[str]] | None = None
     leave_for_others_s: float = 0.0
+    # This replica's own invocations that stopped beating while not running here (a run that failed
+    # before it began, after its invocation was adopted or resumed here) are lost to it: past
+    # `orphaned_after_s` without a beat (longer than a turn may wait to begin), it takes them up as
+    # it would a dead replica's. 0: never. `running_here()`: the invocations this replica runs now.
+    orphaned_after_s: float = 0.0
+    running_here: Callable[[], Collection[str]] = tuple
     _left_since: dict[str, float] = field(default_factory=dict)
 
     async def run(self) -> None:
@@ -85,6 +93,7 @@ class ReplicaWatch:
                         looked_at = loop.time()
                         await self.recover_dead()
                         await self.recover_stale()
+                        await self.recover_orphaned()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # a Redis or database hiccup: beat again next time
@@ -156,6 +165,19 @@ class ReplicaWatch:
                 )
         return reports
 
+    async def recover_orphaned(self) -> list[Recovered]:
+        """Take up this replica's own invocations that nothing here runs or beats for (see
+        `orphaned_after_s`): carried on where they can be, else recovered."""
+        if self.orphaned_after_s <= 0:
+            return []
+        reports: list[Recovered] = []
+        async with self._recovery_lock() as held:
+            if held:
+                reports, _ = await self._recover_owner(
+                    self.owner, stale_after_s=self.orphaned_after_s, skip=set(self.running_here())
+                )
+        return reports
+
     @contextlib.asynccontextmanager
     async def _recovery_lock(self) -> AsyncIterator[bool]:
         """Whether this replica holds the fleet's recovery lock (one recoverer at a time) for the block."""
@@ -171,13 +193,17 @@ class ReplicaWatch:
         raw: Any = await self.client.smembers(REPLICAS_KEY)
         return [m.decode() if isinstance(m, bytes) else str(m) for m in raw]
 
-    async def _recover_owner(self, owner: str) -> tuple[list[Recovered], int]:
-        """Recover the dead replica's invocations whose journal heartbeat is stale too; those recovered,
-        and how many of its invocations are left (their heartbeat still fresh: looked at again later)."""
+    async def _recover_owner(
+        self, owner: str, *, stale_after_s: float | None = None, skip: Collection[str] = ()
+    ) -> tuple[list[Recovered], int]:
+        """Recover the dead replica's invocations whose journal heartbeat is stale too (for
+        `stale_after_s`, else the watch's), but those in `skip`; those recovered, and how many of its
+        invocations are left (their heartbeat still fresh: looked at again later)."""
+        after = self.stale_after_s if stale_after_s is None else stale_after_s
         unfinished = await self.journal.run(lambda journal: journal.unfinished(0.0))
         mine = [record for record in unfinished if record.owner == owner]
-        stale = await self.journal.run(lambda journal: journal.unfinished(self.stale_after_s))
-        ids = [record.id for record in stale if record.owner == owner]
+        stale = await self.journal.run(lambda journal: journal.unfinished(after))
+        ids = [record.id for record in stale if record.owner == owner and record.id not in skip]
         reports: list[Recovered] = []
         waiting = 0  # left for a replica that serves their agent
         now = asyncio.get_running_loop().time()

@@ -159,3 +159,24 @@ def test_an_end_written_while_redis_restarts_lands_once(tmp_path: Path) -> None:
         assert asyncio.run(story()) == ["invocation.started", "invocation.completed"]
     finally:
         server.stop()
+
+
+def test_what_an_adopter_does_not_tell_again_is_read_through_a_redis_restart(tmp_path: Path) -> None:
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+
+        async def story() -> set[tuple[str, str]]:
+            client = aioredis.Redis.from_url(server.url, socket_timeout=2)
+            log, invocation_id = EventLog(client), str(uuid.uuid4())
+            try:
+                await log.add(invocation_id, {"type": "tool_call.started", "call_id": "c1"})
+                server.stop()  # an adopted run begins while Redis is away; it is back a second later
+                threading.Timer(1.0, server.start).start()
+                return await log.told(invocation_id)
+            finally:
+                await client.aclose()
+
+        assert asyncio.run(story()) == {("tool_call.started", "c1")}
+    finally:
+        server.stop()

@@ -175,3 +175,37 @@ def test_what_a_live_replica_gave_up_owing_is_retried_by_the_fleet(
     assert states[silent] is not None and states[silent].state == "running"
     record = journal.invocation(midway)
     assert record is not None and record.state == "compensating"
+
+
+def test_an_invocation_of_its_own_that_nothing_here_runs_is_taken_up_once_silent_long_enough(
+    redis_url: str, journal_file: Path, journal: Journal
+) -> None:
+    # given: this replica's own invocations, silent for 3 s: one nothing here runs (its run failed
+    # before it began, after it was adopted here), one this replica runs now; and one silent 0.5 s
+    async def story() -> tuple[str, list[str]]:
+        client = aioredis.Redis.from_url(redis_url)
+        executor = LocalExecutor()
+        watch = ReplicaWatch(
+            client,
+            AsyncJournal(f"sqlite:///{journal_file}"),
+            lambda: executor,
+            EventLog(client),
+            ttl_s=2.0,
+            stale_after_s=0.3,
+        )
+        lost, running, recent = (run_by_the_ghost(journal, 3.0) for _ in range(3))
+        for invocation_id, silent_s in ((lost, 3.0), (running, 3.0), (recent, 0.5)):
+            beat(journal, invocation_id, silent_s, owner=watch.owner)
+        watch.orphaned_after_s, watch.running_here = 2.0, lambda: [running]
+        try:
+            return lost, [report.invocation_id for report in await watch.recover_orphaned()]
+        finally:
+            executor.close()
+            await client.aclose()
+
+    lost, taken = asyncio.run(story())
+
+    # then: only the lost one is taken up (recovered here: no adopter is set)
+    assert taken == [lost]
+    record = journal.invocation(lost)
+    assert record is not None and record.state == "failed"
