@@ -223,8 +223,34 @@ class ReplicaWatch:
                 self.journal, self.executor(), stale_after_s=self.stale_after_s, invocation_id=invocation_id
             ):
                 reports.append(report)
+                await self._tell_settled(invocation_id)
                 await self.events.add(invocation_id, _ended(owner, report))
         return reports, len(mine) - len(ids) + waiting
+
+    async def _tell_settled(self, invocation_id: str) -> None:
+        """Tell the stream the end of each call recovery learnt (or the dead replica knew but did not
+        tell): `tool_call.finished`, as a run tells it, before the invocation's end."""
+        calls = await self.journal.run(lambda journal: journal.calls(invocation_id))
+        told = await self.events.told(invocation_id)
+        for call in calls:
+            if call.outcome is None or call.call_id is None or ("tool_call.finished", call.call_id) in told:
+                continue
+            elapsed = (
+                None if call.finished_at is None else (call.finished_at - call.started_at).total_seconds()
+            )
+            await self.events.add(
+                invocation_id,
+                {
+                    "type": "tool_call.finished",
+                    "call_id": call.call_id,
+                    "tool": call.tool,
+                    "pool": call.pool,
+                    "worker": call.worker,
+                    "task_id": call.task_id,
+                    "outcome": call.outcome,
+                    "elapsed_ms": None if elapsed is None else round(elapsed * 1000, 1),
+                },
+            )
 
 
 def _ended(owner: str, report: Recovered) -> dict[str, object]:

@@ -5,6 +5,7 @@ still beat is slow, not dead, and stays known until what it ran is recovered."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -22,6 +23,7 @@ from orchestrator.saga.recovery import Recovered
 from orchestrator.server.events import EventLog
 from orchestrator.server.replicas import ELSEWHERE, REPLICA_KEY, REPLICAS_KEY, ReplicaWatch
 from workers.calls.invocation import Invocation, InvocationContext
+from workers.protocol import OutcomeKind, ToolExecutionRequest, ToolOutcome
 
 pytestmark = pytest.mark.integration
 
@@ -209,3 +211,33 @@ def test_an_invocation_of_its_own_that_nothing_here_runs_is_taken_up_once_silent
     assert taken == [lost]
     record = journal.invocation(lost)
     assert record is not None and record.state == "failed"
+
+
+def test_a_dead_replicas_invocation_tells_each_known_calls_end_before_its_own(
+    redis_url: str, journal_file: Path, journal: Journal
+) -> None:
+    # given: a dead replica's invocation whose call ended (journaled) without its end told on the stream
+    invocation_id = run_by_the_ghost(journal, beat_s_ago=5.0)
+    request = ToolExecutionRequest("c1", "crunch", "{}")
+    row = journal.record_intent(
+        invocation_id, 1, request, pool="heavy", compensable=False, idempotency_key=f"{invocation_id}:c1"
+    )
+    journal.record_outcome(row, ToolOutcome(OutcomeKind.SUCCESS, "crunched"), "crunched")
+    redis.Redis.from_url(redis_url).sadd(REPLICAS_KEY, GHOST)
+
+    # when: a live replica recovers it
+    taken = looked(redis_url, journal_file, ReplicaWatch.recover_dead)
+
+    # then: its stream tells the call's end, then the invocation's
+    assert taken == [invocation_id]
+
+    async def read() -> list[tuple[str, str | None, str | None]]:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            entries = await client.xrange(f"toolfleet:events:{invocation_id}")
+        finally:
+            await client.aclose()
+        events = [json.loads(fields[b"event"]) for _, fields in entries]
+        return [(e["type"], e.get("call_id"), e.get("outcome")) for e in events]
+
+    assert asyncio.run(read()) == [("tool_call.finished", "c1", "success"), ("invocation.failed", None, None)]
