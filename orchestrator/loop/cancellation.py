@@ -30,6 +30,7 @@ __all__ = [
     "cancel_call",
     "cancel_here",
     "cancel_invocation",
+    "cancel_requested",
     "cancellable",
     "listen_for_cancels",
     "request_cancel",
@@ -98,8 +99,30 @@ def cancel_here(invocation_id: str) -> bool:
     if held is None:
         return False
     loop, task = held
-    loop.call_soon_threadsafe(task.cancel)
+
+    def cancel_if_still_running() -> None:
+        # on the invocation's loop: a task that left its block meanwhile (it ended, its end journaled)
+        # is not cancelled after the fact
+        with _running_lock:
+            still = _running.get(invocation_id, (None, None))[1] is task
+        if still:
+            task.cancel()
+
+    loop.call_soon_threadsafe(cancel_if_still_running)
     return True
+
+
+def cancel_requested(redis_url: str, invocation_id: str) -> bool:
+    """Whether a cancel of the invocation was requested through Redis (`CANCELLED_KEY`), perhaps
+    before it ran here; False when Redis does not answer (a cancel published later still reaches it)."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    try:
+        return bool(client.exists(CANCELLED_KEY.format(invocation_id)))
+    except redis.RedisError as exc:
+        log.warning("whether invocation %s was cancelled is unknown: %s", invocation_id, exc)
+        return False
+    finally:
+        client.close()
 
 
 def cancel_invocation(invocation_id: str, redis_url: str | None) -> bool:

@@ -25,7 +25,7 @@ from orchestrator.loop.calls import (
     run_calls,
     start_call,
 )
-from orchestrator.loop.cancellation import cancellable
+from orchestrator.loop.cancellation import cancel_requested, cancellable
 from orchestrator.loop.config import LoopConfig
 from orchestrator.loop.pausing import needs_approval, pause, settle_unrun, settle_waiting
 from orchestrator.loop.replay import Replayed, replayed_batch
@@ -83,14 +83,22 @@ async def resume_invocation(
     """Go on with a paused invocation this process claimed (`state` and `batch` as it was paused,
     its saga restored): its waiting calls run as approved or become what the model reads of a
     rejection, then the loop goes on to its end, as `run_invocation`'s does."""
-    return await _run(config, state, _resumed(config, state, batch, approvals))
+    return await _run(config, state, _resumed(config, state, batch, approvals), again=True)
 
 
-async def _run(config: LoopConfig, state: RunState, body: Coroutine[Any, Any, Result]) -> Result:
+async def _run(
+    config: LoopConfig, state: RunState, body: Coroutine[Any, Any, Result], *, again: bool = False
+) -> Result:
+    """`body` to its end, cancellable by id; `again`: the invocation ran before (resumed, adopted),
+    so a cancel requested meanwhile, while nothing ran it, cancels it now."""
     journal = state.saga.journal
-    beat = None if journal is None else beating(journal, str(state.context.invocation_id), config.heartbeat_s)
+    invocation_id = str(state.context.invocation_id)
+    beat = None if journal is None else beating(journal, invocation_id, config.heartbeat_s)
     try:
-        with cancellable(str(state.context.invocation_id), config.cancel_redis_url):
+        with cancellable(invocation_id, config.cancel_redis_url):
+            url = config.cancel_redis_url
+            if again and url is not None and await asyncio.to_thread(cancel_requested, url, invocation_id):
+                raise asyncio.CancelledError
             result = await body
     except BaseException as exc:
         await _end_abnormally(config, state, exc)
@@ -115,7 +123,7 @@ async def adopt_invocation(
     started, `history` the conversation before it, `turns` its journaled turns): each turn is
     replayed without asking the model, its calls concluded from the journal, re-attached to where
     they run, or run; then the loop goes on to its end, as `run_invocation`'s does."""
-    return await _run(config, state, _adopted(config, state, history, turns))
+    return await _run(config, state, _adopted(config, state, history, turns), again=True)
 
 
 async def _loop(config: LoopConfig, state: RunState) -> Result:

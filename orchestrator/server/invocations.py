@@ -218,7 +218,8 @@ class Invocations:
 
         origin = _origin(run)
         try:
-            if await self._cancelled_before(invocation_id):
+            # (a resumed or adopted one reads the cancel itself, from its journaled run, and ends it there)
+            if not run.resuming and not run.adopting and await self._cancelled_before(invocation_id):
                 raise asyncio.CancelledError
             with observe_calls(observed):
                 stream = (

@@ -170,12 +170,13 @@ class ReplicaWatch:
         `orphaned_after_s`): carried on where they can be, else recovered."""
         if self.orphaned_after_s <= 0:
             return []
-        reports: list[Recovered] = []
-        async with self._recovery_lock() as held:
-            if held:
-                reports, _ = await self._recover_owner(
-                    self.owner, stale_after_s=self.orphaned_after_s, skip=set(self.running_here())
-                )
+        # No fleet lock: only this replica takes up its own (one held by a replica killed meanwhile
+        # would keep every replica from recovering the dead for its whole TTL).
+        stale = await self.journal.run(lambda journal: journal.unfinished(self.orphaned_after_s))
+        here = set(self.running_here())
+        if not any(record.owner == self.owner and record.id not in here for record in stale):
+            return []
+        reports, _ = await self._recover_owner(self.owner, stale_after_s=self.orphaned_after_s, skip=here)
         return reports
 
     @contextlib.asynccontextmanager

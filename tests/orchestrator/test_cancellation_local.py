@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator import AiMessage, AiService, Journal, LocalExecutor, ScriptedChatModel
+from orchestrator.loop.cancellation import cancel_here, cancellable
 from tests._background import Background
 from tests._waiting import wait_for
 from workers import ToolCancelled, ToolExecutionRequest, ToolProgressReporter, compensate_for, tool
@@ -154,3 +155,19 @@ def test_a_call_cancelled_alone_that_finished_first_stands_as_succeeded(tmp_path
     assert (crew.booked, crew.undone) == (1, 0)
     # not abandoned: nothing undoes it later, and nothing should
     assert [(c.call_id, c.state) for c in journal.calls(invocation_id)] == [("b1", "succeeded")]
+
+
+def test_a_cancel_that_arrives_once_the_invocation_left_its_block_cancels_nothing() -> None:
+    # a cancel asked from another thread just as the invocation ends reaches its loop after it left
+    # its cancellable block (its end already journaled): the task goes on, uncancelled
+    async def story() -> bool:
+        invocation_id = str(uuid.uuid4())
+        asked = False
+        with cancellable(invocation_id):
+            asked = cancel_here(invocation_id)  # the cancel's callback is queued on this loop...
+        # ...and runs here, after the block: the end that follows is not cut short
+        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)
+        return asked
+
+    assert asyncio.run(story()) is True

@@ -11,12 +11,14 @@ import subprocess
 import time
 
 import pytest
+import redis
 
 from orchestrator import ApprovalState, InvocationState, Journal
 from tests.integration.approvals import tools
 from tests.integration.approvals.agent import APPROVAL_TIMEOUT_VARIABLE
 from tests.integration.approvals.harness import AGENT, DRIVER, cli, count, env, resume, start, transfers
 from tests.integration.worker_processes import REPO_ROOT
+from workers.protocol import CANCELLED_KEY
 
 pytestmark = pytest.mark.integration
 
@@ -137,3 +139,24 @@ def test_a_paused_invocation_cancelled_compensates_what_it_did(
     assert approval.state is ApprovalState.CANCELLED
     late = cli(variables, "approve", invocation, "transfer-1")
     assert late.returncode == 1 and "cancelled" in late.stderr
+
+
+def test_a_decided_invocation_cancelled_before_it_goes_on_ends_cancelled_and_undone(
+    pool: None, redis_url: str, postgres: str, journal: Journal, key: str
+) -> None:
+    variables = env(redis_url, postgres)
+    # given: a paused invocation whose call was approved, and a cancel requested before any process
+    # went on with it (a replica cancelled as it was about to resume it)
+    invocation, _ = start(variables, key)
+    decided = cli(variables, "approve", invocation, "transfer-1")
+    assert decided.returncode == 0, decided.stderr
+    redis.Redis.from_url(redis_url).set(CANCELLED_KEY.format(invocation), b"1", ex=60)
+
+    # when: a process goes on with it
+    cli(variables, "approve", invocation, "transfer-1", "--agent", AGENT)
+
+    # then: it is cancelled where it is journaled, not left paused; what it did is undone, the
+    # approved call never ran
+    record = journal.invocation(invocation)
+    assert record is not None and record.state is InvocationState.CANCELLED
+    assert count(key, "released") == 1 and transfers(key) == []
