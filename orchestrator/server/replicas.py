@@ -80,7 +80,6 @@ class ReplicaWatch:
         """Beat every third of the TTL and look for dead replicas every half (until cancelled); the
         housekeeping runs every half TTL too, in a task of its own, so that a slow database under load
         never delays a beat (a late beat makes the other replicas take this one for dead)."""
-        await self.client.sadd(REPLICAS_KEY, self.owner)
         beat_every = self.ttl_s / 3
         looked_at = 0.0
         loop = asyncio.get_running_loop()
@@ -88,7 +87,12 @@ class ReplicaWatch:
         try:
             while True:
                 try:
-                    await self.client.set(REPLICA_KEY.format(self.owner), b"1", px=int(self.ttl_s * 1000))
+                    # Known again with every beat: a replica taken for dead while its beat lapsed (a
+                    # stalled link) and forgotten, having nothing to recover, is known once more.
+                    async with self.client.pipeline(transaction=True) as beat:
+                        beat.set(REPLICA_KEY.format(self.owner), b"1", px=int(self.ttl_s * 1000))
+                        beat.sadd(REPLICAS_KEY, self.owner)
+                        await beat.execute()
                     if loop.time() - looked_at >= self.ttl_s / 2:
                         looked_at = loop.time()
                         await self.recover_dead()

@@ -241,3 +241,32 @@ def test_a_dead_replicas_invocation_tells_each_known_calls_end_before_its_own(
         return [(e["type"], e.get("call_id"), e.get("outcome")) for e in events]
 
     assert asyncio.run(read()) == [("tool_call.finished", "c1", "success"), ("invocation.failed", None, None)]
+
+
+def test_a_live_replica_forgotten_while_its_beat_lapsed_is_known_again_with_its_next_beat(
+    redis_url: str, journal_file: Path
+) -> None:
+    # given: a replica beating (its set membership written with each beat), then forgotten by another
+    # that took it for dead while its link stalled and found nothing of it to recover
+    async def story() -> tuple[bool, bool]:
+        client = aioredis.Redis.from_url(redis_url)
+        executor = LocalExecutor()
+        watch = ReplicaWatch(
+            client, AsyncJournal(f"sqlite:///{journal_file}"), lambda: executor, EventLog(client), ttl_s=0.3
+        )
+        beating = asyncio.create_task(watch.run())
+        try:
+            await asyncio.sleep(0.2)
+            known = bool(await client.sismember(REPLICAS_KEY, watch.owner))
+            await client.srem(REPLICAS_KEY, watch.owner)  # forgotten
+            await asyncio.sleep(0.3)  # a beat or more later
+            return known, bool(await client.sismember(REPLICAS_KEY, watch.owner))
+        finally:
+            beating.cancel()
+            await asyncio.gather(beating, return_exceptions=True)
+            await watch.stop()
+            executor.close()
+            await client.aclose()
+
+    # then: it is known again (when it dies for good, its invocations are recovered)
+    assert asyncio.run(story()) == (True, True)
