@@ -236,14 +236,8 @@ def settle_waiting(config: LoopConfig, state: RunState, call: Call, approval: Ap
     if approval.state is ApprovalState.APPROVED:
         call.request = dataclasses.replace(call.request, arguments=approval.arguments_to_run)
         return True
-    text = rejected_text(approval, config.approval_timeout_s)
-    request = call.request
-    call.status = CallStatus.FAILED if config.compensate_on_rejection else CallStatus.SUCCEEDED
-    call.behavior = ReturnBehavior.TO_LLM
-    call.message = ToolExecutionResultMessage(id=request.id, tool_name=request.name, text=text, is_error=True)
-    call.execution = ToolExecution(
-        request=request, result=text, has_failed=True, status=REJECTED_STATUS, pool=approval.pool
-    )
+    status = CallStatus.FAILED if config.compensate_on_rejection else CallStatus.SUCCEEDED
+    _not_run(call, rejected_text(approval, config.approval_timeout_s), status, REJECTED_STATUS, approval.pool)
     return False
 
 
@@ -254,16 +248,20 @@ def settle_unrun(state: RunState, calls: Sequence[Call], failed: str) -> None:
     for call in calls:
         request = call.request
         text = NOT_RUN.format(tool=request.name, failed=failed)
-        call.status = CallStatus.SUCCEEDED  # settled, with nothing to undo
-        call.behavior = ReturnBehavior.TO_LLM
-        call.message = ToolExecutionResultMessage(
-            id=request.id, tool_name=request.name, text=text, is_error=True
-        )
-        call.execution = ToolExecution(
-            request=request, result=text, has_failed=True, status=NOT_RUN_STATUS, pool=_pool(state, request)
-        )
+        # settled, with nothing to undo
+        execution = _not_run(call, text, CallStatus.SUCCEEDED, NOT_RUN_STATUS, _pool(state, request))
         if state.emit is not None:
-            state.emit(ToolExecuted(call.execution))
+            state.emit(ToolExecuted(execution))
+
+
+def _not_run(call: Call, text: str, status: CallStatus, told: str, pool: str | None) -> ToolExecution:
+    """Make `call` one that did not run: the model reads `text` as its (failed) result; its execution."""
+    request = call.request
+    call.status = status
+    call.behavior = ReturnBehavior.TO_LLM
+    call.message = ToolExecutionResultMessage(id=request.id, tool_name=request.name, text=text, is_error=True)
+    call.execution = ToolExecution(request=request, result=text, has_failed=True, status=told, pool=pool)
+    return call.execution
 
 
 async def read_for_resume(

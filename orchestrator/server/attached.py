@@ -31,7 +31,7 @@ class Attached:
         self.start_wait_s = turn_wait_s + START_GRACE_S
 
     async def events(self) -> AsyncIterator[object]:
-        await self._started()
+        await self.started()
         waiting: list[dict[str, Any]] = []
         async for entry in self.log.entries(self.invocation_id):
             if entry is None:
@@ -62,13 +62,9 @@ class Attached:
         """Nothing to cancel: the invocation belongs to the request that started it."""
 
     async def started(self) -> None:
-        """Return once the first request's invocation has started; a 409 to send the request again
-        if it does not within the first request's turn wait (that request died, or was refused)."""
-        await self._started()
-
-    async def _started(self) -> None:
         """Wait for the first request's invocation to have events (it may wait for its conversation's
-        turn first); a 409 to retry if it never starts, or its request was refused."""
+        turn first); a 409 to send the request again if it never starts within the first request's
+        turn wait (that request died), or its request was refused."""
         deadline = time.monotonic() + self.start_wait_s
         while not await self.log.exists(self.invocation_id):
             if time.monotonic() >= deadline or not await self.key.holds(self.invocation_id):

@@ -90,6 +90,18 @@ def service_redis(url: str) -> aioredis.Redis:
     return aioredis.Redis(connection_pool=pool)
 
 
+async def _through_outage(step: Callable[[], Awaitable[_T]]) -> _T:
+    """`step()`, tried again while Redis does not answer (a restart), for up to `ADD_OUTAGE_S`."""
+    deadline = time.monotonic() + ADD_OUTAGE_S
+    while True:
+        try:
+            return await step()
+        except RedisConnectionError:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(FOLLOW_RETRY_S)
+
+
 class EventLog:
     """The event streams of every invocation, in one Redis."""
 
@@ -111,14 +123,7 @@ class EventLog:
         a stream tells one end, whoever else tries to write one (a recovery, a superseded run), and
         nothing after it. Tried again while Redis restarts (for `ADD_OUTAGE_S`): an invocation's end
         written as Redis comes back is not lost, nor told twice."""
-        deadline = time.monotonic() + ADD_OUTAGE_S
-        while True:
-            try:
-                return await self._add_once(invocation_id, event, runner)
-            except RedisConnectionError:
-                if time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(FOLLOW_RETRY_S)
+        return await _through_outage(lambda: self._add_once(invocation_id, event, runner))
 
     async def _add_once(self, invocation_id: str, event: dict[str, Any], runner: str | None) -> str | None:
         entry_id = await self._add(
@@ -158,15 +163,7 @@ class EventLog:
     async def told(self, invocation_id: str) -> set[tuple[str, str]]:
         """The (type, call id) of every call and compensation event written so far: what an adopter
         of the invocation does not tell again. Read again while Redis restarts (for `ADD_OUTAGE_S`)."""
-        deadline = time.monotonic() + ADD_OUTAGE_S
-        while True:
-            try:
-                entries: Any = await self.client.xrange(EVENTS_KEY.format(invocation_id))
-                break
-            except RedisConnectionError:
-                if time.monotonic() >= deadline:
-                    raise
-                await asyncio.sleep(FOLLOW_RETRY_S)
+        entries: Any = await _through_outage(lambda: self.client.xrange(EVENTS_KEY.format(invocation_id)))
         events = (json.loads(fields[b"event"]) for _, fields in entries)
         return {(str(e["type"]), str(e["call_id"])) for e in events if e.get("call_id") is not None}
 

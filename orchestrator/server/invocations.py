@@ -35,13 +35,12 @@ from orchestrator.result import (
     ToolExecuted,
     ToolProgress,
 )
-from orchestrator.saga.async_journal import to_the_end
 from orchestrator.server.error_shape import invocation_failure
 from orchestrator.server.events import EVENTS_TTL_S, EventLog
 from orchestrator.service import AiService
 from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY, COMPENSATION_PREFIX
 
-__all__ = ["Invocations", "Run"]
+__all__ = ["Invocations", "Run", "call_finished"]
 
 log = logging.getLogger(__name__)
 
@@ -91,29 +90,19 @@ class Invocations:
         # as it is adopted (`invocation.adopted`).
         if not run.resuming and not run.adopting:
             await self.events.add(run.invocation_id, {"type": "invocation.started", **_origin(run)})
-        ended_here = began = False
+        finished = False
 
         async def finish_once() -> None:
-            nonlocal ended_here
-            ended_here = True
+            nonlocal finished
+            finished = True
             await finish()
 
-        async def whole() -> None:
-            nonlocal began
-            began = True
-            try:
-                await self._run(run, finish_once)
-            finally:
-                if not ended_here and let_go is not None:
-                    await to_the_end(let_go())
-
-        task = asyncio.create_task(whole())
+        task = asyncio.create_task(self._run(run, finish_once))
         self.running[run.invocation_id] = task
 
-        def ended(done: asyncio.Task[None]) -> None:
+        def ended(_: asyncio.Task[None]) -> None:
             self.running.pop(run.invocation_id, None)
-            if not began and let_go is not None:
-                # stopped before it began (its `finally` never ran): let go of what it held anyway
+            if not finished and let_go is not None:  # however it stopped, even before it began
                 self._letting_go.add(letting := asyncio.ensure_future(let_go()))
                 letting.add_done_callback(self._letting_go.discard)
             on_end()
@@ -320,16 +309,38 @@ def progress_event(event: ToolProgress, task_id: str | None) -> dict[str, Any]:
 
 def finished_event(event: ToolExecuted) -> dict[str, Any]:
     execution = event.execution
-    elapsed = execution.duration_s
+    request = execution.request
+    return call_finished(
+        request.id,
+        request.name,
+        execution.pool,
+        execution.worker,
+        execution.task_id,
+        execution.status,
+        execution.duration_s,
+    )
+
+
+def call_finished(
+    call_id: str | None,
+    tool: str,
+    pool: str | None,
+    worker: str | None,
+    task_id: str | None,
+    outcome: str | None,
+    elapsed_s: float | None,
+) -> dict[str, Any]:
+    """A tool call's end, as the stream tells it (`tool_call.finished`), whoever learnt it: the run
+    that made the call, or the recovery that settled it."""
     return {
         "type": "tool_call.finished",
-        "call_id": execution.request.id,
-        "tool": execution.request.name,
-        "pool": execution.pool,
-        "worker": execution.worker,
-        "task_id": execution.task_id,
-        "outcome": execution.status,
-        "elapsed_ms": None if elapsed is None else round(elapsed * 1000, 1),
+        "call_id": call_id,
+        "tool": tool,
+        "pool": pool,
+        "worker": worker,
+        "task_id": task_id,
+        "outcome": outcome,
+        "elapsed_ms": None if elapsed_s is None else round(elapsed_s * 1000, 1),
     }
 
 

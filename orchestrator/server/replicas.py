@@ -30,6 +30,7 @@ from orchestrator.saga.journal import owner_id
 from orchestrator.saga.recovery import Recovered, recover
 from orchestrator.saga.states import InvocationState
 from orchestrator.server.events import EventLog
+from orchestrator.server.invocations import call_finished
 
 __all__ = ["ADOPTED", "ELSEWHERE", "RECOVERY_LOCK_KEY", "REPLICAS_KEY", "REPLICA_KEY", "ReplicaWatch"]
 
@@ -243,19 +244,10 @@ class ReplicaWatch:
             elapsed = (
                 None if call.finished_at is None else (call.finished_at - call.started_at).total_seconds()
             )
-            await self.events.add(
-                invocation_id,
-                {
-                    "type": "tool_call.finished",
-                    "call_id": call.call_id,
-                    "tool": call.tool,
-                    "pool": call.pool,
-                    "worker": call.worker,
-                    "task_id": call.task_id,
-                    "outcome": call.outcome,
-                    "elapsed_ms": None if elapsed is None else round(elapsed * 1000, 1),
-                },
+            end = call_finished(
+                call.call_id, call.tool, call.pool, call.worker, call.task_id, call.outcome, elapsed
             )
+            await self.events.add(invocation_id, end)
 
 
 def _ended(owner: str, report: Recovered) -> dict[str, object]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +52,22 @@ def note(text: str) -> str:
     return "noted"
 
 
-def _script(request: ChatRequest) -> AiMessage | str:
-    results = [m for m in request.messages if isinstance(m, ToolExecutionResultMessage)]
-    if results:
-        return " | ".join(r.text for r in results)
-    return AiMessage(
-        tool_execution_requests=[
-            ToolExecutionRequest("n1", "note", json.dumps({"text": "before"})),
-            ToolExecutionRequest("p1", "pay", json.dumps({"to": "mario", "amount": 100})),
-        ]
-    )
+def _one_batch(*requests: ToolExecutionRequest) -> Callable[[ChatRequest], AiMessage | str]:
+    """A model that asks for one batch of `requests`, then answers with their results, joined."""
+
+    def script(request: ChatRequest) -> AiMessage | str:
+        results = [m for m in request.messages if isinstance(m, ToolExecutionResultMessage)]
+        if results:
+            return " | ".join(r.text for r in results)
+        return AiMessage(tool_execution_requests=list(requests))
+
+    return script
+
+
+_script = _one_batch(
+    ToolExecutionRequest("n1", "note", json.dumps({"text": "before"})),
+    ToolExecutionRequest("p1", "pay", json.dumps({"to": "mario", "amount": 100})),
+)
 
 
 @pytest.fixture(autouse=True)
@@ -188,18 +195,11 @@ class Desk:
 
 
 def _desk_service(journal: Journal, desk: Desk, *, compensating: bool) -> AiService:
-    def script(request: ChatRequest) -> AiMessage | str:
-        results = [m for m in request.messages if isinstance(m, ToolExecutionResultMessage)]
-        if results:
-            return " | ".join(r.text for r in results)
-        return AiMessage(
-            tool_execution_requests=[
-                ToolExecutionRequest("b1", "book", json.dumps({"room": "12"})),
-                ToolExecutionRequest("s1", "settle", json.dumps({"amount": 90})),
-                ToolExecutionRequest("c1", "check", "{}"),
-            ]
-        )
-
+    script = _one_batch(
+        ToolExecutionRequest("b1", "book", json.dumps({"room": "12"})),
+        ToolExecutionRequest("s1", "settle", json.dumps({"amount": 90})),
+        ToolExecutionRequest("c1", "check", "{}"),
+    )
     return AiService(
         chat_model=ScriptedChatModel(script),
         tools=[desk],

@@ -86,7 +86,8 @@ class GoneOnElsewhere:
 
 
 def _ends(run_of: Any, *, cancel_at_once: bool = False) -> list[str]:
-    """How a background run ended: whether `finish` or `let_go` was awaited, and `on_end` called."""
+    """How a background run ended: whether `finish` or `let_go` was awaited, and `on_end` called (in
+    the order they came)."""
     said: list[str] = []
 
     async def scenario() -> None:
@@ -110,29 +111,28 @@ def _ends(run_of: Any, *, cancel_at_once: bool = False) -> list[str]:
     return said
 
 
-def test_a_resumed_run_another_process_went_on_with_lets_go_of_its_turn_without_saving() -> None:
-    run = Run(
-        "inv-3",
-        "clerk",
-        cast(Any, GoneOnElsewhere()),
-        UserMessage("hi"),
-        cast(Any, None),
-        None,
-        resuming=True,
-    )
+def _resumed_elsewhere(invocation_id: str) -> Run:
+    """A run resuming an invocation another process went on with."""
+    service = cast(Any, GoneOnElsewhere())
+    return Run(invocation_id, "clerk", service, UserMessage("hi"), cast(Any, None), None, resuming=True)
 
-    assert _ends(run) == ["let go", "end"]
+
+def test_a_resumed_run_another_process_went_on_with_lets_go_of_its_turn_without_saving() -> None:
+    assert sorted(_ends(_resumed_elsewhere("inv-3"))) == ["end", "let go"]
 
 
 def test_a_run_stopped_before_it_began_lets_go_of_its_turn() -> None:
-    run = Run(
-        "inv-4",
-        "clerk",
-        cast(Any, GoneOnElsewhere()),
-        UserMessage("hi"),
-        cast(Any, None),
-        None,
-        resuming=True,
-    )
+    assert sorted(_ends(_resumed_elsewhere("inv-4"), cancel_at_once=True)) == ["end", "let go"]
 
-    assert sorted(_ends(run, cancel_at_once=True)) == ["end", "let go"]
+
+class Failing:
+    """A service whose invocation fails as it goes on: the run ends with an end of its own."""
+
+    def stream_resume(self, invocation_id: str, **options: Any) -> Any:
+        raise RuntimeError("the model is down")
+
+
+def test_a_run_that_ends_with_its_own_end_saves_and_does_not_also_let_go() -> None:
+    run = Run("inv-5", "clerk", cast(Any, Failing()), UserMessage("hi"), cast(Any, None), None, resuming=True)
+
+    assert _ends(run) == ["finish", "end"]

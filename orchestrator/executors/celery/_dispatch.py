@@ -95,6 +95,9 @@ class Dispatcher:
         # A compensation is never revoked: its task id is its call's, every retry (a recovery's too)
         # sends that id again, and workers discard a revoked id for good; it runs at most once anyway.
         undoing = isinstance(envelope, CompensationTask)
+        # A call its worker undoes if it finishes is never killed midway when given up (killed after
+        # its effect and before it could tell, nothing would undo it); others are, on prefork pools.
+        terminate = False if abandon_atomically else None
         if publish and not self.pools.has_workers(pool):
             return no_worker_outcome(definition)
         collector = self.collector
@@ -148,7 +151,7 @@ class Dispatcher:
             else:
                 collector.forget(task_id)
                 if not undoing:
-                    self.abandon(task_id, pool, terminate=False if abandon_atomically else None)
+                    self.abandon(task_id, pool, terminate=terminate)
                 if notify:
                     notify(OutcomeKind.TIMED_OUT.value, None)
                 return _timed_out(definition, timeout_s, task_id, pool)
@@ -170,9 +173,7 @@ class Dispatcher:
                 )
             collector.forget(task_id)
             if not undoing:
-                # a call its worker undoes if it finishes is not killed midway: killed after its
-                # effect and before it could tell, it would leave an effect that nothing undoes
-                self.abandon(task_id, pool, terminate=False if abandon_atomically else None)
+                self.abandon(task_id, pool, terminate=terminate)
             if notify:
                 notify("cancelled", None)
             raise
