@@ -27,6 +27,7 @@ from orchestrator.loop.state import RunState
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.providers import AiServiceTool, ToolRunContext
 from orchestrator.result import ToolExecuted, ToolProgress
+from orchestrator.saga.async_journal import to_the_end
 from orchestrator.search import FOUND_TOOLS_ATTRIBUTE, ToolSearchStrategy
 from orchestrator.telemetry import traced_call
 from workers.calls.progress import ProgressReport
@@ -178,7 +179,10 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
         call.behavior = tool.return_behavior
         invocation = state.invocation()
         if call.row is None:  # else written with its turn's checkpoint
-            call.row = await state.saga.intent(request, tool, invocation)
+            # written to the end, so a cancel meanwhile finds the row to mark abandoned (`run_calls`)
+            call.row, cancelled = await to_the_end(state.saga.intent(request, tool, invocation))
+            if cancelled:
+                raise asyncio.CancelledError
         call.definition = tool
         late = config.compensating and tool.compensation is not None
         observer = _ProgressObserver(state, call)

@@ -318,9 +318,14 @@ async def _checkpoint(
         for index, request in enumerate(message.tool_execution_requests)
         if index not in waiting and isinstance(tool := state.tools.get(request.name), ToolDefinition)
     ]
-    rows = await state.saga.checkpoint(
-        message_to_json(message), [(request, tool) for _, request, tool in published], state.invocation()
+    rows, cancelled = await to_the_end(
+        state.saga.checkpoint(
+            message_to_json(message), [(request, tool) for _, request, tool in published], state.invocation()
+        )
     )
+    if cancelled:  # journaled, never published: given up with the invocation, no row left dispatched
+        await to_the_end(state.saga.abandon(rows))
+        raise asyncio.CancelledError
     return {index: row for (index, _, _), row in zip(published, rows, strict=False)}
 
 

@@ -283,3 +283,68 @@ def test_a_cancelled_invocation_undoes_its_calls_and_journals_its_end(url: str, 
     assert record is not None and record.state == InvocationState.CANCELLED
     assert [(c.call_id, c.state) for c in reader.calls(invocation_id)] == [("d1", CallState.COMPENSATED)]
     assert [c.state for c in reader.compensations(invocation_id)] == ["succeeded"]
+
+
+class _ReturnsLate(AsyncJournal):
+    """Once `armed`, each write is done, then its caller hears of it only after a pause, having been
+    told by `written`: a cancel in that pause finds the row journaled and not yet known."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, keys=KEY)
+        self.armed = False
+        self.written = asyncio.Event()
+
+    async def run(self, fn: Any) -> Any:
+        return await self._late(await super().run(fn))
+
+    async def execute(self, write: Any) -> Any:
+        return await self._late(await super().execute(write))
+
+    async def _late(self, result: Any) -> Any:
+        if self.armed:
+            self.written.set()
+            await asyncio.sleep(0.5)
+        return result
+
+
+@pytest.mark.parametrize("on_loss", ["resume", "compensate"])  # the turn's checkpoint; the call's intent
+def test_a_cancel_while_a_call_is_journaled_leaves_no_row_dispatched(
+    on_loss: str, url: str, reader: Journal
+) -> None:
+    # given: the model asks for one call, and the journal is slow to say its row was written
+    journal = _ReturnsLate(url)
+
+    def arm_then_call(request: ChatRequest) -> AiMessage | str:
+        journal.armed = True
+        return _one_call_then_answer(request)
+
+    executor = LocalExecutor(compensation_retries=0)
+    service = AiService(
+        chat_model=ScriptedChatModel(arm_then_call),
+        tools=[add_one],
+        executor=executor,
+        journal=journal,
+        on_orchestrator_loss=on_loss,  # type: ignore[arg-type]
+    )
+
+    async def cancel_while_journaling() -> str:
+        task = asyncio.ensure_future(service.achat("add"))
+        await journal.written.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        journal.armed = False
+        [record] = await journal.run(lambda j: j.invocations())
+        await journal.dispose()
+        return record.id
+
+    # when: the invocation is cancelled just after its call's row was written
+    try:
+        invocation_id = asyncio.run(cancel_while_journaling())
+    finally:
+        executor.close()
+
+    # then: it ended cancelled, and the call it never ran is abandoned, not left dispatched
+    record = reader.invocation(invocation_id)
+    assert record is not None and record.state == InvocationState.CANCELLED
+    assert [c.state for c in reader.calls(invocation_id)] == [CallState.ABANDONED]
