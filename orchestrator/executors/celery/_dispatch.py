@@ -121,18 +121,14 @@ class Dispatcher:
         if notify and publish:
             notify("queued", None)
         remaining = deadline - time.monotonic()
-        try:
-            if publish and time.monotonic() < self._broker_down_until:
-                raise OperationalError(self._broker_error)
-            if publish:
-                self.publish(task_name, task_id, envelope, pool, remaining, key=key)
-        except OperationalError as exc:
+        refused = (
+            self._publish_or_why_not(task_name, task_id, envelope, pool, remaining, key) if publish else None
+        )
+        if refused is not None:
             collector.forget(task_id)
-            self._broker_down_until = time.monotonic() + OUTAGE_HOLD_S  # fail the batch's others fast
-            self._broker_error = str(exc)
             return failed_outcome(
                 OutcomeKind.EXECUTION_ERROR,
-                f"Tool '{definition.name}' could not be dispatched: the broker is unreachable ({exc})",
+                f"Tool '{definition.name}' could not be dispatched: the broker is unreachable ({refused})",
                 "BrokerUnavailable",
             )
         waiting = asyncio.wrap_future(future)
@@ -192,6 +188,28 @@ class Dispatcher:
         if notify:
             notify(outcome.kind.value, worker_of(meta))
         return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=worker_of(meta))
+
+    def _publish_or_why_not(
+        self,
+        task_name: str,
+        task_id: str,
+        envelope: CallTask | CompensationTask,
+        pool: str,
+        remaining_s: float,
+        key: str,
+    ) -> str | None:
+        """Publish the task; or why the broker refused it. A refusal fails the calls that follow at once
+        for `OUTAGE_HOLD_S` (a batch's others, with the same reason); only a real attempt starts that
+        hold again, so publishing is tried again at least that often however many calls come."""
+        if time.monotonic() < self._broker_down_until:
+            return self._broker_error
+        try:
+            self.publish(task_name, task_id, envelope, pool, remaining_s, key=key)
+        except OperationalError as exc:
+            self._broker_down_until = time.monotonic() + OUTAGE_HOLD_S
+            self._broker_error = str(exc)
+            return self._broker_error
+        return None
 
     def publish(
         self,

@@ -6,6 +6,7 @@ How these tests run: tests/integration/redis_faults/__init__.py.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -17,8 +18,8 @@ from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.saga.journal import Journal
 from tests._cli import toolfleet
 from tests.integration import redis_fault_tools as rft
-from tests.integration.private_redis import settings_for
-from tests.integration.redis_faults._faults import count
+from tests.integration.private_redis import PrivateRedis, settings_for
+from tests.integration.redis_faults._faults import RECOVERY_BOUND_S, count
 from tests.integration.scripts import call
 from tests.integration.worker_processes import REPO_ROOT
 from workers import OutcomeKind, ToolOutcome
@@ -152,3 +153,49 @@ def test_the_tools_command_against_an_unreachable_redis_exits_2_at_once(closed_u
     assert done.stdout == ""
     assert f"cannot read the catalog from Redis at {closed_url} (TOOLFLEET_REDIS_URL)" in done.stderr
     assert "Connection refused" in done.stderr
+
+
+# -- 3. the broker back while calls keep coming --------------------------------------------------
+
+
+def test_calls_coming_faster_than_the_outage_hold_are_published_once_the_broker_is_back(
+    up: PrivateRedis, private_executor: CeleryExecutor, ledger: Path
+) -> None:
+    # Given: Redis stopped; one call every 0.2 s, more often than the 1 s a refused publish fails the
+    # next calls at once: each fails with BrokerUnavailable
+    invocation = Invocation()
+    definition = private_executor.definition("rf_sleep")
+
+    async def calls_until_one_succeeds(up_again: threading.Event) -> tuple[list[ToolOutcome], float | None]:
+        outcomes: list[ToolOutcome] = []
+        for i in range(60):
+            request = call(f"c{i}", "rf_sleep", ledger=str(ledger), key=f"k{i}", seconds=0)
+            outcome = await private_executor.execute(request, definition, invocation)
+            outcomes.append(outcome)
+            if outcome.kind is OutcomeKind.SUCCESS:
+                return outcomes, time.monotonic()
+            if len(outcomes) == 5:
+                up_again.set()
+            await asyncio.sleep(0.2)
+        return outcomes, None
+
+    up.stop()
+    up_again = threading.Event()
+    restarted: list[float] = []
+    restarter = threading.Thread(target=lambda: (up_again.wait(30), restarted.append(up.start())))
+    restarter.start()
+
+    # When: Redis is started again while the calls keep coming
+    try:
+        outcomes, succeeded_at = asyncio.run(calls_until_one_succeeds(up_again))
+    finally:
+        restarter.join(30)
+        up.ensure_running()
+
+    # Then: those before failed as the broker was unreachable, and a call succeeds within seconds of
+    # Redis answering again: the calls failed at once never keep the broker taken for down
+    assert outcomes[0].error_type == "BrokerUnavailable"
+    assert {o.error_type for o in outcomes[:-1]} == {"BrokerUnavailable"}, [o.text for o in outcomes]
+    assert succeeded_at is not None, [o.text for o in outcomes[-3:]]
+    print(f"\nbroker back: a call succeeded {succeeded_at - restarted[0]:.2f} s after Redis answered")
+    assert succeeded_at - restarted[0] < RECOVERY_BOUND_S
