@@ -13,6 +13,17 @@ def noop() -> str:
     return "ok"
 
 
+@tool(
+    "Does nothing, at most 1,000 calls at once per tenant in the fleet",
+    pool="bench",
+    timeout=30,
+    concurrency=1000,
+    concurrency_key="tenant",
+)
+def capped_noop() -> str:
+    return "ok"
+
+
 @tool("Sleeps for the given seconds", pool="bench", timeout=30)
 def sleep_for(seconds: float) -> str:
     time.sleep(seconds)

@@ -22,6 +22,7 @@ from bench._measures.serve_journal import measure_serve_journal
 from bench._measures.serve_overhead import measure_serve_overhead
 from bench._measures.single_call import measure_single
 from bench._measures.sleeps import measure_async_sleeps, measure_sleeps
+from bench._measures.slots import measure_slots
 from bench._measures.tracing import measure_tracing
 from bench._timing import Measure
 
@@ -43,6 +44,7 @@ MEASURES: dict[str, Runner] = {
     "10": measure_tracing,
     "11": measure_otel_absent,
     "12": measure_adoption,
+    "13": measure_slots,
 }
 # `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
-RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "12", "3"]
+RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "12", "13", "3"]

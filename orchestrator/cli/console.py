@@ -137,7 +137,7 @@ class _Row:
     progress: str = ""  # the latest progress its tool reported, while it runs
 
 
-_RUNNING = ("queued", "started")
+_RUNNING = ("waiting", "queued", "started")
 # Columns: task 24, pool 6, worker 12, state 16 (the longest outcome kind, `execution_error`, and a
 # space), elapsed, then the call's arguments.
 

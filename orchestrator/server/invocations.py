@@ -272,10 +272,10 @@ async def _settle(pending: set[asyncio.Future[Any]]) -> None:
 
 
 def call_event(event: CallEvent) -> dict[str, Any] | None:
-    """A step the executor reported, as an event: a tool call queued or started (its end is told by
-    `finished_event`, with the call's id), or any step of a compensation."""
+    """A step the executor reported, as an event: a tool call waiting for a concurrency slot, queued or
+    started (its end is told by `finished_event`, with the call's id), or any step of a compensation."""
     is_tool = not event.task_name.startswith(COMPENSATION_PREFIX)
-    step = event.state if event.state in ("queued", "started") else "finished"
+    step = event.state if event.state in ("waiting", "queued", "started") else "finished"
     if is_tool and step == "finished":
         return None
     kind = "tool_call" if is_tool else "compensation"

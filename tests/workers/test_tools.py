@@ -38,6 +38,8 @@ DEFAULT_OPTIONS = {
     "retry_on": (),
     "heartbeat_timeout_s": None,
     "requires_approval": False,
+    "concurrency": None,
+    "concurrency_key": None,
 }
 
 
@@ -107,6 +109,8 @@ def test_every_keyword_is_recorded_in_the_options() -> None:
         idempotent=True,
         heartbeat_timeout_s=4,
         requires_approval=True,
+        concurrency=3,
+        concurrency_key="tenant",
     )
     def send(to: str) -> str:
         return "sent"
@@ -128,6 +132,8 @@ def test_every_keyword_is_recorded_in_the_options() -> None:
         "retry_on": (),
         "heartbeat_timeout_s": 4,
         "requires_approval": True,
+        "concurrency": 3,
+        "concurrency_key": "tenant",
     }
     assert definition.requires_approval
     assert definition.pool == "mail"

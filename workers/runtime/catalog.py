@@ -67,6 +67,8 @@ class CatalogTool:
             "idempotent": self.options.idempotent,
             "heartbeat_timeout_s": self.options.heartbeat_timeout_s,
             "requires_approval": self.options.requires_approval,
+            "concurrency": self.options.concurrency,
+            "concurrency_key": self.options.concurrency_key,
             "return_behavior": self.options.return_behavior.value,
             "search_behavior": self.options.search_behavior.value,
             "compensable": self.compensable,
@@ -87,6 +89,8 @@ class CatalogTool:
             idempotent=bool(data.get("idempotent", False)),
             heartbeat_timeout_s=data.get("heartbeat_timeout_s"),
             requires_approval=bool(data.get("requires_approval", False)),
+            concurrency=data.get("concurrency"),
+            concurrency_key=data.get("concurrency_key"),
         )
         return cls(spec, options, bool(data.get("compensable", False)))
 

@@ -34,6 +34,8 @@ class ToolOptions:
     retry_on: tuple[type[BaseException], ...] = ()
     heartbeat_timeout_s: float | None = None
     requires_approval: bool = False
+    concurrency: int | None = None  # at most this many calls at once in the whole fleet
+    concurrency_key: str | None = None  # ... per value of this invocation parameter or argument
 
 
 @overload
@@ -56,6 +58,8 @@ def tool(
     retry_on: Iterable[type[BaseException]] = (),
     heartbeat_timeout_s: float | None = None,
     requires_approval: bool = False,
+    concurrency: int | None = None,
+    concurrency_key: str | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -75,6 +79,8 @@ def tool(
     retry_on: Iterable[type[BaseException]] = (),
     heartbeat_timeout_s: float | None = None,
     requires_approval: bool = False,
+    concurrency: int | None = None,
+    concurrency_key: str | None = None,
 ) -> Any:
     """Mark a function or method as a tool the model may call.
 
@@ -84,6 +90,11 @@ def tool(
     `heartbeat_timeout_s`, a call whose tool has not beaten (`ToolProgressReporter.heartbeat()` or
     `.progress()`) for that many seconds is declared lost, as if its worker died. The function itself
     is returned unchanged: the decorator only records its options.
+
+    With `concurrency=N`, at most N calls of the tool run at once in the whole fleet (every
+    orchestrator, every worker); with `concurrency_key` as well, at most N per value of that invocation
+    parameter (or, when the invocation has none, of that argument). A call waits for its slot before it
+    is published, its wait counted against its deadline.
     """
     if isinstance(func_or_description, str) or func_or_description is None:
         options = ToolOptions(
@@ -99,6 +110,8 @@ def tool(
             retry_on=tuple(retry_on),
             heartbeat_timeout_s=heartbeat_timeout_s,
             requires_approval=bool(requires_approval),
+            concurrency=concurrency,
+            concurrency_key=concurrency_key,
         )
         _check_options(options)
 
@@ -123,10 +136,26 @@ def _check_options(options: ToolOptions) -> None:
         raise ToolDefinitionError(f"@tool(heartbeat_timeout_s=...) must be positive seconds, got {beat!r}")
     if options.retries < 0:
         raise ToolDefinitionError(f"@tool(retries=...) must be 0 or more, got {options.retries}")
+    _check_concurrency(options)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", options.pool):
         raise ToolDefinitionError(
             f"@tool(pool=...) must be a queue name of letters, digits, '_', '.', '-': {options.pool!r}"
         )
+
+
+def _check_concurrency(options: ToolOptions) -> None:
+    limit = options.concurrency
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ToolDefinitionError(
+            f"@tool(concurrency=...) must be a whole number of calls, 1 or more, got {limit!r}"
+        )
+    key = options.concurrency_key
+    if key is not None and (not isinstance(key, str) or not key.strip()):
+        raise ToolDefinitionError(
+            f"@tool(concurrency_key=...) must name a parameter or argument, got {key!r}"
+        )
+    if key is not None and limit is None:
+        raise ToolDefinitionError("@tool(concurrency_key=...) needs concurrency=N: how many calls per value")
 
 
 def compensate_for(tool_name: str) -> Callable[[F], F]:

@@ -27,6 +27,7 @@ from orchestrator.executors._outcomes import (
 )
 from orchestrator.executors._progress import meta_listener, progress_listener
 from orchestrator.executors.celery._pools import OUTAGE_HOLD_S, Pools
+from orchestrator.executors.celery._slots import SlotHolder, needed_slots
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
 from workers.calls.retry import call_state_ttl_s
 from workers.protocol import (
@@ -62,6 +63,7 @@ class Dispatcher:
         self.pools = pools
         self._broker_down_until = 0.0
         self._broker_error = ""
+        self.slots = SlotHolder()  # the fleet-wide concurrency slots held by calls in flight
 
     @property
     def collector(self) -> ResultCollector:
@@ -72,6 +74,52 @@ class Dispatcher:
         )
 
     async def dispatch(
+        self,
+        task_name: str,
+        task_id: str,
+        envelope: CallTask | CompensationTask,
+        definition: ToolDefinition,
+        deadline: float,
+        timeout_s: float,
+        *,
+        key: str,
+        on_call: Callable[[CallEvent], None] | None,
+        abandon_atomically: bool = False,
+        publish: bool = True,
+    ) -> ToolOutcome:
+        """Run one task to its outcome (`_dispatch`), a call of a tool with a fleet-wide concurrency
+        limit once it holds its slot (held until its outcome; `SlotWaitTimeout` if its deadline passes
+        in line)."""
+        needed = []
+        if publish and isinstance(envelope, CallTask):
+            request = envelope.request
+            needed = needed_slots(self.redis, definition, envelope.invocation.parameters, request.arguments)
+            notify = call_notifier(
+                on_call, task_id, task_name, definition.pool, request.arguments, request.id
+            )
+            refused = await self.slots.take_or_refuse(
+                task_id, needed, definition, deadline, timeout_s, notify
+            )
+            if refused is not None:
+                return refused
+        try:
+            return await self._dispatch(
+                task_name,
+                task_id,
+                envelope,
+                definition,
+                deadline,
+                timeout_s,
+                key=key,
+                on_call=on_call,
+                abandon_atomically=abandon_atomically,
+                publish=publish,
+            )
+        finally:
+            if needed:
+                self.slots.release(task_id)
+
+    async def _dispatch(
         self,
         task_name: str,
         task_id: str,

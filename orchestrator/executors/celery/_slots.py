@@ -1,0 +1,204 @@
+"""A call's fleet-wide concurrency slots: which it needs, waiting for them, and holding them.
+
+A tool declared `@tool(concurrency=N)` runs at most N calls at once in the whole fleet; with
+`concurrency_key="tenant"`, at most N per value of that invocation parameter (or, failing that, of
+that argument). The orchestrator takes the slot before it publishes the call, so a waiting call holds
+no worker and no thread, only a place in line (`workers.runtime.slots`); its wait counts against its
+deadline. The slot is held, its lease renewed by this process, until the call's outcome is known;
+should this process die, the lease expires and the slot is free again.
+
+Waiting calls are grouped by tenant (the invocation parameter `tenant`, else `default`): free slots
+go round-robin between tenants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from workers.protocol import OutcomeKind, ToolOutcome
+from workers.runtime.slots import LEASE_TTL_MS, Slots
+from workers.tools import ToolDefinition
+
+__all__ = ["Needed", "SlotHolder", "needed_slots", "slot_wait_outcome"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GROUP = "default"
+TENANT_PARAMETER = "tenant"
+FIRST_POLL_S, MAX_POLL_S = 0.002, 0.05  # asking again while in line, doubling
+_KEY_VALUE_MAX = 64  # longer values of a concurrency key are named by their hash
+
+
+@dataclass(frozen=True)
+class Needed:
+    """One slot a call needs before it is published: of `slots`, waiting in `group`'s line."""
+
+    slots: Slots
+    group: str
+
+
+def needed_slots(
+    client: redis.Redis, definition: ToolDefinition, parameters: Mapping[str, Any], arguments: str
+) -> list[Needed]:
+    """The slots a call of `definition` needs, given its invocation's parameters and its arguments."""
+    options = definition.options
+    if options.concurrency is None:
+        return []
+    group = str(parameters.get(TENANT_PARAMETER) or DEFAULT_GROUP)
+    name = f"tool:{definition.name}"
+    if options.concurrency_key is not None:
+        name += f":{options.concurrency_key}={_key_value(options.concurrency_key, parameters, arguments)}"
+    return [Needed(Slots(client, name, options.concurrency), group)]
+
+
+def _key_value(key: str, parameters: Mapping[str, Any], arguments: str) -> str:
+    value = parameters.get(key)
+    if value is None:
+        try:
+            parsed = json.loads(arguments) if arguments else {}
+        except ValueError:
+            parsed = {}
+        value = parsed.get(key) if isinstance(parsed, dict) else None
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    if len(text) > _KEY_VALUE_MAX:
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return text
+
+
+def slot_wait_outcome(definition: ToolDefinition, timeout_s: float) -> ToolOutcome:
+    """What the model hears of a call whose deadline passed while it waited for a slot."""
+    limit = definition.options.concurrency
+    return ToolOutcome(
+        kind=OutcomeKind.TIMED_OUT,
+        text=(
+            f"Tool '{definition.name}' did not start within its deadline of {timeout_s:g} s: all {limit} of "
+            "its fleet-wide slots (concurrency) stayed busy"
+        ),
+        error_type="SlotWaitTimeout",
+    )
+
+
+class SlotHolder:
+    """The slots this process holds for calls in flight, their leases renewed by one thread."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, list[Needed]] = {}
+        self._lock = threading.Lock()
+        self._renewer: threading.Thread | None = None
+
+    async def take(
+        self, task_id: str, needed: list[Needed], deadline: float, on_wait: Callable[[], None] | None = None
+    ) -> bool:
+        """Wait (in line, asking again ever less often) until `task_id` holds every slot it needs:
+        True; or False once `deadline` passes first, having left every line and slot. `on_wait` is
+        called once, if the call has to wait at all."""
+        taken: list[Needed] = []
+        waited = False
+        try:
+            for need in needed:
+                poll = FIRST_POLL_S
+                while not need.slots.try_acquire(task_id, need.group):
+                    if not waited and on_wait is not None:
+                        on_wait()
+                    waited = True
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        self._give_back(task_id, [*taken, need])
+                        return False
+                    await asyncio.sleep(min(poll, remaining))
+                    poll = min(poll * 2, MAX_POLL_S)
+                taken.append(need)
+                self._hold(task_id, taken)
+        except BaseException:
+            self._give_back(task_id, [*taken, *needed[len(taken) :]])
+            raise
+        return True
+
+    async def take_or_refuse(
+        self,
+        task_id: str,
+        needed: list[Needed],
+        definition: ToolDefinition,
+        deadline: float,
+        timeout_s: float,
+        notify: Callable[[str, str | None], None] | None,
+    ) -> ToolOutcome | None:
+        """`take`, telling `notify` when the call waits: None once the call holds the slots it needs
+        (at once if none), else what the model hears instead (told to `notify` as well)."""
+        if not needed:
+            return None
+        refused = await self._refused(task_id, needed, definition, deadline, timeout_s, notify)
+        if refused is not None and notify is not None:
+            notify(refused.kind.value, None)
+        return refused
+
+    async def _refused(
+        self,
+        task_id: str,
+        needed: list[Needed],
+        definition: ToolDefinition,
+        deadline: float,
+        timeout_s: float,
+        notify: Callable[[str, str | None], None] | None,
+    ) -> ToolOutcome | None:
+        try:
+            waiting = (lambda: notify("waiting", None)) if notify else None
+            if await self.take(task_id, needed, deadline, waiting):
+                return None
+            return slot_wait_outcome(definition, timeout_s)
+        except redis.RedisError as exc:  # Redis did not answer: the call is not published
+            return ToolOutcome(
+                kind=OutcomeKind.EXECUTION_ERROR,
+                text=f"Tool '{definition.name}' could not be dispatched: its concurrency slots are "
+                f"unreachable ({exc})",
+                error_type="BrokerUnavailable",
+            )
+
+    def release(self, task_id: str) -> None:
+        """Free the slots `task_id` holds (the next calls in line get them)."""
+        with self._lock:
+            held = self._held.pop(task_id, [])
+        self._give_back(task_id, held)
+
+    def _hold(self, task_id: str, taken: list[Needed]) -> None:
+        with self._lock:
+            self._held[task_id] = list(taken)
+            if self._renewer is None or not self._renewer.is_alive():
+                self._renewer = threading.Thread(
+                    target=self._renew_forever, name="toolfleet-slots", daemon=True
+                )
+                self._renewer.start()
+
+    @staticmethod
+    def _give_back(task_id: str, needs: list[Needed]) -> None:
+        for need in needs:
+            try:
+                need.slots.release(task_id, need.group)
+            except redis.RedisError as exc:  # its lease expires by itself
+                log.warning("could not free slot of %s in %s: %s", task_id, need.slots.name, exc)
+
+    def _renew_forever(self) -> None:
+        while True:
+            time.sleep(LEASE_TTL_MS / 3000)
+            with self._lock:
+                by_scope: dict[str, tuple[Slots, list[str]]] = {}
+                for task_id, needs in self._held.items():
+                    for need in needs:
+                        by_scope.setdefault(need.slots.scope, (need.slots, []))[1].append(task_id)
+            for slots, task_ids in by_scope.values():
+                try:
+                    slots.renew(*task_ids)
+                except redis.RedisError as exc:  # tried again at the next round, well within the lease
+                    log.warning(
+                        "could not renew the slots of %d calls in %s: %s", len(task_ids), slots.name, exc
+                    )

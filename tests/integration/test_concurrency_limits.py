@@ -1,0 +1,225 @@
+"""Fleet-wide concurrency limits with real workers and orchestrator processes: `@tool(concurrency=N)`
+never runs more than N calls at once across orchestrators (read from the tools' own record), a limit
+per key value leaves other values free, a call whose deadline passes in line says so, and the slots of
+a SIGKILLed orchestrator are free once their leases expire."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from orchestrator import CeleryExecutor, ToolExecutionRequest
+from tests.integration import slot_tools
+from tests.integration.orchestrator_processes import orchestrator_env
+from tests.integration.worker_processes import REPO_ROOT, tool_worker
+from workers import OutcomeKind
+from workers.calls.invocation import Invocation
+from workers.runtime.process import WorkerProcess
+from workers.runtime.slots import LEASE_TTL_MS, Slots
+from workers.settings import Settings
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def slot_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    """One threads worker of pool `slots`, with room for far more calls than any limit here."""
+    log_path = tmp_path_factory.mktemp("slots") / "worker.log"
+    worker = tool_worker(
+        redis_url,
+        [slot_tools.POOL],
+        ["tests.integration.slot_tools"],
+        log_path,
+        f"slots-{uuid.uuid4().hex[:6]}@test",
+        concurrency=16,
+    )
+    worker.wait_ready(timeout_s=60)
+    yield worker
+    worker.stop()
+
+
+def _driver(
+    redis_url: str, tool: str, run: str, calls: int, seconds: float, tenant: str | None = None
+) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env.update({k: v for k, v in orchestrator_env(redis_url).items() if v is not None})
+    argv = [sys.executable, "-m", "tests.integration.slot_driver", tool, run, str(calls), str(seconds)]
+    return subprocess.Popen(
+        [*argv, *([tenant] if tenant else [])],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _ended(driver: subprocess.Popen[str]) -> tuple[list[str], float]:
+    """A driver's outcome kinds and its batch's wall time, once it exited cleanly."""
+    stdout, stderr = driver.communicate(timeout=180)
+    assert driver.returncode == 0, stderr[-3000:]
+    lines = [json.loads(line) for line in stdout.splitlines()]
+    return [line["kind"] for line in lines[:-1]], lines[-1]["elapsed_s"]
+
+
+def _seen(client: redis.Redis, run: str) -> list[int]:
+    return [int(n) for n in client.lrange(f"test:slots:{run}:seen", 0, -1)]
+
+
+def test_fifty_calls_from_five_orchestrators_never_run_more_than_three_at_once(
+    redis_url: str, client: redis.Redis, slot_worker: WorkerProcess
+) -> None:
+    # given: a tool limited to 3 calls at once, a worker with 16 threads for it
+    run = uuid.uuid4().hex
+
+    # when: 5 orchestrator processes call it 10 times each, all at once
+    drivers = [_driver(redis_url, "capped_sleep", run, 10, 0.2) for _ in range(5)]
+    ended = [_ended(driver) for driver in drivers]
+
+    # then: every call succeeded, and the tools never saw more than 3 of them running, but did see 3
+    assert [kinds for kinds, _ in ended] == [["success"] * 10] * 5
+    seen = _seen(client, run)
+    assert len(seen) == 50
+    assert max(seen) == 3, seen
+    assert Slots(client, "tool:capped_sleep", 3).holders() == []
+
+
+def test_a_limit_per_key_value_holds_each_value_apart(
+    settings: Settings, client: redis.Redis, slot_worker: WorkerProcess
+) -> None:
+    # given: a tool limited to 1 call at once per account; 3 calls for each of 2 accounts
+    run = uuid.uuid4().hex
+    calls = [
+        (
+            ToolExecutionRequest(
+                f"c{account}{i}",
+                "per_account_sleep",
+                json.dumps({"run": run, "account": account, "seconds": 0.3}),
+            ),
+            None,
+        )
+        for account in "AB"
+        for i in range(3)
+    ]
+    executor = CeleryExecutor(settings=settings, tools=[slot_tools])
+
+    # when: they are called in one batch
+    started = time.monotonic()
+    try:
+        outcomes = asyncio.run(executor.execute_batch(calls, Invocation()))
+    finally:
+        executor.close()
+    elapsed = time.monotonic() - started
+
+    # then: each account's calls ran one at a time, the two accounts side by side
+    assert [o.kind for o in outcomes] == [OutcomeKind.SUCCESS] * 6, [o.text for o in outcomes]
+    assert _seen(client, f"{run}:A") == [1, 1, 1]
+    assert _seen(client, f"{run}:B") == [1, 1, 1]
+    assert 0.9 <= elapsed < 0.9 * 2, elapsed
+
+
+def test_a_call_whose_deadline_passes_in_line_says_so(
+    settings: Settings, client: redis.Redis, slot_worker: WorkerProcess
+) -> None:
+    # given: a tool of one call at a time and a 1 s deadline; three calls of 0.8 s at once
+    run = uuid.uuid4().hex
+    calls = [
+        (ToolExecutionRequest(f"c{i}", "one_at_a_time", json.dumps({"run": run, "seconds": 0.8})), None)
+        for i in range(3)
+    ]
+    executor = CeleryExecutor(settings=settings, tools=[slot_tools])
+
+    # when: they are called in one batch
+    try:
+        outcomes = asyncio.run(executor.execute_batch(calls, Invocation()))
+    finally:
+        executor.close()
+
+    # then: the first ran; the second started late and ran out of time; the third never started,
+    # and the model hears why
+    assert outcomes[0].kind is OutcomeKind.SUCCESS
+    assert outcomes[1].kind is OutcomeKind.TIMED_OUT
+    assert (outcomes[2].kind, outcomes[2].error_type) == (OutcomeKind.TIMED_OUT, "SlotWaitTimeout")
+    assert outcomes[2].text == (
+        "Tool 'one_at_a_time' did not start within its deadline of 1 s: all 1 of its fleet-wide slots "
+        "(concurrency) stayed busy"
+    )
+    assert _seen(client, run) == [1, 1]
+
+
+def test_the_slots_of_a_killed_orchestrator_are_free_once_their_leases_expire(
+    redis_url: str, client: redis.Redis, slot_worker: WorkerProcess
+) -> None:
+    # given: an orchestrator process holding all 3 slots of the tool with long calls
+    holder = _driver(redis_url, "capped_sleep", uuid.uuid4().hex, 3, 20)
+    slots = Slots(client, "tool:capped_sleep", 3)
+    deadline = time.monotonic() + 30
+    while len(slots.holders()) < 3:
+        assert time.monotonic() < deadline, "the orchestrator never took the slots"
+        time.sleep(0.02)
+
+    # when: it is SIGKILLed, and another orchestrator calls the tool
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.communicate(timeout=10)
+    killed = time.monotonic()
+    run = uuid.uuid4().hex
+    kinds, _ = _ended(_driver(redis_url, "capped_sleep", run, 1, 0))
+
+    # then: its call ran, once the dead orchestrator's leases expired, not before
+    assert kinds == ["success"]
+    elapsed = time.monotonic() - killed
+    assert LEASE_TTL_MS / 1000 * 0.5 < elapsed < LEASE_TTL_MS / 1000 + 5, elapsed
+
+
+def test_a_call_running_longer_than_its_lease_keeps_its_slot(
+    redis_url: str, client: redis.Redis, slot_worker: WorkerProcess
+) -> None:
+    # given: a tool of one call at a time, whose first call runs longer than a slot's lease
+    run = uuid.uuid4().hex
+    first = _driver(redis_url, "long_single", run, 1, LEASE_TTL_MS / 1000 + 3)
+    deadline = time.monotonic() + 30
+    while _seen(client, run) != [1]:
+        assert time.monotonic() < deadline, "the first call never started"
+        time.sleep(0.02)
+
+    # when: a second orchestrator calls it meanwhile
+    second = _driver(redis_url, "long_single", run, 1, 0)
+
+    # then: the second call started only after the first ended (its lease renewed all along)
+    assert _ended(first)[0] == ["success"]
+    assert _ended(second)[0] == ["success"]
+    assert _seen(client, run) == [1, 1]
+
+
+def test_a_tenant_with_few_calls_is_not_starved_by_one_with_many(
+    redis_url: str, client: redis.Redis, slot_worker: WorkerProcess
+) -> None:
+    # given: a tool of 4 calls at once; how long tenant B's 10 calls take alone
+    calls, seconds = 10, 0.2
+    kinds, unloaded_s = _ended(_driver(redis_url, "shared_sleep", uuid.uuid4().hex, calls, seconds, "B"))
+    assert kinds == ["success"] * calls
+
+    # when: tenant A has 200 calls in line before B's 10 come
+    run_a = uuid.uuid4().hex
+    crowd = _driver(redis_url, "shared_sleep", run_a, 200, seconds, "A")
+    deadline = time.monotonic() + 30
+    while len(_seen(client, run_a)) < 8:  # A's calls run, and the rest wait in line
+        assert time.monotonic() < deadline, "tenant A's calls never started"
+        time.sleep(0.02)
+    kinds, loaded_s = _ended(_driver(redis_url, "shared_sleep", uuid.uuid4().hex, calls, seconds, "B"))
+
+    # then: B's calls took at most twice their time alone, served in turn with A's
+    assert kinds == ["success"] * calls
+    assert loaded_s < 2 * unloaded_s, (loaded_s, unloaded_s)
+    crowd_kinds, _ = _ended(crowd)
+    assert crowd_kinds == ["success"] * 200
