@@ -19,8 +19,11 @@ Keys of a scope `S`: `S:holders` (task id -> lease expiry, ms), `S:turns` (group
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
+
+from redis.exceptions import NoScriptError
 
 __all__ = ["LEASE_TTL_MS", "SLOTS_PREFIX", "WAITER_TTL_MS", "Slots"]
 
@@ -83,6 +86,11 @@ if redis.call('ZSCORE', holders, member) and tonumber(redis.call('ZSCORE', holde
   redis.call('ZADD', holders, now + ttl, member)
   return 1
 end
+redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+if redis.call('ZCARD', scope .. ':turns') == 0 and redis.call('ZCARD', holders) < limit then
+  redis.call('ZADD', holders, now + ttl, member)  -- a free slot and nobody in line: no line to join
+  return 1
+end
 local waiting = scope .. ':waiting:' .. group
 if not redis.call('ZSCORE', waiting, member) then
   redis.call('ZADD', waiting, redis.call('INCR', scope .. ':served'), member)
@@ -129,6 +137,24 @@ return renewed
 """
 
 
+class _Script:
+    """A script sent once per Redis server: by its digest (`EVALSHA`), its text only when the server has
+    not got it (first use, or after a restart)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+    def __call__(self, client: Any, *args: Any) -> Any:
+        try:
+            return client.evalsha(self.sha, 0, *args)
+        except NoScriptError:
+            return client.eval(self.text, 0, *args)
+
+
+_ACQUIRE_SCRIPT, _RELEASE_SCRIPT, _RENEW_SCRIPT = _Script(_ACQUIRE), _Script(_RELEASE), _Script(_RENEW)
+
+
 @dataclass(frozen=True)
 class Slots:
     """The slots of one scope (`name`, e.g. `tool:render`), at most `limit` held at once."""
@@ -146,8 +172,8 @@ class Slots:
     def try_acquire(self, task_id: str, group: str = "default") -> bool:
         """Whether `task_id` holds a slot now (taken, or granted while it waited in `group`'s line); if
         not, it waits in line, and must ask again within `waiter_ttl_ms` to keep its place."""
-        held = self.client.eval(
-            _ACQUIRE, 0, self.scope, group, task_id, self.limit, self.lease_ttl_ms, self.waiter_ttl_ms
+        held = _ACQUIRE_SCRIPT(
+            self.client, self.scope, group, task_id, self.limit, self.lease_ttl_ms, self.waiter_ttl_ms
         )
         return bool(held)
 
@@ -155,13 +181,13 @@ class Slots:
         """Extend the leases of those of `task_ids` still holding a slot; how many were."""
         if not task_ids:
             return 0
-        return int(self.client.eval(_RENEW, 0, self.scope, self.lease_ttl_ms, *task_ids))
+        return int(_RENEW_SCRIPT(self.client, self.scope, self.lease_ttl_ms, *task_ids))
 
     def release(self, task_id: str, group: str = "default") -> bool:
         """Free `task_id`'s slot (the next waiter in turn gets it), or take it out of `group`'s line;
         whether it held a slot."""
-        freed = self.client.eval(
-            _RELEASE, 0, self.scope, group, task_id, self.limit, self.lease_ttl_ms, self.waiter_ttl_ms
+        freed = _RELEASE_SCRIPT(
+            self.client, self.scope, group, task_id, self.limit, self.lease_ttl_ms, self.waiter_ttl_ms
         )
         return bool(freed)
 

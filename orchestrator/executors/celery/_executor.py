@@ -225,6 +225,8 @@ class CeleryExecutor:
             return await settle(dispatcher, call_task_id(key), revoke)
 
     def close(self) -> None:
-        """Close this executor's Redis connection and broker publisher."""
+        """Free the concurrency slots its ended calls released, close its Redis connection and broker
+        publisher."""
+        self._dispatcher.slots.flush()
         self._dispatcher.redis.close()
         self._dispatcher.publisher.close()

@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -95,6 +96,7 @@ class SlotHolder:
         self._held: dict[str, list[Needed]] = {}
         self._lock = threading.Lock()
         self._renewer: threading.Thread | None = None
+        self._releases: queue.Queue[tuple[str, list[Needed]]] = queue.Queue()
 
     async def take(
         self, task_id: str, needed: list[Needed], deadline: float, on_wait: Callable[[], None] | None = None
@@ -165,10 +167,24 @@ class SlotHolder:
             )
 
     def release(self, task_id: str) -> None:
-        """Free the slots `task_id` holds (the next calls in line get them)."""
+        """Free the slots `task_id` holds (the next calls in line get them), on this holder's thread: the
+        call's outcome does not wait for it."""
         with self._lock:
             held = self._held.pop(task_id, [])
-        self._give_back(task_id, held)
+        if held:
+            self._releases.put((task_id, held))
+
+    def flush(self) -> None:
+        """Free now what calls released: on this thread what the holder's thread has not taken yet, and
+        wait for what it is freeing."""
+        while True:
+            try:
+                task_id, needs = self._releases.get_nowait()
+            except queue.Empty:
+                break
+            self._give_back(task_id, needs)
+            self._releases.task_done()
+        self._releases.join()
 
     def _hold(self, task_id: str, taken: list[Needed]) -> None:
         with self._lock:
@@ -188,8 +204,21 @@ class SlotHolder:
                 log.warning("could not free slot of %s in %s: %s", task_id, need.slots.name, exc)
 
     def _renew_forever(self) -> None:
+        """Free what calls released as they end; every third of a lease, renew what calls hold."""
+        renew_every_s = LEASE_TTL_MS / 3000
+        next_renewal = time.monotonic() + renew_every_s
         while True:
-            time.sleep(LEASE_TTL_MS / 3000)
+            wait_s = next_renewal - time.monotonic()
+            if wait_s > 0:  # however many releases come, the renewals are never late
+                try:
+                    task_id, needs = self._releases.get(timeout=wait_s)
+                except queue.Empty:
+                    pass
+                else:
+                    self._give_back(task_id, needs)
+                    self._releases.task_done()
+                    continue
+            next_renewal = time.monotonic() + renew_every_s
             with self._lock:
                 by_scope: dict[str, tuple[Slots, list[str]]] = {}
                 for task_id, needs in self._held.items():
