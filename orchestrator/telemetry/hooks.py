@@ -24,6 +24,7 @@ from orchestrator.telemetry.metrics import (
     TOOL_CALLS,
     TOOL_DURATION,
     TOOL_IN_FLIGHT,
+    TOOL_WAIT,
 )
 from workers.protocol import OutcomeKind, ToolOutcome
 from workers.telemetry.logs import CallFields, bound_call, current_call
@@ -46,6 +47,7 @@ __all__ = [
     "approvals_waited",
     "model_called",
     "outcome_known",
+    "slot_waited",
     "traced_call",
     "traced_compensation",
     "traced_invocation",
@@ -141,6 +143,18 @@ def outcome_known(outcome: ToolOutcome) -> None:
     fields = current_call()
     if fields is not None and outcome.worker:
         fields.worker = outcome.worker
+
+
+def slot_waited(definition: ToolDefinition, seconds: float, taken: bool) -> None:
+    """A call of a tool with a concurrency limit waited `seconds` for its slot (0 if one was free), and
+    got it or not: counted, and told on the call's span."""
+    result = "taken" if taken else "timed_out"
+    TOOL_WAIT.labels(definition.name, definition.pool, "concurrency", result).observe(seconds)
+    current = current_span()
+    if current is not None and seconds > 0:
+        current.add_event(
+            "toolfleet.slot_wait", {"toolfleet.wait_s": seconds, "toolfleet.wait.result": result}
+        )
 
 
 def _call_attributes(state: Any, request: Any, tool: Any, fields: CallFields) -> dict[str, Any]:

@@ -29,6 +29,7 @@ __all__ = [
     "TOOL_CALLS",
     "TOOL_DURATION",
     "TOOL_IN_FLIGHT",
+    "TOOL_WAIT",
     "ApprovalsWaiting",
 ]
 
@@ -45,6 +46,13 @@ TOOL_DURATION = Histogram(
     buckets=DURATION_BUCKETS,
 )
 TOOL_IN_FLIGHT = Gauge("toolfleet_tool_calls_in_flight", "Tool calls dispatched and not finished", _TOOL)
+TOOL_WAIT = Histogram(
+    "toolfleet_tool_call_wait_seconds",
+    "A tool call's wait before it was published, by reason (concurrency: for a fleet-wide slot) and "
+    "result (taken, timed_out)",
+    (*_TOOL, "reason", "result"),
+    buckets=DURATION_BUCKETS,
+)
 DEADLINE_MISSES = Counter(
     "toolfleet_tool_deadline_misses", "Tool calls given up at their deadline (timed out)", _TOOL
 )

@@ -26,6 +26,7 @@ from typing import Any
 
 import redis
 
+from orchestrator.telemetry.hooks import slot_waited
 from workers.protocol import OutcomeKind, ToolOutcome
 from workers.runtime.slots import LEASE_TTL_MS, Slots
 from workers.tools import ToolDefinition
@@ -139,7 +140,9 @@ class SlotHolder:
         (at once if none), else what the model hears instead (told to `notify` as well)."""
         if not needed:
             return None
+        started = time.monotonic()
         refused = await self._refused(task_id, needed, definition, deadline, timeout_s, notify)
+        slot_waited(definition, time.monotonic() - started, refused is None)
         if refused is not None and notify is not None:
             notify(refused.kind.value, None)
         return refused
