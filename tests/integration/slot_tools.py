@@ -15,6 +15,7 @@ import redis
 from workers import tool
 
 POOL = "slots"
+LIMITED_POOL = "slots-pool"  # its workers run with --pool-concurrency
 
 
 def _counted(run: str, seconds: float) -> str:
@@ -67,4 +68,13 @@ def long_single(run: str, seconds: float) -> str:
     timeout=120,
 )
 def shared_sleep(run: str, seconds: float) -> str:
+    return _counted(run, seconds)
+
+
+@tool(
+    "Sleeps; its pool runs at most as many calls at once as its workers announce",
+    pool=LIMITED_POOL,
+    timeout=60,
+)
+def pooled_sleep(run: str, seconds: float) -> str:
     return _counted(run, seconds)

@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -239,3 +240,32 @@ def test_a_tenant_with_few_calls_is_not_starved_by_one_with_many(
     assert kinds == ["success"] * calls
     assert still_waiting
     assert loaded_s < 2 * unloaded_s, (loaded_s, unloaded_s)
+
+
+def test_a_pool_limited_by_its_workers_runs_no_more_calls_at_once(
+    redis_url: str, client: redis.Redis, tmp_path: Path
+) -> None:
+    # given: a worker of 8 threads announcing that its pool runs at most 2 calls at once in the fleet
+    worker = tool_worker(
+        redis_url,
+        [slot_tools.LIMITED_POOL],
+        ["tests.integration.slot_tools"],
+        tmp_path / "worker.log",
+        f"slots-pool-{uuid.uuid4().hex[:6]}@test",
+        concurrency=8,
+        extra_args=["--pool-concurrency", "2"],
+    )
+    worker.wait_ready(timeout_s=60)
+    run = uuid.uuid4().hex
+    try:
+        # when: two orchestrator processes call a tool of the pool (no limit of its own) 6 times each
+        drivers = [_driver(redis_url, "pooled_sleep", run, 6, 0.2) for _ in range(2)]
+        ended = [_ended(driver) for driver in drivers]
+    finally:
+        worker.stop()
+
+    # then: all ran, never more than 2 at once, and 2 at once did run
+    assert [kinds for kinds, _ in ended] == [["success"] * 6] * 2
+    seen = _seen(client, run)
+    assert len(seen) == 12
+    assert max(seen) == 2, seen

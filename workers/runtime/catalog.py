@@ -130,6 +130,7 @@ class WorkerEntry:
     pid: int
     started_at: float
     tools: list[CatalogTool] = field(default_factory=list)
+    pool_concurrency: int | None = None  # at most this many calls of its pools at once, fleet-wide
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -140,6 +141,7 @@ class WorkerEntry:
             "pid": self.pid,
             "started_at": self.started_at,
             "tools": [t.to_json() for t in self.tools],
+            "pool_concurrency": self.pool_concurrency,
         }
 
     @classmethod
@@ -152,6 +154,7 @@ class WorkerEntry:
             pid=int(data.get("pid", 0)),
             started_at=float(data.get("started_at", 0.0)),
             tools=[CatalogTool.from_json(t) for t in data.get("tools", [])],
+            pool_concurrency=data.get("pool_concurrency"),
         )
 
 

@@ -233,6 +233,7 @@ def _publish_catalog_while_running(app: Celery, registry: ToolRegistry, settings
             pools=pools,
             pool_kind=kind,
             concurrency=int(getattr(sender.pool, "limit", 0) or 0),
+            pool_concurrency=sender.app.conf.get("toolfleet_pool_concurrency"),
             pid=os.getpid(),
             started_at=time.time(),
             tools=[CatalogTool.of(d) for d in registry if d.pool in pools],

@@ -62,6 +62,7 @@ def run_worker(
     allow_mixed_pool: bool = False,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    pool_concurrency: int | None = None,
 ) -> None:
     """Run a Celery worker consuming the queues of `pools` until it is stopped.
 
@@ -69,7 +70,12 @@ def run_worker(
     is refused with `MixedPoolError` (a call lands on any worker of its pool), unless
     `allow_mixed_pool`, which starts the worker with a warning. With `metrics_port`, the metrics of
     the worker and all its pool's processes are served at `http://metrics_host:metrics_port/metrics`.
+    With `pool_concurrency`, the worker announces in the catalog that at most that many calls of its
+    pools run at once in the whole fleet; orchestrators hold calls in line until one of the pool's
+    slots is free.
     """
+    if pool_concurrency is not None and pool_concurrency < 1:
+        raise ValueError(f"--pool-concurrency must be 1 or more, got {pool_concurrency}")
     if kind not in POOL_KINDS:
         raise ValueError(f"--kind must be one of {', '.join(POOL_KINDS)}, got {kind!r}")
     pools = [p.strip() for p in pools if p.strip()]
@@ -86,6 +92,7 @@ def run_worker(
     hostname = hostname or f"{'-'.join(pools)}-{os.getpid()}@{socket.gethostname()}"
     _check_pools(settings, registry, hostname, pools, allow_mixed_pool)
     app = make_app(settings, registry)
+    app.conf.toolfleet_pool_concurrency = pool_concurrency  # announced in the worker's catalog entry
     default_concurrency = 16 if kind == "threads" else (os.cpu_count() or 2)
     argv = [
         "worker",

@@ -45,6 +45,14 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="address the metrics listen on (default 127.0.0.1; 0.0.0.0 for a scraper on another host)",
     )
     parser.add_argument(
+        "--pool-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N calls of these pools running at once in the whole fleet (calls wait in line, "
+        "round-robin between tenants); every worker of a pool should say the same",
+    )
+    parser.add_argument(
         "--allow-mixed-pool",
         action="store_true",
         help="start even when live workers of the pool serve other tools (warns instead of refusing)",
@@ -65,6 +73,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             hostname=args.hostname,
             loglevel=args.loglevel,
             allow_mixed_pool=args.allow_mixed_pool,
+            pool_concurrency=args.pool_concurrency,
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
         )

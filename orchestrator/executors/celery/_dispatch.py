@@ -93,7 +93,8 @@ class Dispatcher:
         needed = []
         if publish and isinstance(envelope, CallTask):
             request = envelope.request
-            needed = needed_slots(self.redis, definition, envelope.invocation.parameters, request.arguments)
+            parameters, limit = envelope.invocation.parameters, self.pools.limit(definition.pool)
+            needed = needed_slots(self.redis, definition, parameters, request.arguments, limit)
             notify = call_notifier(
                 on_call, task_id, task_name, definition.pool, request.arguments, request.id
             )

@@ -43,6 +43,16 @@ class Pools:
         """The pool kind (`prefork`, `threads`, ..., or `mixed`) learnt when the pool was last seen alive."""
         return self._kinds.get(pool)
 
+    def limit(self, pool: str) -> int | None:
+        """The fewest calls of `pool` at once its live workers announced (`--pool-concurrency`), if any
+        did; None, too, while the catalog cannot be read."""
+        try:
+            workers = self.workers()
+        except redis.RedisError:
+            return None
+        limits = [e.pool_concurrency for e in workers if pool in e.pools and e.pool_concurrency is not None]
+        return min(limits) if limits else None
+
     def has_workers(self, pool: str) -> bool:
         """Whether a live worker serves `pool`; True as well while the catalog cannot be read."""
         checked = self._alive_at.get(pool)

@@ -50,17 +50,25 @@ class Needed:
 
 
 def needed_slots(
-    client: redis.Redis, definition: ToolDefinition, parameters: Mapping[str, Any], arguments: str
+    client: redis.Redis,
+    definition: ToolDefinition,
+    parameters: Mapping[str, Any],
+    arguments: str,
+    pool_limit: int | None = None,
 ) -> list[Needed]:
-    """The slots a call of `definition` needs, given its invocation's parameters and its arguments."""
+    """The slots a call of `definition` needs, given its invocation's parameters and its arguments:
+    its tool's, then its pool's (`pool_limit`), always taken in that order."""
     options = definition.options
-    if options.concurrency is None:
-        return []
     group = str(parameters.get(TENANT_PARAMETER) or DEFAULT_GROUP)
-    name = f"tool:{definition.name}"
-    if options.concurrency_key is not None:
-        name += f":{options.concurrency_key}={_key_value(options.concurrency_key, parameters, arguments)}"
-    return [Needed(Slots(client, name, options.concurrency), group)]
+    needed = []
+    if options.concurrency is not None:
+        name = f"tool:{definition.name}"
+        if options.concurrency_key is not None:
+            name += f":{options.concurrency_key}={_key_value(options.concurrency_key, parameters, arguments)}"
+        needed.append(Needed(Slots(client, name, options.concurrency), group))
+    if pool_limit is not None:
+        needed.append(Needed(Slots(client, f"pool:{definition.pool}", pool_limit), group))
+    return needed
 
 
 def _key_value(key: str, parameters: Mapping[str, Any], arguments: str) -> str:
@@ -77,14 +85,16 @@ def _key_value(key: str, parameters: Mapping[str, Any], arguments: str) -> str:
     return text
 
 
-def slot_wait_outcome(definition: ToolDefinition, timeout_s: float) -> ToolOutcome:
-    """What the model hears of a call whose deadline passed while it waited for a slot."""
-    limit = definition.options.concurrency
+def slot_wait_outcome(definition: ToolDefinition, timeout_s: float, busy: Needed) -> ToolOutcome:
+    """What the model hears of a call whose deadline passed while it waited for the slot `busy`."""
+    whose = "its fleet-wide slots (concurrency)"
+    if busy.slots.name.startswith("pool:"):
+        whose = f"the slots of its pool '{definition.pool}' (pool concurrency)"
     return ToolOutcome(
         kind=OutcomeKind.TIMED_OUT,
         text=(
-            f"Tool '{definition.name}' did not start within its deadline of {timeout_s:g} s: all {limit} of "
-            "its fleet-wide slots (concurrency) stayed busy"
+            f"Tool '{definition.name}' did not start within its deadline of {timeout_s:g} s: all "
+            f"{busy.slots.limit} of {whose} stayed busy"
         ),
         error_type="SlotWaitTimeout",
     )
@@ -101,10 +111,10 @@ class SlotHolder:
 
     async def take(
         self, task_id: str, needed: list[Needed], deadline: float, on_wait: Callable[[], None] | None = None
-    ) -> bool:
+    ) -> Needed | None:
         """Wait (in line, asking again ever less often) until `task_id` holds every slot it needs:
-        True; or False once `deadline` passes first, having left every line and slot. `on_wait` is
-        called once, if the call has to wait at all."""
+        None; or, once `deadline` passes first, the one it waited for in vain, having left every line
+        and slot. `on_wait` is called once, if the call has to wait at all."""
         taken: list[Needed] = []
         waited = False
         try:
@@ -117,7 +127,7 @@ class SlotHolder:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         self._give_back(task_id, [*taken, need])
-                        return False
+                        return need
                     await asyncio.sleep(min(poll, remaining))
                     poll = min(poll * 2, MAX_POLL_S)
                 taken.append(need)
@@ -125,7 +135,7 @@ class SlotHolder:
         except BaseException:
             self._give_back(task_id, [*taken, *needed[len(taken) :]])
             raise
-        return True
+        return None
 
     async def take_or_refuse(
         self,
@@ -158,9 +168,8 @@ class SlotHolder:
     ) -> ToolOutcome | None:
         try:
             waiting = (lambda: notify("waiting", None)) if notify else None
-            if await self.take(task_id, needed, deadline, waiting):
-                return None
-            return slot_wait_outcome(definition, timeout_s)
+            busy = await self.take(task_id, needed, deadline, waiting)
+            return None if busy is None else slot_wait_outcome(definition, timeout_s, busy)
         except redis.RedisError as exc:  # Redis did not answer: the call is not published
             return ToolOutcome(
                 kind=OutcomeKind.EXECUTION_ERROR,
