@@ -10,7 +10,7 @@ import redis
 
 from workers.runtime.catalog import Catalog, WorkerEntry
 
-__all__ = ["CATALOG_CACHE_S", "CATALOG_RECHECK_S", "OUTAGE_HOLD_S", "Pools"]
+__all__ = ["CATALOG_CACHE_S", "CATALOG_RECHECK_S", "OUTAGE_HOLD_S", "POOL_LEARN_S", "Pools"]
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +18,7 @@ POOL_ALIVE_CACHE_S = 1.0
 CATALOG_CACHE_S = 2.0
 CATALOG_RECHECK_S = 0.2
 OUTAGE_HOLD_S = 1.0  # after a failed read, how long calls skip the catalog instead of failing on it again
+POOL_LEARN_S = 30.0  # how often a live pool's kind and announced limit are read again from the catalog
 
 
 class Pools:
@@ -27,6 +28,8 @@ class Pools:
         self.catalog = catalog
         self._alive_at: dict[str, float] = {}
         self._kinds: dict[str, str] = {}
+        self._limits: dict[str, int] = {}
+        self._learnt_at: dict[str, float] = {}
         self._read_at = -1e9
         self._down_until = 0.0
         self._workers: list[WorkerEntry] = []
@@ -44,14 +47,10 @@ class Pools:
         return self._kinds.get(pool)
 
     def limit(self, pool: str) -> int | None:
-        """The fewest calls of `pool` at once its live workers announced (`--pool-concurrency`), if any
-        did; None, too, while the catalog cannot be read."""
-        try:
-            workers = self.workers()
-        except redis.RedisError:
-            return None
-        limits = [e.pool_concurrency for e in workers if pool in e.pools and e.pool_concurrency is not None]
-        return min(limits) if limits else None
+        """The fewest calls of `pool` at once its live workers announced (`--pool-concurrency`), as last
+        learnt (when the pool was seen alive, at most `POOL_LEARN_S` ago); None if none did."""
+        self.has_workers(pool)
+        return self._limits.get(pool)
 
     def has_workers(self, pool: str) -> bool:
         """Whether a live worker serves `pool`; True as well while the catalog cannot be read."""
@@ -69,13 +68,26 @@ class Pools:
             return True
         if alive:
             self._alive_at[pool] = now
-            if pool not in self._kinds:
-                self._learn_kind(pool)
+            if now - self._learnt_at.get(pool, -POOL_LEARN_S) >= POOL_LEARN_S:
+                self._learn(pool, now)
         else:
             self._alive_at.pop(pool, None)
         return alive
 
-    def _learn_kind(self, pool: str) -> None:
-        kinds = {entry.pool_kind for entry in self.workers(CATALOG_RECHECK_S) if pool in entry.pools}
-        if kinds:
-            self._kinds[pool] = kinds.pop() if len(kinds) == 1 else "mixed"
+    def _learn(self, pool: str, now: float) -> None:
+        """The pool's kind and announced limit, from its live workers' catalog entries."""
+        try:
+            entries = [entry for entry in self.workers(CATALOG_RECHECK_S) if pool in entry.pools]
+        except redis.RedisError as exc:  # what was learnt stands; read again at the next call
+            log.warning("catalog unreadable (%s); pool %s as last learnt", exc, pool)
+            return
+        if not entries:
+            return
+        kinds = {entry.pool_kind for entry in entries}
+        self._kinds[pool] = kinds.pop() if len(kinds) == 1 else "mixed"
+        limits = [entry.pool_concurrency for entry in entries if entry.pool_concurrency is not None]
+        if limits:
+            self._limits[pool] = min(limits)
+        else:
+            self._limits.pop(pool, None)
+        self._learnt_at[pool] = now
