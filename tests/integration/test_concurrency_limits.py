@@ -133,10 +133,10 @@ def test_a_limit_per_key_value_holds_each_value_apart(
 def test_a_call_whose_deadline_passes_in_line_says_so(
     settings: Settings, client: redis.Redis, slot_worker: WorkerProcess
 ) -> None:
-    # given: a tool of one call at a time and a 1 s deadline; three calls of 0.8 s at once
+    # given: a tool of one call at a time and a 1 s deadline; three calls of 0.6 s at once
     run = uuid.uuid4().hex
     calls = [
-        (ToolExecutionRequest(f"c{i}", "one_at_a_time", json.dumps({"run": run, "seconds": 0.8})), None)
+        (ToolExecutionRequest(f"c{i}", "one_at_a_time", json.dumps({"run": run, "seconds": 0.6})), None)
         for i in range(3)
     ]
     executor = CeleryExecutor(settings=settings, tools=[slot_tools])

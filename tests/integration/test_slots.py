@@ -94,8 +94,8 @@ def _hold_until_killed(url: str, scope: str, lease_ttl_ms: int) -> None:
 def test_a_killed_holders_slot_is_free_once_its_lease_expires(
     redis_url: str, slots_client: redis.Redis, scope: str
 ) -> None:
-    # given: the only slot held by a process that renews its lease (0.5 s) while it lives
-    lease_ttl_ms = 500
+    # given: the only slot held by a process that renews its lease (1 s) while it lives
+    lease_ttl_ms = 1000
     process = multiprocessing.get_context("spawn").Process(
         target=_hold_until_killed, args=(redis_url, scope, lease_ttl_ms)
     )
@@ -120,7 +120,7 @@ def test_a_killed_holders_slot_is_free_once_its_lease_expires(
 
     # then: the waiting call got it within the lease's time
     freed_after_s = time.monotonic() - killed
-    assert freed_after_s < lease_ttl_ms / 1000 + 0.2, freed_after_s
+    assert freed_after_s < lease_ttl_ms / 1000 + 0.3, freed_after_s
     assert slots.holders() == ["next"]
 
 

@@ -96,6 +96,9 @@ class Pools:
     def kind(self, pool: str) -> str:
         return self.pool_kind
 
+    def limit(self, pool: str) -> int | None:
+        return None  # no fleet-wide limit of the pool
+
 
 class Control:
     def __init__(self) -> None:
