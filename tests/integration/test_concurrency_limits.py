@@ -6,6 +6,7 @@ a SIGKILLed orchestrator are free once their leases expire."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -269,3 +270,28 @@ def test_a_pool_limited_by_its_workers_runs_no_more_calls_at_once(
     seen = _seen(client, run)
     assert len(seen) == 12
     assert max(seen) == 2, seen
+
+
+def test_a_limited_call_to_a_pool_nobody_serves_fails_at_once_not_in_line(
+    settings: Settings, client: redis.Redis, slot_worker: WorkerProcess
+) -> None:
+    # given: the only slot of a tool held elsewhere, and the tool moved to a pool no worker serves
+    executor = CeleryExecutor(settings=settings, tools=[slot_tools])
+    definition = executor.definition("one_at_a_time")
+    assert definition is not None
+    unserved = dataclasses.replace(
+        definition, options=dataclasses.replace(definition.options, pool="unserved")
+    )
+    slots = Slots(client, "tool:one_at_a_time", 1)
+    assert slots.try_acquire("held-elsewhere")
+    request = ToolExecutionRequest("c1", "one_at_a_time", json.dumps({"run": uuid.uuid4().hex, "seconds": 0}))
+
+    # when: it is called
+    try:
+        outcome = asyncio.run(executor.execute(request, unserved, Invocation()))
+    finally:
+        slots.release("held-elsewhere")
+        executor.close()
+
+    # then: it fails at once for want of a worker, without waiting in line for the slot
+    assert outcome.kind is OutcomeKind.NO_WORKER, outcome.text

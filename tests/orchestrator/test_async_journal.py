@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -251,6 +251,25 @@ class _HangsOnTurnTwo(ScriptedChatModel):
         return await super().chat(request)
 
 
+def _cancelled_once(
+    service: AiService, journal: AsyncJournal, message: str, ready: Callable[[], Awaitable[Any]]
+) -> str:
+    """`service.achat(message)` cancelled once `ready()` returned; the id of the one invocation the
+    journal then holds."""
+
+    async def cancel_when_ready() -> str:
+        task = asyncio.ensure_future(service.achat(message))
+        await ready()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        [record] = await journal.run(lambda j: j.invocations())
+        await journal.dispose()
+        return str(record.id)
+
+    return asyncio.run(cancel_when_ready())
+
+
 def test_a_cancelled_invocation_undoes_its_calls_and_journals_its_end(url: str, reader: Journal) -> None:
     # given: a deposit stands, then the model hangs; the service journals through an async journal
     bank = Bank()
@@ -261,19 +280,9 @@ def test_a_cancelled_invocation_undoes_its_calls_and_journals_its_end(url: str, 
         chat_model=model, tools=[bank], executor=executor, journal=journal, compensate_on_tool_errors=True
     )
 
-    async def cancel_on_turn_two() -> str:
-        task = asyncio.ensure_future(service.achat("deposit 40"))
-        await model.waiting.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        [record] = await journal.run(lambda j: j.invocations())
-        await journal.dispose()
-        return record.id
-
-    # when
+    # when: it is cancelled on turn two
     try:
-        invocation_id = asyncio.run(cancel_on_turn_two())
+        invocation_id = _cancelled_once(service, journal, "deposit 40", model.waiting.wait)
     finally:
         executor.close()
 
@@ -327,20 +336,9 @@ def test_a_cancel_while_a_call_is_journaled_leaves_no_row_dispatched(
         on_orchestrator_loss=on_loss,  # type: ignore[arg-type]
     )
 
-    async def cancel_while_journaling() -> str:
-        task = asyncio.ensure_future(service.achat("add"))
-        await journal.written.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        journal.armed = False
-        [record] = await journal.run(lambda j: j.invocations())
-        await journal.dispose()
-        return record.id
-
     # when: the invocation is cancelled just after its call's row was written
     try:
-        invocation_id = asyncio.run(cancel_while_journaling())
+        invocation_id = _cancelled_once(service, journal, "add", journal.written.wait)
     finally:
         executor.close()
 

@@ -31,12 +31,19 @@ SLOTS_PREFIX = "toolfleet:slots:"
 LEASE_TTL_MS = 10_000  # a holder renews well within this; a dead one's slot is free after it
 WAITER_TTL_MS = 3_000  # a waiter asks far more often than this; one silent longer is gone
 
-# Shared by both scripts: drop expired leases and silent waiters, then hand free slots out in turn.
-_GRANT = """
+# Redis's clock, in milliseconds: every script's time.
+_NOW = """
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+"""
+
+# Shared by acquire and release: drop expired leases and silent waiters, then hand free slots out in
+# turn.
+_GRANT = (
+    _NOW
+    + """
 local function grant(scope, limit, ttl, waiter_ttl, now)
   local holders, turns, seen = scope .. ':holders', scope .. ':turns', scope .. ':seen'
   redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
@@ -72,6 +79,7 @@ local function grant(scope, limit, ttl, waiter_ttl, now)
   end
 end
 """
+)
 
 # KEYS: none (the scope's keys derive from ARGV[1]). ARGV: scope, group, task id, limit, lease ttl ms,
 # waiter ttl ms. Returns 1 if the task holds a slot (its lease renewed), else 0 (it waits in line).
@@ -122,9 +130,10 @@ return removed
 )
 
 # ARGV: scope, lease ttl ms, task ids... Renews the leases still held; returns how many were.
-_RENEW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+_RENEW = (
+    _NOW
+    + """
+local now = now_ms()
 local holders, renewed = ARGV[1] .. ':holders', 0
 for i = 3, #ARGV do
   local expiry = redis.call('ZSCORE', holders, ARGV[i])
@@ -135,6 +144,7 @@ for i = 3, #ARGV do
 end
 return renewed
 """
+)
 
 
 class _Script:

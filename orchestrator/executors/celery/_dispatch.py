@@ -87,22 +87,26 @@ class Dispatcher:
         abandon_atomically: bool = False,
         publish: bool = True,
     ) -> ToolOutcome:
-        """Run one task to its outcome (`_dispatch`), a call of a tool with a fleet-wide concurrency
-        limit once it holds its slot (held until its outcome; `SlotWaitTimeout` if its deadline passes
-        in line)."""
+        """Run one task to its outcome: `NO_WORKER` at once for a pool with no live worker; a call of a
+        tool or pool with a fleet-wide concurrency limit once it holds its slots (held until its
+        outcome; `SlotWaitTimeout` if its deadline passes in line); then `_dispatch`."""
+        if publish and not self.pools.has_workers(definition.pool):
+            return no_worker_outcome(definition)  # no call waits in line for a pool nobody serves
         needed = []
         if publish and isinstance(envelope, CallTask):
-            request = envelope.request
-            parameters, limit = envelope.invocation.parameters, self.pools.limit(definition.pool)
-            needed = needed_slots(self.redis, definition, parameters, request.arguments, limit)
-            notify = call_notifier(
-                on_call, task_id, task_name, definition.pool, request.arguments, request.id
+            request, limit = envelope.request, self.pools.limit(definition.pool)
+            needed = needed_slots(
+                self.redis, definition, envelope.invocation.parameters, request.arguments, limit
             )
-            refused = await self.slots.take_or_refuse(
-                task_id, needed, definition, deadline, timeout_s, notify
-            )
-            if refused is not None:
-                return refused
+            if needed:
+                notify = call_notifier(
+                    on_call, task_id, task_name, definition.pool, request.arguments, request.id
+                )
+                refused = await self.slots.take_or_refuse(
+                    task_id, needed, definition, deadline, timeout_s, notify
+                )
+                if refused is not None:
+                    return refused
         try:
             return await self._dispatch(
                 task_name,
@@ -134,8 +138,8 @@ class Dispatcher:
         abandon_atomically: bool = False,
         publish: bool = True,
     ) -> ToolOutcome:
-        """Run one task to its outcome: `NO_WORKER` at once for a pool with no live worker,
-        `BrokerUnavailable` when it cannot be published, `TIMED_OUT` (abandoned) at the deadline.
+        """Run one task to its outcome once admitted (`dispatch`): `BrokerUnavailable` when it cannot be
+        published, `TIMED_OUT` (abandoned) at the deadline.
 
         With `abandon_atomically`, the call's state in Redis decides between abandoned and finished, so
         a call its worker completes at the deadline is collected rather than abandoned. Without
@@ -147,8 +151,6 @@ class Dispatcher:
         # A call its worker undoes if it finishes is never killed midway when given up (killed after
         # its effect and before it could tell, nothing would undo it); others are, on prefork pools.
         terminate = False if abandon_atomically else None
-        if publish and not self.pools.has_workers(pool):
-            return no_worker_outcome(definition)
         collector = self.collector
         request = envelope.request if isinstance(envelope, CallTask) else envelope.execution.request
         notify = call_notifier(on_call, task_id, task_name, pool, request.arguments, request.id)

@@ -47,9 +47,8 @@ class Pools:
         return self._kinds.get(pool)
 
     def limit(self, pool: str) -> int | None:
-        """The fewest calls of `pool` at once its live workers announced (`--pool-concurrency`), as last
-        learnt (when the pool was seen alive, at most `POOL_LEARN_S` ago); None if none did."""
-        self.has_workers(pool)
+        """The fewest calls of `pool` at once its live workers announced (`--pool-concurrency`), as
+        `has_workers` last learnt it (at most `POOL_LEARN_S` ago); None if none did."""
         return self._limits.get(pool)
 
     def has_workers(self, pool: str) -> bool:

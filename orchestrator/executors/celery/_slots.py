@@ -43,10 +43,12 @@ _KEY_VALUE_MAX = 64  # longer values of a concurrency key are named by their has
 
 @dataclass(frozen=True)
 class Needed:
-    """One slot a call needs before it is published: of `slots`, waiting in `group`'s line."""
+    """One slot a call needs before it is published: of `slots`, waiting in `group`'s line; `whose`
+    names them to the model should its deadline pass in line."""
 
     slots: Slots
     group: str
+    whose: str
 
 
 def needed_slots(
@@ -59,15 +61,19 @@ def needed_slots(
     """The slots a call of `definition` needs, given its invocation's parameters and its arguments:
     its tool's, then its pool's (`pool_limit`), always taken in that order."""
     options = definition.options
+    if options.concurrency is None and pool_limit is None:
+        return []
     group = str(parameters.get(TENANT_PARAMETER) or DEFAULT_GROUP)
     needed = []
     if options.concurrency is not None:
         name = f"tool:{definition.name}"
         if options.concurrency_key is not None:
             name += f":{options.concurrency_key}={_key_value(options.concurrency_key, parameters, arguments)}"
-        needed.append(Needed(Slots(client, name, options.concurrency), group))
+        whose = "its fleet-wide slots (concurrency)"
+        needed.append(Needed(Slots(client, name, options.concurrency), group, whose))
     if pool_limit is not None:
-        needed.append(Needed(Slots(client, f"pool:{definition.pool}", pool_limit), group))
+        whose = f"the slots of its pool '{definition.pool}' (pool concurrency)"
+        needed.append(Needed(Slots(client, f"pool:{definition.pool}", pool_limit), group, whose))
     return needed
 
 
@@ -87,14 +93,11 @@ def _key_value(key: str, parameters: Mapping[str, Any], arguments: str) -> str:
 
 def slot_wait_outcome(definition: ToolDefinition, timeout_s: float, busy: Needed) -> ToolOutcome:
     """What the model hears of a call whose deadline passed while it waited for the slot `busy`."""
-    whose = "its fleet-wide slots (concurrency)"
-    if busy.slots.name.startswith("pool:"):
-        whose = f"the slots of its pool '{definition.pool}' (pool concurrency)"
     return ToolOutcome(
         kind=OutcomeKind.TIMED_OUT,
         text=(
             f"Tool '{definition.name}' did not start within its deadline of {timeout_s:g} s: all "
-            f"{busy.slots.limit} of {whose} stayed busy"
+            f"{busy.slots.limit} of {busy.whose} stayed busy"
         ),
         error_type="SlotWaitTimeout",
     )
@@ -146,37 +149,25 @@ class SlotHolder:
         timeout_s: float,
         notify: Callable[[str, str | None], None] | None,
     ) -> ToolOutcome | None:
-        """`take`, telling `notify` when the call waits: None once the call holds the slots it needs
-        (at once if none), else what the model hears instead (told to `notify` as well)."""
-        if not needed:
-            return None
+        """`take`, telling `notify` when the call waits: None once the call holds the slots it needs,
+        else what the model hears instead (told to `notify` as well); the wait is counted either way."""
         started = time.monotonic()
-        refused = await self._refused(task_id, needed, definition, deadline, timeout_s, notify)
-        slot_waited(definition, time.monotonic() - started, refused is None)
-        if refused is not None and notify is not None:
-            notify(refused.kind.value, None)
-        return refused
-
-    async def _refused(
-        self,
-        task_id: str,
-        needed: list[Needed],
-        definition: ToolDefinition,
-        deadline: float,
-        timeout_s: float,
-        notify: Callable[[str, str | None], None] | None,
-    ) -> ToolOutcome | None:
         try:
-            waiting = (lambda: notify("waiting", None)) if notify else None
-            busy = await self.take(task_id, needed, deadline, waiting)
-            return None if busy is None else slot_wait_outcome(definition, timeout_s, busy)
+            busy = await self.take(
+                task_id, needed, deadline, (lambda: notify("waiting", None)) if notify else None
+            )
+            refused = None if busy is None else slot_wait_outcome(definition, timeout_s, busy)
         except redis.RedisError as exc:  # Redis did not answer: the call is not published
-            return ToolOutcome(
+            refused = ToolOutcome(
                 kind=OutcomeKind.EXECUTION_ERROR,
                 text=f"Tool '{definition.name}' could not be dispatched: its concurrency slots are "
                 f"unreachable ({exc})",
                 error_type="BrokerUnavailable",
             )
+        slot_waited(definition, time.monotonic() - started, refused is None)
+        if refused is not None and notify is not None:
+            notify(refused.kind.value, None)
+        return refused
 
     def release(self, task_id: str) -> None:
         """Free the slots `task_id` holds (the next calls in line get them), on this holder's thread: the
