@@ -94,16 +94,10 @@ class Dispatcher:
             return no_worker_outcome(definition)  # no call waits in line for a pool nobody serves
         needed = []
         if publish and isinstance(envelope, CallTask):
-            request, limit = envelope.request, self.pools.limit(definition.pool)
-            needed = needed_slots(
-                self.redis, definition, envelope.invocation.parameters, request.arguments, limit
-            )
+            needed = needed_slots(self.redis, definition, envelope, self.pools.limit(definition.pool))
             if needed:
-                notify = call_notifier(
-                    on_call, task_id, task_name, definition.pool, request.arguments, request.id
-                )
                 refused = await self.slots.take_or_refuse(
-                    task_id, needed, definition, deadline, timeout_s, notify
+                    task_id, task_name, envelope, definition, needed, deadline, timeout_s, on_call
                 )
                 if refused is not None:
                     return refused

@@ -26,8 +26,9 @@ from typing import Any
 
 import redis
 
+from orchestrator.executors._call_events import CallEvent, call_notifier
 from orchestrator.telemetry.hooks import slot_waited
-from workers.protocol import OutcomeKind, ToolOutcome
+from workers.protocol import CallTask, OutcomeKind, ToolOutcome
 from workers.runtime.slots import LEASE_TTL_MS, Slots
 from workers.tools import ToolDefinition
 
@@ -52,17 +53,14 @@ class Needed:
 
 
 def needed_slots(
-    client: redis.Redis,
-    definition: ToolDefinition,
-    parameters: Mapping[str, Any],
-    arguments: str,
-    pool_limit: int | None = None,
+    client: redis.Redis, definition: ToolDefinition, call: CallTask, pool_limit: int | None = None
 ) -> list[Needed]:
     """The slots a call of `definition` needs, given its invocation's parameters and its arguments:
     its tool's, then its pool's (`pool_limit`), always taken in that order."""
     options = definition.options
     if options.concurrency is None and pool_limit is None:
         return []
+    parameters, arguments = call.invocation.parameters, call.request.arguments
     group = str(parameters.get(TENANT_PARAMETER) or DEFAULT_GROUP)
     needed = []
     if options.concurrency is not None:
@@ -143,14 +141,18 @@ class SlotHolder:
     async def take_or_refuse(
         self,
         task_id: str,
-        needed: list[Needed],
+        task_name: str,
+        envelope: CallTask,
         definition: ToolDefinition,
+        needed: list[Needed],
         deadline: float,
         timeout_s: float,
-        notify: Callable[[str, str | None], None] | None,
+        on_call: Callable[[CallEvent], None] | None,
     ) -> ToolOutcome | None:
-        """`take`, telling `notify` when the call waits: None once the call holds the slots it needs,
-        else what the model hears instead (told to `notify` as well); the wait is counted either way."""
+        """`take`, telling `on_call` when the call waits: None once the call holds the slots it needs, else
+        what the model hears instead (told as well); the wait is counted either way."""
+        request = envelope.request
+        notify = call_notifier(on_call, task_id, task_name, definition.pool, request.arguments, request.id)
         started = time.monotonic()
         try:
             busy = await self.take(
