@@ -145,15 +145,17 @@ def outcome_known(outcome: ToolOutcome) -> None:
         fields.worker = outcome.worker
 
 
-def slot_waited(definition: ToolDefinition, seconds: float, taken: bool) -> None:
-    """A call of a tool with a concurrency limit waited `seconds` for its slot (0 if one was free), and
-    got it or not: counted, and told on the call's span."""
+def slot_waited(definition: ToolDefinition, seconds: float, taken: bool, reason: str = "concurrency") -> None:
+    """A call of a tool with a concurrency limit (`reason` "concurrency") or a rate limit ("rate_limit")
+    waited `seconds` before it could start (0 if it need not), and got its turn or not: counted, and told
+    on the call's span."""
     result = "taken" if taken else "timed_out"
-    TOOL_WAIT.labels(definition.name, definition.pool, "concurrency", result).observe(seconds)
+    TOOL_WAIT.labels(definition.name, definition.pool, reason, result).observe(seconds)
     current = current_span()
     if current is not None and seconds > 0:
         current.add_event(
-            "toolfleet.slot_wait", {"toolfleet.wait_s": seconds, "toolfleet.wait.result": result}
+            "toolfleet.slot_wait",
+            {"toolfleet.wait_s": seconds, "toolfleet.wait.result": result, "toolfleet.wait.reason": reason},
         )
 
 

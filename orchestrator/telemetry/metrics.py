@@ -48,8 +48,8 @@ TOOL_DURATION = Histogram(
 TOOL_IN_FLIGHT = Gauge("toolfleet_tool_calls_in_flight", "Tool calls dispatched and not finished", _TOOL)
 TOOL_WAIT = Histogram(
     "toolfleet_tool_call_wait_seconds",
-    "A tool call's wait before it was published, by reason (concurrency: for a fleet-wide slot) and "
-    "result (taken, timed_out)",
+    "A tool call's wait before it was published, by reason (concurrency: for a fleet-wide slot; "
+    "rate_limit: for its turn under a fleet-wide rate limit) and result (taken, timed_out)",
     (*_TOOL, "reason", "result"),
     buckets=DURATION_BUCKETS,
 )
