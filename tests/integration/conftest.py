@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from celery import Celery
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.executors.local import LocalExecutor
 from tests._environment import integration_redis_url
+from tests.integration import slot_tools
 from tests.integration.private_redis import PrivateRedis
 from tests.integration.worker_processes import all_running, tool_worker
 from tests.otlp_receiver import OtlpReceiver
@@ -160,3 +162,21 @@ def executor(
         chosen = CeleryExecutor(settings=dataclasses.replace(settings, **executor_options))
     yield chosen
     chosen.close()
+
+
+@pytest.fixture(scope="module")
+def slot_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    """One threads worker of the flow-control tests' pool (`slot_tools`), with room for far more calls
+    than any limit there."""
+    log_path = tmp_path_factory.mktemp("slots") / "worker.log"
+    worker = tool_worker(
+        redis_url,
+        [slot_tools.POOL],
+        ["tests.integration.slot_tools"],
+        log_path,
+        f"slots-{uuid.uuid4().hex[:6]}@test",
+        concurrency=16,
+    )
+    worker.wait_ready(timeout_s=60)
+    yield worker
+    worker.stop()

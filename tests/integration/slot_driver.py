@@ -11,13 +11,43 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 import time
 
 from orchestrator import CeleryExecutor, ToolExecutionRequest
 from tests.integration import slot_tools
+from tests.integration.orchestrator_processes import orchestrator_env
+from tests.integration.worker_processes import REPO_ROOT
 from workers.calls.invocation import Invocation
 from workers.settings import Settings
+
+
+def launch(
+    redis_url: str, tool: str, run: str, calls: int, seconds: float, tenant: str | None = None
+) -> subprocess.Popen[str]:
+    """A driver process calling `tool` `calls` times at once, on `redis_url` only (its `TOOLFLEET_*`
+    variables are the test's, whatever the caller's environment holds)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env.update({k: v for k, v in orchestrator_env(redis_url).items() if v is not None})
+    argv = [sys.executable, "-m", "tests.integration.slot_driver", tool, run, str(calls), str(seconds)]
+    return subprocess.Popen(
+        [*argv, *([tenant] if tenant else [])],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def ended(driver: subprocess.Popen[str]) -> tuple[list[str], float]:
+    """A driver's outcome kinds and its batch's wall time, once it exited cleanly."""
+    stdout, stderr = driver.communicate(timeout=180)
+    assert driver.returncode == 0, stderr[-3000:]
+    lines = [json.loads(line) for line in stdout.splitlines()]
+    return [line["kind"] for line in lines[:-1]], lines[-1]["elapsed_s"]
 
 
 def main(argv: list[str]) -> int:

@@ -1,8 +1,10 @@
-"""Tools with fleet-wide concurrency limits, for tests/integration/test_concurrency_limits.py.
+"""Tools with fleet-wide concurrency and rate limits, for tests/integration/test_concurrency_limits.py
+and test_rate_limits.py.
 
-Each call counts itself in Redis while it runs (`TOOLFLEET_REDIS_URL`): how many calls of its run were
-running at its start is pushed to the run's list, so the test reads the fleet's concurrency from the
-tools' own record.
+Each call of a concurrency-limited tool counts itself in Redis while it runs (`TOOLFLEET_REDIS_URL`): how
+many calls of its run were running at its start is pushed to the run's list, so the test reads the
+fleet's concurrency from the tools' own record. Each call of a rate-limited tool pushes the time it
+started, read back the same way.
 """
 
 from __future__ import annotations
@@ -78,3 +80,32 @@ def shared_sleep(run: str, seconds: float) -> str:
 )
 def pooled_sleep(run: str, seconds: float) -> str:
     return _counted(run, seconds)
+
+
+def _started(run: str) -> str:
+    client = redis.Redis.from_url(os.environ["TOOLFLEET_REDIS_URL"])
+    try:
+        client.rpush(f"test:rates:{run}:starts", repr(time.time()))
+    finally:
+        client.close()
+    return "started"
+
+
+@tool("Records when it started; at most 20 starts a second in the whole fleet", pool=POOL, rate_limit="20/s")
+def paced(run: str, seconds: float) -> str:
+    return _started(run)
+
+
+@tool(
+    "Records when it started; at most 2 starts a second per account",
+    pool=POOL,
+    rate_limit="2/s",
+    rate_limit_key="account",
+)
+def paced_per_account(run: str, account: str, seconds: float) -> str:
+    return _started(f"{run}:{account}")
+
+
+@tool("Records when it started; one start every 10 s, within 1 s", pool=POOL, rate_limit="1/10s", timeout=1.0)
+def rare(run: str, seconds: float) -> str:
+    return _started(run)

@@ -10,11 +10,8 @@ import dataclasses
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +20,8 @@ from prometheus_client import REGISTRY
 
 from orchestrator import CeleryExecutor, ToolExecutionRequest
 from tests.integration import slot_tools
-from tests.integration.orchestrator_processes import orchestrator_env
-from tests.integration.worker_processes import REPO_ROOT, tool_worker
+from tests.integration.slot_driver import ended, launch
+from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind
 from workers.calls.invocation import Invocation
 from workers.runtime.process import WorkerProcess
@@ -32,47 +29,6 @@ from workers.runtime.slots import LEASE_TTL_MS, Slots
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def slot_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
-    """One threads worker of pool `slots`, with room for far more calls than any limit here."""
-    log_path = tmp_path_factory.mktemp("slots") / "worker.log"
-    worker = tool_worker(
-        redis_url,
-        [slot_tools.POOL],
-        ["tests.integration.slot_tools"],
-        log_path,
-        f"slots-{uuid.uuid4().hex[:6]}@test",
-        concurrency=16,
-    )
-    worker.wait_ready(timeout_s=60)
-    yield worker
-    worker.stop()
-
-
-def _driver(
-    redis_url: str, tool: str, run: str, calls: int, seconds: float, tenant: str | None = None
-) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
-    env.update({k: v for k, v in orchestrator_env(redis_url).items() if v is not None})
-    argv = [sys.executable, "-m", "tests.integration.slot_driver", tool, run, str(calls), str(seconds)]
-    return subprocess.Popen(
-        [*argv, *([tenant] if tenant else [])],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _ended(driver: subprocess.Popen[str]) -> tuple[list[str], float]:
-    """A driver's outcome kinds and its batch's wall time, once it exited cleanly."""
-    stdout, stderr = driver.communicate(timeout=180)
-    assert driver.returncode == 0, stderr[-3000:]
-    lines = [json.loads(line) for line in stdout.splitlines()]
-    return [line["kind"] for line in lines[:-1]], lines[-1]["elapsed_s"]
 
 
 def _seen(client: redis.Redis, run: str) -> list[int]:
@@ -86,11 +42,11 @@ def test_fifty_calls_from_five_orchestrators_never_run_more_than_three_at_once(
     run = uuid.uuid4().hex
 
     # when: 5 orchestrator processes call it 10 times each, all at once
-    drivers = [_driver(redis_url, "capped_sleep", run, 10, 0.2) for _ in range(5)]
-    ended = [_ended(driver) for driver in drivers]
+    drivers = [launch(redis_url, "capped_sleep", run, 10, 0.2) for _ in range(5)]
+    finished = [ended(driver) for driver in drivers]
 
     # then: every call succeeded, and the tools never saw more than 3 of them running, but did see 3
-    assert [kinds for kinds, _ in ended] == [["success"] * 10] * 5
+    assert [kinds for kinds, _ in finished] == [["success"] * 10] * 5
     seen = _seen(client, run)
     assert len(seen) == 50
     assert max(seen) == 3, seen
@@ -173,7 +129,7 @@ def test_the_slots_of_a_killed_orchestrator_are_free_once_their_leases_expire(
     redis_url: str, client: redis.Redis, slot_worker: WorkerProcess
 ) -> None:
     # given: an orchestrator process holding all 3 slots of the tool with long calls
-    holder = _driver(redis_url, "capped_sleep", uuid.uuid4().hex, 3, 20)
+    holder = launch(redis_url, "capped_sleep", uuid.uuid4().hex, 3, 20)
     slots = Slots(client, "tool:capped_sleep", 3)
     deadline = time.monotonic() + 30
     while len(slots.holders()) < 3:
@@ -185,7 +141,7 @@ def test_the_slots_of_a_killed_orchestrator_are_free_once_their_leases_expire(
     holder.communicate(timeout=10)
     killed = time.monotonic()
     run = uuid.uuid4().hex
-    kinds, _ = _ended(_driver(redis_url, "capped_sleep", run, 1, 0))
+    kinds, _ = ended(launch(redis_url, "capped_sleep", run, 1, 0))
 
     # then: its call ran, once the dead orchestrator's leases expired, not before
     assert kinds == ["success"]
@@ -198,18 +154,18 @@ def test_a_call_running_longer_than_its_lease_keeps_its_slot(
 ) -> None:
     # given: a tool of one call at a time, whose first call runs longer than a slot's lease
     run = uuid.uuid4().hex
-    first = _driver(redis_url, "long_single", run, 1, LEASE_TTL_MS / 1000 + 3)
+    first = launch(redis_url, "long_single", run, 1, LEASE_TTL_MS / 1000 + 3)
     deadline = time.monotonic() + 30
     while _seen(client, run) != [1]:
         assert time.monotonic() < deadline, "the first call never started"
         time.sleep(0.02)
 
     # when: a second orchestrator calls it meanwhile
-    second = _driver(redis_url, "long_single", run, 1, 0)
+    second = launch(redis_url, "long_single", run, 1, 0)
 
     # then: the second call started only after the first ended (its lease renewed all along)
-    assert _ended(first)[0] == ["success"]
-    assert _ended(second)[0] == ["success"]
+    assert ended(first)[0] == ["success"]
+    assert ended(second)[0] == ["success"]
     assert _seen(client, run) == [1, 1]
 
 
@@ -218,18 +174,18 @@ def test_a_tenant_with_few_calls_is_not_starved_by_one_with_many(
 ) -> None:
     # given: a tool of 4 calls at once; how long tenant B's 10 calls of 0.5 s take alone
     calls, seconds = 10, 0.5
-    kinds, unloaded_s = _ended(_driver(redis_url, "shared_sleep", uuid.uuid4().hex, calls, seconds, "B"))
+    kinds, unloaded_s = ended(launch(redis_url, "shared_sleep", uuid.uuid4().hex, calls, seconds, "B"))
     assert kinds == ["success"] * calls
 
     # when: tenant A has 200 calls in line before B's 10 come
     run_a = uuid.uuid4().hex
-    crowd = _driver(redis_url, "shared_sleep", run_a, 200, seconds, "A")
+    crowd = launch(redis_url, "shared_sleep", run_a, 200, seconds, "A")
     try:
         deadline = time.monotonic() + 30
         while len(_seen(client, run_a)) < 8:  # A's calls run, and the rest wait in line
             assert time.monotonic() < deadline, "tenant A's calls never started"
             time.sleep(0.02)
-        kinds, loaded_s = _ended(_driver(redis_url, "shared_sleep", uuid.uuid4().hex, calls, seconds, "B"))
+        kinds, loaded_s = ended(launch(redis_url, "shared_sleep", uuid.uuid4().hex, calls, seconds, "B"))
         still_waiting = crowd.poll() is None
     finally:
         crowd.kill()
@@ -260,13 +216,13 @@ def test_a_pool_limited_by_its_workers_runs_no_more_calls_at_once(
     run = uuid.uuid4().hex
     try:
         # when: two orchestrator processes call a tool of the pool (no limit of its own) 6 times each
-        drivers = [_driver(redis_url, "pooled_sleep", run, 6, 0.2) for _ in range(2)]
-        ended = [_ended(driver) for driver in drivers]
+        drivers = [launch(redis_url, "pooled_sleep", run, 6, 0.2) for _ in range(2)]
+        finished = [ended(driver) for driver in drivers]
     finally:
         worker.stop()
 
     # then: all ran, never more than 2 at once, and 2 at once did run
-    assert [kinds for kinds, _ in ended] == [["success"] * 6] * 2
+    assert [kinds for kinds, _ in finished] == [["success"] * 6] * 2
     seen = _seen(client, run)
     assert len(seen) == 12
     assert max(seen) == 2, seen

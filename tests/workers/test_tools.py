@@ -40,6 +40,8 @@ DEFAULT_OPTIONS = {
     "requires_approval": False,
     "concurrency": None,
     "concurrency_key": None,
+    "rate_limit": None,
+    "rate_limit_key": None,
 }
 
 
@@ -111,6 +113,8 @@ def test_every_keyword_is_recorded_in_the_options() -> None:
         requires_approval=True,
         concurrency=3,
         concurrency_key="tenant",
+        rate_limit="10/m",
+        rate_limit_key="account",
     )
     def send(to: str) -> str:
         return "sent"
@@ -134,6 +138,8 @@ def test_every_keyword_is_recorded_in_the_options() -> None:
         "requires_approval": True,
         "concurrency": 3,
         "concurrency_key": "tenant",
+        "rate_limit": "10/m",
+        "rate_limit_key": "account",
     }
     assert definition.requires_approval
     assert definition.pool == "mail"

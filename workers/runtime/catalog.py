@@ -69,6 +69,8 @@ class CatalogTool:
             "requires_approval": self.options.requires_approval,
             "concurrency": self.options.concurrency,
             "concurrency_key": self.options.concurrency_key,
+            "rate_limit": self.options.rate_limit,
+            "rate_limit_key": self.options.rate_limit_key,
             "return_behavior": self.options.return_behavior.value,
             "search_behavior": self.options.search_behavior.value,
             "compensable": self.compensable,
@@ -91,6 +93,8 @@ class CatalogTool:
             requires_approval=bool(data.get("requires_approval", False)),
             concurrency=data.get("concurrency"),
             concurrency_key=data.get("concurrency_key"),
+            rate_limit=data.get("rate_limit"),
+            rate_limit_key=data.get("rate_limit_key"),
         )
         return cls(spec, options, bool(data.get("compensable", False)))
 

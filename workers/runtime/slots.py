@@ -25,7 +25,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-__all__ = ["LEASE_TTL_MS", "SLOTS_PREFIX", "WAITER_TTL_MS", "Slots"]
+__all__ = ["LEASE_TTL_MS", "SLOTS_PREFIX", "WAITER_TTL_MS", "RedisScript", "Slots"]
 
 SLOTS_PREFIX = "toolfleet:slots:"
 LEASE_TTL_MS = 10_000  # a holder renews well within this; a dead one's slot is free after it
@@ -147,7 +147,7 @@ return renewed
 )
 
 
-class _Script:
+class RedisScript:
     """A script sent once per Redis server: by its digest (`EVALSHA`), its text only when the server has
     not got it (first use, or after a restart)."""
 
@@ -162,7 +162,8 @@ class _Script:
             return client.eval(self.text, 0, *args)
 
 
-_ACQUIRE_SCRIPT, _RELEASE_SCRIPT, _RENEW_SCRIPT = _Script(_ACQUIRE), _Script(_RELEASE), _Script(_RENEW)
+_ACQUIRE_SCRIPT, _RELEASE_SCRIPT = RedisScript(_ACQUIRE), RedisScript(_RELEASE)
+_RENEW_SCRIPT = RedisScript(_RENEW)
 
 
 @dataclass(frozen=True)

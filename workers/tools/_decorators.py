@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from workers.errors import ToolDefinitionError
+from workers.tools.rate_limits import parse_rate_limit
 from workers.tools.specification import ReturnBehavior, SearchBehavior
 
 __all__ = ["ToolOptions", "compensate_for", "tool"]
@@ -36,6 +37,8 @@ class ToolOptions:
     requires_approval: bool = False
     concurrency: int | None = None  # at most this many calls at once in the whole fleet
     concurrency_key: str | None = None  # ... per value of this invocation parameter or argument
+    rate_limit: str | None = None  # at most this many starts per period in the whole fleet ("20/s")
+    rate_limit_key: str | None = None  # ... per value of this invocation parameter or argument
 
 
 @overload
@@ -60,6 +63,8 @@ def tool(
     requires_approval: bool = False,
     concurrency: int | None = None,
     concurrency_key: str | None = None,
+    rate_limit: str | None = None,
+    rate_limit_key: str | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -81,6 +86,8 @@ def tool(
     requires_approval: bool = False,
     concurrency: int | None = None,
     concurrency_key: str | None = None,
+    rate_limit: str | None = None,
+    rate_limit_key: str | None = None,
 ) -> Any:
     """Mark a function or method as a tool the model may call.
 
@@ -95,6 +102,11 @@ def tool(
     orchestrator, every worker); with `concurrency_key` as well, at most N per value of that invocation
     parameter (or, when the invocation has none, of that argument). A call waits for its slot before it
     is published, its wait counted against its deadline.
+
+    With `rate_limit="20/s"` (or `"100/m"`, `"5/10s"`), at most that many calls of the tool start in
+    any window of the period across the fleet; with `rate_limit_key` as well, that many per value of the
+    invocation parameter or argument. Calls over the rate wait their turn, in order, before they are
+    published.
     """
     if isinstance(func_or_description, str) or func_or_description is None:
         options = ToolOptions(
@@ -112,6 +124,8 @@ def tool(
             requires_approval=bool(requires_approval),
             concurrency=concurrency,
             concurrency_key=concurrency_key,
+            rate_limit=rate_limit,
+            rate_limit_key=rate_limit_key,
         )
         _check_options(options)
 
@@ -137,6 +151,7 @@ def _check_options(options: ToolOptions) -> None:
     if options.retries < 0:
         raise ToolDefinitionError(f"@tool(retries=...) must be 0 or more, got {options.retries}")
     _check_concurrency(options)
+    _check_rate_limit(options)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", options.pool):
         raise ToolDefinitionError(
             f"@tool(pool=...) must be a queue name of letters, digits, '_', '.', '-': {options.pool!r}"
@@ -156,6 +171,21 @@ def _check_concurrency(options: ToolOptions) -> None:
         )
     if key is not None and limit is None:
         raise ToolDefinitionError("@tool(concurrency_key=...) needs concurrency=N: how many calls per value")
+
+
+def _check_rate_limit(options: ToolOptions) -> None:
+    if options.rate_limit is not None:
+        try:
+            parse_rate_limit(options.rate_limit)
+        except ValueError as exc:
+            raise ToolDefinitionError(f"@tool(rate_limit=...): {exc}") from None
+    key = options.rate_limit_key
+    if key is not None and (not isinstance(key, str) or not key.strip()):
+        raise ToolDefinitionError(f"@tool(rate_limit_key=...) must name a parameter or argument, got {key!r}")
+    if key is not None and options.rate_limit is None:
+        raise ToolDefinitionError(
+            "@tool(rate_limit_key=...) needs rate_limit='N/s': how many starts per value"
+        )
 
 
 def compensate_for(tool_name: str) -> Callable[[F], F]:

@@ -26,8 +26,8 @@ from orchestrator.executors._outcomes import (
     worker_of,
 )
 from orchestrator.executors._progress import meta_listener, progress_listener
+from orchestrator.executors.celery._admission import Admission
 from orchestrator.executors.celery._pools import OUTAGE_HOLD_S, Pools
-from orchestrator.executors.celery._slots import SlotHolder, needed_slots
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
 from workers.calls.retry import call_state_ttl_s
 from workers.protocol import (
@@ -63,7 +63,7 @@ class Dispatcher:
         self.pools = pools
         self._broker_down_until = 0.0
         self._broker_error = ""
-        self.slots = SlotHolder()  # the fleet-wide concurrency slots held by calls in flight
+        self.admission = Admission(client, pools)  # fleet-wide slots and rate limits
 
     @property
     def collector(self) -> ResultCollector:
@@ -87,20 +87,18 @@ class Dispatcher:
         abandon_atomically: bool = False,
         publish: bool = True,
     ) -> ToolOutcome:
-        """Run one task to its outcome: `NO_WORKER` at once for a pool with no live worker; a call of a
-        tool or pool with a fleet-wide concurrency limit once it holds its slots (held until its
-        outcome; `SlotWaitTimeout` if its deadline passes in line); then `_dispatch`."""
+        """Run one task to its outcome: `NO_WORKER` at once for a pool with no live worker; a call once it
+        is admitted (its fleet-wide slots held until its outcome, its rate limit's turn come; told so
+        instead if its deadline would pass first); then `_dispatch`."""
         if publish and not self.pools.has_workers(definition.pool):
             return no_worker_outcome(definition)  # no call waits in line for a pool nobody serves
-        needed = []
+        holds = False
         if publish and isinstance(envelope, CallTask):
-            needed = needed_slots(self.redis, definition, envelope, self.pools.limit(definition.pool))
-            if needed:
-                refused = await self.slots.take_or_refuse(
-                    task_id, task_name, envelope, definition, needed, deadline, timeout_s, on_call
-                )
-                if refused is not None:
-                    return refused
+            refused, holds = await self.admission.enter(
+                task_id, task_name, envelope, definition, deadline, timeout_s, on_call
+            )
+            if refused is not None:
+                return refused
         try:
             return await self._dispatch(
                 task_name,
@@ -115,8 +113,8 @@ class Dispatcher:
                 publish=publish,
             )
         finally:
-            if needed:
-                self.slots.release(task_id)
+            if holds:
+                self.admission.slots.release(task_id)
 
     async def _dispatch(
         self,

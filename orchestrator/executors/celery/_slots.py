@@ -14,21 +14,19 @@ go round-robin between tenants.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import redis
 
 from orchestrator.executors._call_events import CallEvent, call_notifier
 from orchestrator.telemetry.hooks import slot_waited
 from workers.protocol import CallTask, OutcomeKind, ToolOutcome
+from workers.runtime.rates import key_value
 from workers.runtime.slots import LEASE_TTL_MS, Slots
 from workers.tools import ToolDefinition
 
@@ -39,7 +37,6 @@ log = logging.getLogger(__name__)
 DEFAULT_GROUP = "default"
 TENANT_PARAMETER = "tenant"
 FIRST_POLL_S, MAX_POLL_S = 0.002, 0.05  # asking again while in line, doubling
-_KEY_VALUE_MAX = 64  # longer values of a concurrency key are named by their hash
 
 
 @dataclass(frozen=True)
@@ -66,27 +63,13 @@ def needed_slots(
     if options.concurrency is not None:
         name = f"tool:{definition.name}"
         if options.concurrency_key is not None:
-            name += f":{options.concurrency_key}={_key_value(options.concurrency_key, parameters, arguments)}"
+            name += f":{options.concurrency_key}={key_value(options.concurrency_key, parameters, arguments)}"
         whose = "its fleet-wide slots (concurrency)"
         needed.append(Needed(Slots(client, name, options.concurrency), group, whose))
     if pool_limit is not None:
         whose = f"the slots of its pool '{definition.pool}' (pool concurrency)"
         needed.append(Needed(Slots(client, f"pool:{definition.pool}", pool_limit), group, whose))
     return needed
-
-
-def _key_value(key: str, parameters: Mapping[str, Any], arguments: str) -> str:
-    value = parameters.get(key)
-    if value is None:
-        try:
-            parsed = json.loads(arguments) if arguments else {}
-        except ValueError:
-            parsed = {}
-        value = parsed.get(key) if isinstance(parsed, dict) else None
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    if len(text) > _KEY_VALUE_MAX:
-        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-    return text
 
 
 def slot_wait_outcome(definition: ToolDefinition, timeout_s: float, busy: Needed) -> ToolOutcome:
