@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 
 from orchestrator.saga._journal_crypto import JournalCipher
+from orchestrator.saga._journal_tables import DEFAULT_TENANT
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
 from workers.protocol import ToolExecution, ToolExecutionRequest
 
@@ -46,6 +47,7 @@ class InvocationRecord:
     # The journal's keys, which open `sealed_invocation_json` when `invocation_json` is read.
     cipher: JournalCipher = field(repr=False, compare=False)
     final_answer: str | None = None  # None: no answer (failed, returned a tool result, or older row)
+    tenant: str = DEFAULT_TENANT  # whose it is: the invocation parameter `tenant` it started with
 
     @property
     def invocation_json(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga._journal_records import utc_now
-from orchestrator.saga._journal_tables import invocations, owned_update, owner_id, tool_calls
+from orchestrator.saga._journal_tables import invocations, owned_update, owner_id, tenant_of, tool_calls
 from orchestrator.saga.states import CallState, InvocationState
 from workers.calls.invocation import InvocationContext
 from workers.protocol import ToolExecutionRequest, ToolOutcome, call_task_id
@@ -126,6 +126,7 @@ def start_write(
             "heartbeat_at": now,
             "invocation_json": cipher.seal(json.dumps(invocation_json)),
             "opening": sealed_opening,
+            "tenant": tenant_of(invocation_json.get("parameters")),
         },
     )
 

@@ -338,11 +338,14 @@ class Journal(JournalApprovals, JournalCheckpoints):
             return list(connection.execute(query).scalars())
 
     def invocations(
-        self, *, limit: int = 50, state: InvocationState | str | None = None
+        self, *, limit: int = 50, state: InvocationState | str | None = None, tenant: str | None = None
     ) -> list[InvocationRecord]:
+        """The latest invocations, newest first: in one state, of one tenant, if given."""
         query = sa.select(invocations).order_by(invocations.c.started_at.desc()).limit(limit)
         if state is not None:
             query = query.where(invocations.c.state == InvocationState(state).value)
+        if tenant is not None:
+            query = query.where(invocations.c.tenant == tenant)
         with self._read() as connection:
             return [invocation_record(row, self._cipher) for row in connection.execute(query).mappings()]
 

@@ -50,7 +50,17 @@ async def adopt_in_background(
     question = UserMessage(record.user_message or "")
 
     def run(memory: ChatMemory) -> Run:
-        return Run(invocation_id, agent, service, question, memory, None, conversation_id, adopting=True)
+        return Run(
+            invocation_id,
+            agent,
+            service,
+            question,
+            memory,
+            None,
+            conversation_id,
+            tenant=record.tenant,
+            adopting=True,
+        )
 
-    await start_turn(state, state.admit_adopted(), agent, conversation_id, [], run)
+    await start_turn(state, state.admit_adopted(), agent, conversation_id, [], run, tenant=record.tenant)
     return ADOPTED

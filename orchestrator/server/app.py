@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hmac
 import logging
 from collections.abc import AsyncIterator, Mapping
 
@@ -36,7 +35,9 @@ from orchestrator.server.invocations import Invocations
 from orchestrator.server.replicas import ReplicaWatch
 from orchestrator.server.settings import ServeSettings
 from orchestrator.server.state import ServiceState
+from orchestrator.server.tenants import OPERATOR, ApiKey, matching_key
 from orchestrator.server.ui import UiSettings, mount_ui
+from orchestrator.server.visibility import VIEWER_SCOPE_KEY
 from orchestrator.service import AiService
 from orchestrator.telemetry.metrics import watch_approvals
 from workers.settings import Settings
@@ -133,20 +134,26 @@ _OPEN_PATHS = frozenset(
 
 class _BearerKeys:
     """Ask for `Authorization: Bearer <key>` on every route but health, metrics and the schema, when keys are
-    configured; each configured key is compared in constant time. A plain ASGI middleware: it never
-    buffers a response, so streams flow as they are written."""
+    configured; each configured key is compared in constant time. The request's `Viewer` (its key's
+    tenant and scopes; with no keys, an operator of the default tenant) goes on its scope. A plain
+    ASGI middleware: it never buffers a response, so streams flow as they are written."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] == "http" and path not in _OPEN_PATHS and not _run_view(path):
-            keys: tuple[str, ...] = scope["app"].state.toolfleet.serve.api_keys
-            refusal = _refusal(keys, Headers(scope=scope).get("authorization", "")) if keys else None
-            if refusal is not None:
-                await _error(refusal)(scope, receive, send)
-                return
+        if scope["type"] == "http":
+            scope[VIEWER_SCOPE_KEY] = None  # never one a caller put there
+            keys: tuple[ApiKey, ...] = scope["app"].state.toolfleet.serve.api_keys
+            if not keys:
+                scope[VIEWER_SCOPE_KEY] = OPERATOR
+            elif path not in _OPEN_PATHS and not _run_view(path):
+                key = _key_of(keys, Headers(scope=scope).get("authorization", ""))
+                if isinstance(key, ApiError):
+                    await _error(key)(scope, receive, send)
+                    return
+                scope[VIEWER_SCOPE_KEY] = key.viewer
         await self.app(scope, receive, send)
 
 
@@ -155,15 +162,13 @@ def _run_view(path: str) -> bool:
     return path == "/ui" or path.startswith("/ui/")
 
 
-def _refusal(keys: tuple[str, ...], authorization: str) -> ApiError | None:
+def _key_of(keys: tuple[ApiKey, ...], authorization: str) -> ApiKey | ApiError:
+    """The configured key the header presents, or the 401 to answer."""
     scheme, _, given = authorization.partition(" ")
     if scheme.lower() != "bearer" or not given.strip():
         return ApiError(401, "missing API key: send the header 'Authorization: Bearer <key>'")
-    presented = given.strip().encode()
-    matched = False
-    for key in keys:
-        matched |= hmac.compare_digest(presented, key.encode())
-    return None if matched else ApiError(401, "incorrect API key")
+    matched = matching_key(keys, given.strip())
+    return ApiError(401, "incorrect API key") if matched is None else matched
 
 
 def _error(error: ApiError) -> JSONResponse:

@@ -19,10 +19,12 @@ from orchestrator.errors import ApiError, ApprovalConflictError, ApprovalError, 
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.saga.async_journal import JournalRunner
-from orchestrator.saga.journal import ApprovalRecord, InvocationState
+from orchestrator.saga.journal import ApprovalRecord, InvocationState, Journal
 from orchestrator.server.conversations import start_turn
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import ServiceState, checked_id, read_body, service_state
+from orchestrator.server.tenants import Viewer
+from orchestrator.server.visibility import viewer_of
 
 __all__ = ["cancel_paused_invocation", "decide_calls", "resume_decided", "resume_in_background", "router"]
 
@@ -72,7 +74,12 @@ async def decide(invocation_id: str, request: Request) -> dict[str, Any]:
     except OrchestratorError as exc:
         raise ApiError(400, str(exc), param="decisions") from None
     records, waiting, resumed = await decide_calls(
-        state.journal, checked, decisions, body.by or "api", lambda: resume_in_background(state, checked)
+        state.journal,
+        checked,
+        decisions,
+        body.by or "api",
+        lambda: resume_in_background(state, checked),
+        viewer=viewer_of(request),
     )
     return {
         "id": checked,
@@ -89,13 +96,16 @@ async def decide_calls(
     decisions: Mapping[str, ApprovalDecision],
     by: str,
     resume: Callable[[], Awaitable[bool]] | None,
+    *,
+    viewer: Viewer,
 ) -> tuple[list[ApprovalRecord], list[ApprovalRecord], bool]:
     """Record `decisions` on the invocation's waiting calls (409 on a conflict, 404 for a call that
-    does not wait); once none waits, `resume()` it here (without one, a replica's housekeeping goes
-    on with it). The calls decided, those still waiting, and whether it was resumed here. The API
-    and the run view's form decide through this one function."""
+    does not wait, and for any call of an invocation that is not `viewer`'s, as of an unknown one);
+    once none waits, `resume()` it here (without one, a replica's housekeeping goes on with it). The
+    calls decided, those still waiting, and whether it was resumed here. The API and the run view's
+    form decide through this one function."""
     try:
-        records = await journal.run(lambda j: record_decisions(j, invocation_id, decisions, by))
+        records = await journal.run(lambda j: _record(j, invocation_id, decisions, by, viewer))
     except ApprovalConflictError as exc:
         raise ApiError(409, str(exc), code="approval_conflict") from None
     except ApprovalError as exc:
@@ -103,6 +113,18 @@ async def decide_calls(
     waiting = await journal.run(lambda j: j.approvals(invocation_id, state=ApprovalState.PENDING))
     resumed = False if waiting or resume is None else await resume()
     return records, waiting, resumed
+
+
+def _record(
+    journal: Journal, invocation_id: str, decisions: Mapping[str, ApprovalDecision], by: str, viewer: Viewer
+) -> list[ApprovalRecord]:
+    """`record_decisions`, in the transaction that reads whose the invocation is."""
+    record = journal.invocation(invocation_id)
+    if record is not None and not viewer.sees(record.tenant):
+        # as `record_decisions` says of an invocation it does not know: nothing more is told
+        first = next(iter(decisions), "")
+        raise ApprovalError(f"Invocation {invocation_id} has no call {first} waiting for approval")
+    return record_decisions(journal, invocation_id, decisions, by)
 
 
 async def resume_in_background(state: ServiceState, invocation_id: str) -> bool:
@@ -129,10 +151,11 @@ async def resume_in_background(state: ServiceState, invocation_id: str) -> bool:
             memory,
             None,
             conversation_id=conversation_id,
+            tenant=record.tenant,
             resuming=True,
         )
 
-    await start_turn(state, state.admit(), agent, conversation_id, [], run)
+    await start_turn(state, state.admit(), agent, conversation_id, [], run, tenant=record.tenant)
     return True
 
 

@@ -35,6 +35,7 @@ from orchestrator.server.events import KEEPALIVE, KEEPALIVE_S
 from orchestrator.server.idempotency import key_of, until_started
 from orchestrator.server.invocations import Invocations, Run
 from orchestrator.server.state import find_agent, read_body, service_state
+from orchestrator.server.visibility import viewer_of
 
 __all__ = ["router"]
 
@@ -56,15 +57,16 @@ async def chat_completions(request: Request) -> Response:
     service = find_agent(state, body.model)
     history, question = openai_wire.conversation_of(body.messages)
     conversation_id = (body.metadata or {}).get("conversation_id") or request.headers.get("x-conversation-id")
+    tenant = viewer_of(request).tenant
     invocation_id = str(uuid.uuid4())
-    key = key_of(request, state.redis, "chat.completions", raw)
+    key = key_of(request, state.redis, "chat.completions", raw, tenant)
     told: Told
     if key is not None and (first := await key.claim(invocation_id)) != invocation_id:
         invocation_id = first
         told = Attached(state.events, key, invocation_id, state.serve.turn_wait_s)
     else:
         heard = told = Heard(state.invocations, invocation_id, keeps_running=key is not None)
-        parameters = {"user": body.user} if body.user else None
+        parameters = {**({"user": body.user} if body.user else {}), "tenant": tenant}
 
         def run(memory: ChatMemory) -> Run:
             return Run(
@@ -75,11 +77,12 @@ async def chat_completions(request: Request) -> Response:
                 memory,
                 parameters,
                 conversation_id=conversation_id,
+                tenant=tenant,
                 listener=heard.put,
             )
 
         async with until_started(key, invocation_id):
-            await start_turn(state, state.admit(), body.model, conversation_id, history, run)
+            await start_turn(state, state.admit(), body.model, conversation_id, history, run, tenant=tenant)
     head = (f"chatcmpl-{invocation_id}", body.model)
     headers = {"X-Invocation-Id": invocation_id}
     if body.stream:

@@ -1,7 +1,12 @@
 """A turn's conversation: read once from the server's SQL memory at its start, written back at its
 end, on the memory store's async engine; or the request's own messages, kept nowhere. A kept
 conversation's turns run one at a time, in arrival order, across replicas (`turns.py`): a turn holds
-its conversation from before it reads the history until after it wrote it back."""
+its conversation from before it reads the history until after it wrote it back.
+
+Conversations are each tenant's own: the default tenant's conversation `c1` of agent `bank` is kept
+as `bank/c1` (as before tenants), another tenant's as `acme:bank/c1`, so two tenants naming one
+conversation id have two conversations (tenant names hold no ':', and agent names none once tenants
+are configured: no key of one tenant is another's)."""
 
 from __future__ import annotations
 
@@ -15,12 +20,14 @@ from orchestrator.messages import ChatMessage
 from orchestrator.saga.async_journal import to_the_end
 from orchestrator.server.invocations import Run
 from orchestrator.server.state import Place, ServiceState
+from orchestrator.server.tenants import DEFAULT_TENANT
 from orchestrator.server.turns import Turn, take_turn
 
 __all__ = [
     "MAX_CONVERSATION_ID",
     "Conversation",
     "close_conversation",
+    "conversation_key",
     "open_conversation",
     "save_conversation",
     "start_turn",
@@ -39,17 +46,23 @@ class Conversation:
     turn: Turn | None = None  # held for a kept conversation until the turn ends
 
 
+def conversation_key(tenant: str, agent: str, conversation_id: str) -> str:
+    """Where `tenant`'s conversation `conversation_id` with `agent` is kept (its memory id)."""
+    kept = f"{agent}/{conversation_id}"
+    return kept if tenant == DEFAULT_TENANT else f"{tenant}:{kept}"
+
+
 async def open_conversation(
-    state: ServiceState, agent: str, conversation_id: str | None, history: list[ChatMessage]
+    state: ServiceState, agent: str, conversation_id: str | None, history: list[ChatMessage], tenant: str
 ) -> Conversation:
-    """The conversation of one turn: with `conversation_id`, the server's SQL memory of it, read once
-    (only the new user message is added to it, and `save_conversation` writes it back); without,
-    `history` (the request's own messages)."""
+    """The conversation of one turn: with `conversation_id`, the server's SQL memory of `tenant`'s
+    conversation of that id, read once (only the new user message is added to it, and
+    `save_conversation` writes it back); without, `history` (the request's own messages)."""
     if conversation_id:
         if len(conversation_id) > MAX_CONVERSATION_ID:
             message = f"conversation_id is longer than {MAX_CONVERSATION_ID} characters"
             raise ApiError(400, message, param="conversation_id")
-        key = f"{agent}/{conversation_id}"
+        key = conversation_key(tenant, agent, conversation_id)
         turn = await take_turn(state.redis, key, state.serve.turn_wait_s)
         try:
             window = MessageWindowChatMemory(
@@ -94,13 +107,15 @@ async def start_turn(
     conversation_id: str | None,
     history: Sequence[ChatMessage],
     run: Callable[[ChatMemory], Run],
+    *,
+    tenant: str,
 ) -> None:
-    """Open the conversation (taking its turn) and start `run(its memory)` in the background: the
+    """Open `tenant`'s conversation (taking its turn) and start `run(its memory)` in the background: the
     conversation is written back when it ends, and `place` freed. Refused or failing before the run
     started, the place and the turn are let go."""
     conversation = None
     try:
-        conversation = await open_conversation(state, agent, conversation_id, list(history))
+        conversation = await open_conversation(state, agent, conversation_id, list(history), tenant)
         opened = conversation
         await state.invocations.start(
             run(opened.memory),

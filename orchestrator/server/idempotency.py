@@ -2,8 +2,9 @@
 replica) attaches to the invocation the first one started instead of starting another.
 
 The key is the client's (the header, as Stripe's and OpenAI's APIs take it), scoped by the request's
-credentials and route, and held in Redis for as long as the invocation's events are (a day): a SET NX
-decides which request is first, atomically across replicas. The first request's body is held as a
+tenant (whichever of its keys sent it: a retry across a key's rotation attaches too) and route, and
+held in Redis for as long as the invocation's events are (a day): a SET NX decides which request is
+first, atomically across replicas. The first request's body is held as a
 digest: the same key with another body is a 409. A first request refused before its invocation
 started (at capacity, its conversation busy) lets the key go, so that its retry starts afresh; one
 that died before starting it lets its starting lease lapse, and a retry then starts it afresh too.
@@ -136,14 +137,15 @@ async def until_started(key: IdempotencyKey | None, invocation_id: str) -> Async
             renewing.cancel()
 
 
-def key_of(request: Request, client: aioredis.Redis, route: str, body: bytes) -> IdempotencyKey | None:
-    """The request's `Idempotency-Key` (None without one); a 400 for one that is empty, too long, or
-    not printable ASCII."""
+def key_of(
+    request: Request, client: aioredis.Redis, route: str, body: bytes, tenant: str
+) -> IdempotencyKey | None:
+    """The request's `Idempotency-Key` (None without one), `tenant`'s: another tenant's same key names
+    another request; a 400 for one that is empty, too long, or not printable ASCII."""
     given = request.headers.get(HEADER)
     if given is None:
         return None
     if not given or len(given) > MAX_KEY_CHARS or not (given.isascii() and given.isprintable()):
         raise ApiError(400, f"{HEADER} must be 1 to {MAX_KEY_CHARS} printable ASCII characters", param=HEADER)
-    credentials = request.headers.get("authorization", "")
-    scope = hashlib.sha256(f"{credentials}\0{route}\0{given}".encode()).hexdigest()
+    scope = hashlib.sha256(f"{tenant}\0{route}\0{given}".encode()).hexdigest()
     return IdempotencyKey(client, KEY.format(scope), body)

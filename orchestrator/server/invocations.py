@@ -37,7 +37,9 @@ from orchestrator.result import (
 )
 from orchestrator.server.error_shape import invocation_failure
 from orchestrator.server.events import EVENTS_TTL_S, EventLog
+from orchestrator.server.tenants import DEFAULT_TENANT
 from orchestrator.service import AiService
+from orchestrator.telemetry.metrics import SERVED_ENDED, SERVED_STARTED
 from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY, COMPENSATION_PREFIX
 
 __all__ = ["Invocations", "Run", "call_finished"]
@@ -57,6 +59,7 @@ class Run:
     memory: ChatMemory
     parameters: Mapping[str, Any] | None
     conversation_id: str | None = None
+    tenant: str = DEFAULT_TENANT  # whose it is (the request's key's): told in its first event
     resuming: bool = False  # go on with a paused invocation whose calls are all decided
     adopting: bool = False  # carry on an invocation this replica adopted from a dead one
     # Told every event of the stream as it comes, then how the invocation ended: its CompleteResponse
@@ -90,6 +93,7 @@ class Invocations:
         # as it is adopted (`invocation.adopted`).
         if not run.resuming and not run.adopting:
             await self.events.add(run.invocation_id, {"type": "invocation.started", **_origin(run)})
+            SERVED_STARTED.labels(run.agent, run.tenant).inc()
         finished = False
 
         async def finish_once() -> None:
@@ -246,22 +250,32 @@ class Invocations:
                             )
                         elif isinstance(event, CompleteResponse):
                             await wrap_up()
-                            await add(invocation_id, completed_event(event, time.monotonic() - started))
+                            ending = completed_event(event, time.monotonic() - started)
+                            await add(invocation_id, ending)
+                            SERVED_ENDED.labels(run.agent, run.tenant, ending["type"].split(".")[1]).inc()
                             tell(event)
         except asyncio.CancelledError as exc:
             await wrap_up()
             await add(invocation_id, {"type": "invocation.cancelled", "invocation_id": invocation_id})
+            SERVED_ENDED.labels(run.agent, run.tenant, "cancelled").inc()
             tell(exc)
         except Exception as exc:
             failure = exc if isinstance(exc, ApiError) else invocation_failure(exc, invocation_id)
             await wrap_up()
             await add(invocation_id, {"type": "invocation.failed", "error": failure.message})
+            SERVED_ENDED.labels(run.agent, run.tenant, "failed").inc()
             tell(failure)
 
 
 def _origin(run: Run) -> dict[str, Any]:
-    """Who asked for the invocation: its first event's fields, read by whoever resumes it."""
-    return {"invocation_id": run.invocation_id, "agent": run.agent, "conversation_id": run.conversation_id}
+    """Who asked for the invocation: its first event's fields, read by whoever resumes it, and by
+    every route that names it (its tenant)."""
+    return {
+        "invocation_id": run.invocation_id,
+        "agent": run.agent,
+        "conversation_id": run.conversation_id,
+        "tenant": run.tenant,
+    }
 
 
 async def _settle(pending: set[asyncio.Future[Any]]) -> None:

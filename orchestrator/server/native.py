@@ -32,6 +32,7 @@ from orchestrator.server.state import (
     read_body,
     service_state,
 )
+from orchestrator.server.visibility import sees_invocation, viewer_of
 
 __all__ = ["router"]
 
@@ -56,14 +57,17 @@ async def start_invocation(name: str, request: Request) -> Response:
     raw = await read_body(request, state.serve.max_body_bytes)
     body = _invocation_request(raw)
     service = find_agent(state, name, param=None)
+    tenant = viewer_of(request).tenant
     invocation_id = str(uuid.uuid4())
-    key = key_of(request, state.redis, f"agents/{name}/invocations", raw)
+    key = key_of(request, state.redis, f"agents/{name}/invocations", raw, tenant)
     if key is not None and (first := await key.claim(invocation_id)) != invocation_id:
         # sent again: the first one's invocation, once it has started (a 409 if it never does: the
         # request is sent again, and starts it afresh once the first one's starting lease lapsed)
         await Attached(state.events, key, first, state.serve.turn_wait_s).started()
         return _started(request, state, name, first)
     question = UserMessage(body.input)
+    # the request's tenant, whatever the client sent as `tenant`: a client claims no other tenant
+    parameters = {**(body.parameters or {}), "tenant": tenant}
 
     def run(memory: ChatMemory) -> Run:
         return Run(
@@ -72,12 +76,13 @@ async def start_invocation(name: str, request: Request) -> Response:
             service,
             question,
             memory,
-            body.parameters,
+            parameters,
             conversation_id=body.conversation_id,
+            tenant=tenant,
         )
 
     async with until_started(key, invocation_id):
-        await start_turn(state, state.admit(), name, body.conversation_id, [], run)
+        await start_turn(state, state.admit(), name, body.conversation_id, [], run, tenant=tenant)
     return _started(request, state, name, invocation_id)
 
 
@@ -111,7 +116,7 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
             400, f"Last-Event-ID {given!r} is not an event id of this service", param="Last-Event-ID"
         )
     invocation_id = checked_id(invocation_id)
-    if not await state.events.exists(invocation_id):
+    if not await state.events.exists(invocation_id) or not await _sees(request, state, invocation_id):
         raise ApiError(404, f"no events of invocation {invocation_id}", code=NOT_FOUND)
     return StreamingResponse(state.events.follow(invocation_id, after), media_type="text/event-stream")
 
@@ -125,7 +130,7 @@ async def invocation_story(invocation_id: str, request: Request) -> dict[str, An
     story = await once_journaled(
         state.events, checked, lambda: state.journal.run(lambda journal: _story(journal, checked))
     )
-    if story is None:
+    if story is None or not viewer_of(request).sees(story["tenant"]):
         raise ApiError(404, f"the journal has no invocation {invocation_id}", code=NOT_FOUND)
     return story
 
@@ -137,6 +142,8 @@ async def cancel_invocation(invocation_id: str, request: Request) -> dict[str, A
     `cancelled`."""
     state = service_state(request)
     invocation_id = checked_id(invocation_id)  # the canonical form from here on: the form ids are kept in
+    if not await _sees(request, state, invocation_id):
+        raise ApiError(404, f"no invocation {invocation_id} is known to this service", code=NOT_FOUND)
     if await cancel_paused_invocation(state, invocation_id):
         return {"id": invocation_id, "object": "invocation", "status": "cancelled"}
     last = await state.events.last(invocation_id)
@@ -146,6 +153,11 @@ async def cancel_invocation(invocation_id: str, request: Request) -> dict[str, A
         raise ApiError(409, f"invocation {invocation_id} has already ended ({last['type']})")
     await state.invocations.cancel(invocation_id)
     return {"id": invocation_id, "object": "invocation", "status": "cancelling"}
+
+
+async def _sees(request: Request, state: ServiceState, invocation_id: str) -> bool:
+    """Whether the request's tenant owns the invocation (an operator's sees every one)."""
+    return await sees_invocation(viewer_of(request), state.events, state.journal, invocation_id)
 
 
 def _invocation_request(body: bytes) -> InvocationRequest:

@@ -5,8 +5,16 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from orchestrator.server.tenants import (
+    DEFAULT_TENANT,
+    KEYS_FILE_VARIABLE,
+    KEYS_VARIABLE,
+    ApiKey,
+    configured_keys,
+    unique_keys,
+)
 from workers.errors import SettingsError
 
 __all__ = ["SERVE_ENVIRONMENT", "AgentSpec", "ServeSettings", "is_loopback", "parse_agents"]
@@ -14,7 +22,8 @@ __all__ = ["SERVE_ENVIRONMENT", "AgentSpec", "ServeSettings", "is_loopback", "pa
 # The service's own settings and the variables they are read from (the rest are `Settings`').
 SERVE_ENVIRONMENT = {
     "agents": "TOOLFLEET_AGENTS",
-    "api_keys": "TOOLFLEET_API_KEYS",
+    "api_keys": KEYS_VARIABLE,
+    "api_keys_file": KEYS_FILE_VARIABLE,
     "max_body_bytes": "TOOLFLEET_SERVE_MAX_BODY_BYTES",
     "max_messages": "TOOLFLEET_SERVE_MAX_MESSAGES",
     "max_invocations": "TOOLFLEET_SERVE_MAX_INVOCATIONS",
@@ -65,7 +74,8 @@ class ServeSettings:
     agents: tuple[AgentSpec, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8000
-    api_keys: tuple[str, ...] = ()
+    # Each key with its tenant and scopes; a plain string given in code is a default tenant's key.
+    api_keys: tuple[ApiKey, ...] = field(default=(), repr=False)
     max_body_bytes: int = 1 << 20
     max_messages: int = 500
     max_invocations: int = 256
@@ -74,6 +84,16 @@ class ServeSettings:
     turn_wait_s: float = 30.0  # how long a turn waits for the earlier turns of its conversation
 
     def __post_init__(self) -> None:
+        keys = tuple(k if isinstance(k, ApiKey) else ApiKey(str(k)) for k in self.api_keys)
+        object.__setattr__(self, "api_keys", unique_keys(keys))
+        if any(k.tenant != DEFAULT_TENANT for k in keys):
+            # a tenant's conversation is kept as `tenant:agent/id`, the default tenant's as `agent/id`
+            clashing = [spec.name for spec in self.agents if ":" in spec.name]
+            if clashing:
+                raise SettingsError(
+                    f"agent name {clashing[0]!r} holds ':', which tells tenants' conversations apart: "
+                    "rename the agent"
+                )
         for name in ("max_body_bytes", "max_messages", "max_invocations", "history_messages"):
             if getattr(self, name) < 1:
                 raise SettingsError(
@@ -93,7 +113,8 @@ class ServeSettings:
         if not self.api_keys and not is_loopback(self.host):
             raise SettingsError(
                 f"refusing to listen on {self.host} without API keys: set {SERVE_ENVIRONMENT['api_keys']} "
-                "(comma-separated bearer keys), or listen on 127.0.0.1"
+                f"(comma-separated bearer keys) or {SERVE_ENVIRONMENT['api_keys_file']}, "
+                "or listen on 127.0.0.1"
             )
 
     @classmethod
@@ -114,7 +135,7 @@ class ServeSettings:
         for name in ("drain_grace_s", "turn_wait_s"):
             if env.get(SERVE_ENVIRONMENT[name]):
                 values[name] = _number(env, name, float)
-        keys = tuple(k.strip() for k in env.get(SERVE_ENVIRONMENT["api_keys"], "").split(",") if k.strip())
+        keys = configured_keys(env)
         specs = parse_agents([*agents, env.get(SERVE_ENVIRONMENT["agents"], "")])
         return cls(
             agents=tuple(specs),

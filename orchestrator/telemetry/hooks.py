@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
+from orchestrator.saga._journal_tables import TENANT_NAME
 from orchestrator.telemetry.metrics import (
     APPROVAL_WAIT,
     COMPENSATIONS,
@@ -76,6 +77,10 @@ def traced_invocation(run: _F) -> _F:
             "gen_ai.conversation.id": state.memory_id,
             "toolfleet.invocation.id": invocation_id,
         }
+        tenant = getattr(state, "parameters", {}).get("tenant")
+        if isinstance(tenant, str) and TENANT_NAME.fullmatch(tenant):
+            # whose it is, the one invocation parameter a span carries: a name the service gives
+            attributes["toolfleet.tenant"] = tenant
         with bound_call(CallFields(invocation_id)), span(f"invoke_agent {service}", attributes) as current:
             try:
                 result = await run(config, state, *rest)

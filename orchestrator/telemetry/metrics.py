@@ -26,6 +26,8 @@ __all__ = [
     "INVOCATIONS",
     "MODEL_DURATION",
     "MODEL_TOKENS",
+    "SERVED_ENDED",
+    "SERVED_STARTED",
     "TOOL_CALLS",
     "TOOL_DURATION",
     "TOOL_IN_FLIGHT",
@@ -74,6 +76,19 @@ MODEL_TOKENS = Counter(
     "toolfleet_model_tokens",
     "Tokens the model calls used, by type (input, output)",
     ("service", "provider", "type"),
+)
+# The invocations `toolfleet serve` runs, by agent and tenant: tenants are the service's configured
+# keys', so their number is bounded by its configuration, never by what clients send.
+SERVED_STARTED = Counter(
+    "toolfleet_served_invocations_started",
+    "Invocations the service started for its clients, by agent and tenant",
+    ("agent", "tenant"),
+)
+SERVED_ENDED = Counter(
+    "toolfleet_served_invocations_ended",
+    "Invocations the service ran that ended (or paused), by agent, tenant and outcome "
+    "(completed, paused, failed, cancelled)",
+    ("agent", "tenant", "outcome"),
 )
 
 APPROVAL_WAIT = Histogram(

@@ -47,6 +47,7 @@ def test_the_started_event_is_written_before_start_returns() -> None:
                 "invocation_id": "inv-1",
                 "agent": "clerk",
                 "conversation_id": "c-1",
+                "tenant": "default",  # whose it is: every route that names it checks
             },
         )
     ]

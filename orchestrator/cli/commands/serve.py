@@ -49,10 +49,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return refuse("serve", exc)
     if not serve.api_keys:
         print(
-            f"toolfleet serve: no API keys ({SERVE_ENVIRONMENT['api_keys']} is empty): every request is "
-            f"accepted, so the service listens on {serve.host} only",
+            f"toolfleet serve: no API keys ({SERVE_ENVIRONMENT['api_keys']} and "
+            f"{SERVE_ENVIRONMENT['api_keys_file']} give none): every request is accepted, as an operator "
+            f"of the default tenant, so the service listens on {serve.host} only",
             file=sys.stderr,
         )
+    else:
+        tenants = sorted({key.tenant for key in serve.api_keys})
+        print(f"toolfleet serve: API keys of tenants {', '.join(tenants)}", file=sys.stderr)
     print(
         f"toolfleet serve: agents {', '.join(agents)} on http://{serve.host}:{serve.port}/v1", file=sys.stderr
     )

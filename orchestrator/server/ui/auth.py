@@ -5,6 +5,8 @@ one of the service's keys (`TOOLFLEET_API_KEYS`) on a form: the view answers wit
 (HttpOnly, SameSite=Strict) whose value is a random nonce, its time of issue, and an HMAC of both
 under that key: nothing is kept on the server, any replica checks it, and removing the key ends its
 sessions. With `TOOLFLEET_UI_BASIC_AUTH` the browser's HTTP basic authentication is asked instead.
+A session is its key's tenant's (`Session.viewer`): it sees that tenant's invocations, or every
+tenant's with the key's `admin` scope; basic authentication and an open view let operators in.
 
 Every form carries a token derived from the session (an HMAC of its nonce under the same secret),
 checked on every POST: a page of another site can make a browser send the cookie or the basic
@@ -25,6 +27,7 @@ from urllib.parse import parse_qs
 from fastapi import Request
 from fastapi.responses import Response
 
+from orchestrator.server.tenants import OPERATOR, Viewer, matching_key
 from orchestrator.server.ui.settings import UiSettings
 
 __all__ = [
@@ -49,11 +52,13 @@ _PROCESS_SECRET = secrets.token_bytes(32)  # signs sessions of an open view (no 
 
 @dataclass(frozen=True)
 class Session:
-    """A signed-in browser: the nonce of its cookie and the secret that signed it."""
+    """A signed-in browser: the nonce of its cookie, the secret that signed it, and who it is (the
+    tenant of the key that signed it)."""
 
     nonce: str
     issued_at: int
     secret: bytes
+    viewer: Viewer
 
     @property
     def cookie(self) -> str:
@@ -68,27 +73,25 @@ class Session:
         return bool(token) and hmac.compare_digest(str(token).encode(), self.csrf_token.encode())
 
 
-def secrets_of(ui: UiSettings) -> list[bytes]:
-    """What may sign a session: each key, the basic credentials, or this process's own secret."""
+def signers_of(ui: UiSettings) -> list[tuple[bytes, Viewer]]:
+    """What may sign a session, and who a session it signed is: each key (its tenant), the basic
+    credentials or this process's own secret (an operator)."""
     if ui.basic_auth:
-        return [ui.basic_auth.encode()]
+        return [(ui.basic_auth.encode(), OPERATOR)]
     if ui.api_keys:
-        return [key.encode() for key in ui.api_keys]
-    return [_PROCESS_SECRET]
+        return [(key.key.encode(), key.viewer) for key in ui.api_keys]
+    return [(_PROCESS_SECRET, OPERATOR)]
 
 
 def key_session(ui: UiSettings, presented: str) -> Session | None:
     """A new session signed by the key `presented`, if it is one of the service's (checked in
     constant time against each)."""
-    matched: bytes | None = None
-    for key in ui.api_keys:
-        if hmac.compare_digest(presented.encode(), key.encode()):
-            matched = key.encode()
-    return None if matched is None else issue_session(matched)
+    matched = matching_key(ui.api_keys, presented)
+    return None if matched is None else issue_session(matched.key.encode(), matched.viewer)
 
 
-def issue_session(secret: bytes) -> Session:
-    return Session(secrets.token_urlsafe(18), int(time.time()), secret)
+def issue_session(secret: bytes, viewer: Viewer) -> Session:
+    return Session(secrets.token_urlsafe(18), int(time.time()), secret, viewer)
 
 
 def session_of(ui: UiSettings, request: Request) -> Session | None:
@@ -99,9 +102,9 @@ def session_of(ui: UiSettings, request: Request) -> Session | None:
         return None
     if time.time() - int(issued) > SESSION_TTL_S:
         return None
-    for secret in secrets_of(ui):
+    for secret, viewer in signers_of(ui):
         if hmac.compare_digest(mac.encode(), _mac(secret, "session", nonce, int(issued)).encode()):
-            return Session(nonce, int(issued), secret)
+            return Session(nonce, int(issued), secret, viewer)
     return None
 
 

@@ -71,7 +71,7 @@ def ui_context(request: Request) -> UiContext:
         ui = UiSettings(
             host=service.serve.host,
             port=service.serve.port,
-            api_keys=service.serve.api_keys,
+            api_keys=service.serve.api_keys,  # each with its tenant and scopes
             basic_auth=ui.basic_auth,
             flower_url=ui.flower_url,
         )

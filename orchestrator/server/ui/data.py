@@ -91,8 +91,9 @@ def first_words(text: str | None) -> str:
     return shown + (" …" if shown != " ".join(words) else "")
 
 
-def run_rows(journal: Journal, chosen: RunFilter) -> list[RunRow]:
-    """The invocations `chosen` keeps, latest first, with their number of calls and of undone calls."""
+def run_rows(journal: Journal, chosen: RunFilter, tenant: str | None = None) -> list[RunRow]:
+    """The invocations `chosen` keeps (of `tenant` only, if given), latest first, with their number of
+    calls and of undone calls."""
     calls = (
         sa.select(tool_calls.c.invocation_id, sa.func.count().label("n"))
         .group_by(tool_calls.c.invocation_id)
@@ -121,6 +122,8 @@ def run_rows(journal: Journal, chosen: RunFilter) -> list[RunRow]:
         .order_by(invocations.c.started_at.desc())
         .limit(chosen.limit)
     )
+    if tenant is not None:
+        query = query.where(invocations.c.tenant == tenant)
     if chosen.agent:
         query = query.where(invocations.c.service_name == chosen.agent)
     if chosen.state == "completed":
@@ -148,8 +151,11 @@ def run_rows(journal: Journal, chosen: RunFilter) -> list[RunRow]:
     ]
 
 
-def agent_names(journal: Journal) -> list[str]:
+def agent_names(journal: Journal, tenant: str | None = None) -> list[str]:
+    """The agents of the journal's invocations (of `tenant`'s, if given), for the list's filter."""
     query = sa.select(invocations.c.service_name).where(invocations.c.service_name.is_not(None)).distinct()
+    if tenant is not None:
+        query = query.where(invocations.c.tenant == tenant)
     return sorted(str(row["service_name"]) for row in journal.select(query))
 
 
@@ -244,14 +250,16 @@ def catalog_pools(client: redis.Redis) -> tuple[list[WorkerEntry], dict[str, dic
     return workers, beats
 
 
-def calls_in_flight(journal: Journal) -> dict[str, int]:
-    """Dispatched calls of unfinished invocations, by pool."""
+def calls_in_flight(journal: Journal, tenant: str | None = None) -> dict[str, int]:
+    """Dispatched calls of unfinished invocations (of `tenant`'s, if given), by pool."""
     query = (
         sa.select(tool_calls.c.pool, sa.func.count().label("n"))
         .join(invocations, invocations.c.id == tool_calls.c.invocation_id)
         .where(tool_calls.c.state == "dispatched", invocations.c.state.in_(ACTIVE))
         .group_by(tool_calls.c.pool)
     )
+    if tenant is not None:
+        query = query.where(invocations.c.tenant == tenant)
     return {str(row["pool"] or "—"): int(row["n"]) for row in journal.select(query)}
 
 

@@ -14,6 +14,7 @@ from orchestrator.errors import ApiError, OrchestratorError
 from orchestrator.saga.journal import ApprovalRecord, InvocationRecord, Journal
 from orchestrator.server.approvals import decide_calls, resume_in_background
 from orchestrator.server.state import ServiceState
+from orchestrator.server.tenants import Viewer
 from orchestrator.server.ui.auth import Session
 from orchestrator.server.ui.context import UiContext
 from orchestrator.server.ui.pages import acted, common, guarded, uuid_or_none
@@ -32,8 +33,8 @@ class Waiting:
     approvals: list[ApprovalRecord]
 
 
-def waiting(journal: Journal, invocation_id: str | None = None) -> list[Waiting]:
-    """The pending calls, by invocation (of one, or of all), oldest first."""
+def waiting(journal: Journal, invocation_id: str | None = None, *, viewer: Viewer) -> list[Waiting]:
+    """The pending calls, by invocation (of one, or of all `viewer` sees), oldest first."""
     pending = journal.approvals(invocation_id, state=ApprovalState.PENDING)
     found: dict[str, list[ApprovalRecord]] = {}
     for approval in pending:
@@ -41,7 +42,7 @@ def waiting(journal: Journal, invocation_id: str | None = None) -> list[Waiting]
     views = []
     for key, approvals in found.items():
         record = journal.invocation(key)
-        if record is not None:
+        if record is not None and viewer.sees(record.tenant):
             views.append(Waiting(record, approvals))
     return views
 
@@ -49,7 +50,7 @@ def waiting(journal: Journal, invocation_id: str | None = None) -> list[Waiting]
 @router.get("/approvals")
 async def approvals_page(request: Request) -> Response:
     async def page(request: Request, context: UiContext, session: Session) -> Response:
-        views = await context.journal.run(waiting)
+        views = await context.journal.run(lambda journal: waiting(journal, viewer=session.viewer))
         return html("approvals.html", waiting=views, **common(context, session))
 
     return await guarded(request, page)
@@ -67,7 +68,14 @@ async def decide(invocation_id: str, request: Request) -> Response:
             decision = _decision(fields)
             service: ServiceState | None = getattr(request.app.state, "toolfleet", None)
             resume = None if service is None else (lambda: resume_in_background(service, checked))
-            await decide_calls(context.journal, checked, {fields.get("call_id", ""): decision}, "ui", resume)
+            await decide_calls(
+                context.journal,
+                checked,
+                {fields.get("call_id", ""): decision},
+                "ui",
+                resume,
+                viewer=session.viewer,
+            )
         except ApiError as exc:
             return html(
                 "message.html",

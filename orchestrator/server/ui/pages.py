@@ -27,13 +27,14 @@ from orchestrator.server.ui.auth import (
     form_fields,
     issue_session,
     key_session,
-    secrets_of,
     session_of,
     set_cookie,
+    signers_of,
     valid_login_nonce,
 )
 from orchestrator.server.ui.context import UiContext, ui_context
 from orchestrator.server.ui.render import html, static_file
+from orchestrator.server.visibility import sees_invocation
 
 __all__ = ["Page", "acted", "common", "guarded", "router", "uuid_or_none"]
 
@@ -56,7 +57,7 @@ async def guarded(request: Request, page: Page) -> Response:
         if ui.api_keys and not ui.basic_auth:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
-        session = issue_session(secrets_of(ui)[0])  # what the forms' tokens are tied to
+        session = issue_session(*signers_of(ui)[0])  # what the forms' tokens are tied to
     response = await page(request, context, session)
     if fresh:
         set_cookie(response, request, SESSION_COOKIE, session.cookie, SESSION_TTL_S)
@@ -115,8 +116,9 @@ async def _invocations(request: Request, context: UiContext, session: Session) -
         state=query.get("state", "") if query.get("state", "") in data.STATES else "",
         since=query.get("since", "all") if query.get("since", "all") in data.SINCE else "all",
     )
+    only = session.viewer.only  # a tenant's rows only, in SQL; an operator's: every tenant's
     rows, agents = await context.journal.run(
-        lambda journal: (data.run_rows(journal, chosen), data.agent_names(journal))
+        lambda journal: (data.run_rows(journal, chosen, only), data.agent_names(journal, only))
     )
     active = any(row.state in data.ACTIVE for row in rows)
     template = "_rows.html" if request.url.path.endswith("/rows") else "invocations.html"
@@ -153,7 +155,7 @@ async def _invocation(
     if checked is not None and template == "invocation.html":
         after = await context.events.last_id(checked)
     story = None if checked is None else await _story_of(context, checked)
-    if story is None:
+    if story is None or not session.viewer.sees(story.record.tenant):  # another tenant's: unknown
         return html(
             "message.html",
             status_code=404,
@@ -179,7 +181,11 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
 
     async def stream(request: Request, context: UiContext, session: Session) -> Response:
         checked = uuid_or_none(invocation_id)
-        if checked is None or not await context.events.exists(checked):
+        if (
+            checked is None
+            or not await context.events.exists(checked)
+            or not await sees_invocation(session.viewer, context.events, context.journal, checked)
+        ):
             return Response("no events", status_code=404, media_type="text/plain")
         after = stream_position(
             request.headers.get("last-event-id") or request.query_params.get("after") or "0"
@@ -203,7 +209,8 @@ async def pools_page(request: Request) -> Response:
 
 async def _pools(request: Request, context: UiContext, session: Session) -> Response:
     workers, beats = await asyncio.to_thread(data.catalog_pools, context.redis)
-    in_flight = await context.journal.run(data.calls_in_flight)
+    only = session.viewer.only
+    in_flight = await context.journal.run(lambda journal: data.calls_in_flight(journal, only))
     return html(
         "pools.html",
         pools=data.pool_views(workers, beats, in_flight),

@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from orchestrator.server.settings import SERVE_ENVIRONMENT, is_loopback
+from orchestrator.server.tenants import ApiKey, configured_keys, unique_keys
 from workers.errors import SettingsError
 
 __all__ = ["UI_ENVIRONMENT", "UiSettings"]
 
-# The run view's own variables (the API keys are the service's: `TOOLFLEET_API_KEYS`).
+# The run view's own variables (the API keys are the service's: `TOOLFLEET_API_KEYS` and the file
+# `TOOLFLEET_API_KEYS_FILE` names).
 UI_ENVIRONMENT = {
     "flower_url": "TOOLFLEET_FLOWER_URL",
     "basic_auth": "TOOLFLEET_UI_BASIC_AUTH",
@@ -21,15 +23,20 @@ UI_ENVIRONMENT = {
 @dataclass(frozen=True)
 class UiSettings:
     """Where `toolfleet ui` listens, who may look (the service's bearer keys, through a login form, or
-    HTTP basic authentication with `basic_auth` = `user:password`), and Flower's address for links."""
+    HTTP basic authentication with `basic_auth` = `user:password`), and Flower's address for links.
+    A person signed in with a key sees its tenant's invocations (every tenant's with the `admin`
+    scope); basic authentication and an open view let operators in, who see every tenant's."""
 
     host: str = "127.0.0.1"
     port: int = 8001
-    api_keys: tuple[str, ...] = field(default=(), repr=False)
+    # A plain string given in code is a default tenant's key.
+    api_keys: tuple[ApiKey, ...] = field(default=(), repr=False)
     basic_auth: str = field(default="", repr=False)
     flower_url: str = ""
 
     def __post_init__(self) -> None:
+        keys = tuple(k if isinstance(k, ApiKey) else ApiKey(str(k)) for k in self.api_keys)
+        object.__setattr__(self, "api_keys", unique_keys(keys))
         if self.basic_auth and not self.basic_auth.partition(":")[0].strip():
             raise SettingsError(f"{UI_ENVIRONMENT['basic_auth']} must be user:password")
         if self.basic_auth and not self.basic_auth.partition(":")[2]:
@@ -60,7 +67,7 @@ class UiSettings:
         cls, host: str | None = None, port: int | None = None, environ: Mapping[str, str] | None = None
     ) -> UiSettings:
         env = os.environ if environ is None else environ
-        keys = tuple(k.strip() for k in env.get(SERVE_ENVIRONMENT["api_keys"], "").split(",") if k.strip())
+        keys = configured_keys(env)
         return cls(
             host=host or "127.0.0.1",
             port=8001 if port is None else port,

@@ -166,6 +166,7 @@ def test_a_chat_completion_that_pauses_says_what_waits_and_an_approval_anywhere_
         "invocation_id": invocation_id,
         "agent": BANKER,
         "conversation_id": None,
+        "tenant": "default",  # a plain key's
     }
 
     # when: the call is approved on the other replica

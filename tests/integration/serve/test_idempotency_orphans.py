@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 
 from orchestrator.server.events import EventLog
 from orchestrator.server.idempotency import IdempotencyKey
-from tests.integration.serve.replicas import AGENT, API_KEY, Replica
+from tests.integration.serve.replicas import AGENT, Replica
 from tests.integration.serve.test_invocations import AUTH, _read_all
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,8 @@ def replica_changes() -> dict[str, str | None]:
 def _held_by_a_dead_request(redis_url: str, body: bytes, key: str, *, lease: bool) -> str:
     """The key as a first request left it when its replica died after taking it, before starting its
     invocation: held, naming an invocation with no events; its starting lease still there or lapsed."""
-    scope = hashlib.sha256(f"Bearer {API_KEY}\0agents/{AGENT}/invocations\0{key}".encode()).hexdigest()
+    # scoped by the request's tenant: the default tenant's, `API_KEY` being a plain key
+    scope = hashlib.sha256(f"default\0agents/{AGENT}/invocations\0{key}".encode()).hexdigest()
     name, never = f"toolfleet:idempotency:{scope}", str(uuid.uuid4())
     client = redis.Redis.from_url(redis_url)
     client.set(name, json.dumps({"invocation_id": never, "body": hashlib.sha256(body).hexdigest()}), ex=600)
