@@ -13,6 +13,7 @@ from orchestrator.approvals import (
     approve,
     reject,
 )
+from orchestrator.budgets import Budget, ModelPrice
 from orchestrator.errors import *  # noqa: F403 - every error, listed once in `errors.__all__`
 from orchestrator.executors import CeleryExecutor, LocalExecutor, ToolExecutor
 from orchestrator.executors.celery import CallEvent
@@ -63,6 +64,7 @@ __all__ = [
     "ApprovalRequested",
     "ApprovalState",
     "AsyncJournal",
+    "Budget",
     "CallEvent",
     "CallState",
     "CeleryExecutor",
@@ -74,6 +76,7 @@ __all__ = [
     "InvocationState",
     "Journal",
     "LocalExecutor",
+    "ModelPrice",
     "OpenAiChatModel",
     "Result",
     "RetryPolicy",

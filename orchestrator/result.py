@@ -34,6 +34,8 @@ class Result:
     invocation_id: str | None = None
     # With `FinishReason.APPROVAL_REQUIRED`: the calls waiting for a person (`AiService.resume`).
     pending_approvals: list[ApprovalRecord] = field(default_factory=list)
+    # With `FinishReason.BUDGET_EXCEEDED`: which budget stopped it, and why.
+    budget_exceeded: str | None = None
 
 
 @dataclass(frozen=True)

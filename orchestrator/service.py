@@ -8,15 +8,15 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from types import MappingProxyType
 from typing import Any
 
 from orchestrator.approvals import DEFAULT_APPROVAL_TIMEOUT_S, ApprovalDecision, ApprovalPolicy
+from orchestrator.budgets import Budget
 from orchestrator.errors import OrchestratorError
-from orchestrator.executors.base import ToolExecutor, fanout_limit
+from orchestrator.executors.base import ToolExecutor
 from orchestrator.executors.local import LocalExecutor
 from orchestrator.handlers import ToolArgumentsErrorHandler, ToolExecutionErrorHandler
 from orchestrator.loop.adopting import carry_on, claim_adoption
@@ -30,7 +30,7 @@ from orchestrator.loop.config import (
     OnOrchestratorLoss,
     SystemMessage,
 )
-from orchestrator.loop.configuration import ServiceConfiguration
+from orchestrator.loop.configuration import ServiceConfiguration, fanout_of
 from orchestrator.loop.resuming import resume
 from orchestrator.loop.run import run_invocation
 from orchestrator.loop.service_tool import service_tool
@@ -75,7 +75,8 @@ class AiService(ServiceConfiguration):
 
     `max_fanout` bounds the tool calls of one invocation in flight at once; by default it is the
     executor's (`TOOLFLEET_MAX_FANOUT`, default 64), the same limit `execute_batch()` applies.
-    `max_concurrent_tool_calls=` is a deprecated alias of it.
+    `max_concurrent_tool_calls=` is a deprecated alias of it. `budget` bounds what each invocation
+    spends, `daily_budgets` what each tenant spends per day (`orchestrator.budgets`).
 
     The configuration is read once, when the service is built, into the frozen `LoopConfig` every
     invocation shares; the attributes that show it are read-only.
@@ -107,6 +108,8 @@ class AiService(ServiceConfiguration):
         approval_timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S,
         compensate_on_rejection: bool = False,
         on_orchestrator_loss: OnOrchestratorLoss = "resume",
+        budget: Budget | None = None,
+        daily_budgets: Mapping[str, Budget] | None = None,
     ) -> None:
         if chat_memory is not None and chat_memory_provider is not None:
             raise OrchestratorError("Give chat_memory or chat_memory_provider, not both")
@@ -114,25 +117,8 @@ class AiService(ServiceConfiguration):
             raise OrchestratorError(f"approval_timeout_s must be positive seconds, got {approval_timeout_s}")
         if max_tool_calling_round_trips < 1:
             raise OrchestratorError("max_tool_calling_round_trips must be at least 1")
-        if max_concurrent_tool_calls is not None:
-            warnings.warn(
-                "AiService(max_concurrent_tool_calls=) is deprecated: use max_fanout= "
-                "(or TOOLFLEET_MAX_FANOUT), the one fan-out limit",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if max_fanout is not None and max_fanout != max_concurrent_tool_calls:
-                raise OrchestratorError(
-                    f"max_fanout={max_fanout} and its deprecated alias "
-                    f"max_concurrent_tool_calls={max_concurrent_tool_calls} disagree: give max_fanout only"
-                )
-            max_fanout = max_concurrent_tool_calls
         executor = executor if executor is not None else LocalExecutor()
-        max_fanout = max_fanout if max_fanout is not None else fanout_limit(executor)
-        if max_fanout < 1:
-            raise OrchestratorError(
-                f"max_fanout must be at least 1, got {max_fanout} (set max_fanout= or TOOLFLEET_MAX_FANOUT)"
-            )
+        max_fanout = fanout_of(executor, max_fanout, max_concurrent_tool_calls)
         providers = list(tool_providers)
         # No tools given: those live workers serve, when the executor knows them (CeleryExecutor).
         # Tool providers choose the tools themselves (they may be there to narrow them down).
@@ -178,6 +164,8 @@ class AiService(ServiceConfiguration):
             approval_timeout_s=approval_timeout_s,
             compensate_on_rejection=compensate_on_rejection,
             on_orchestrator_loss=on_orchestrator_loss,
+            budget=budget,
+            daily_budgets=MappingProxyType(dict(daily_budgets or {})),
         )
 
     # -- the edges --------------------------------------------------------------------------------

@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, TypeAlias
 
+import redis
+
 from orchestrator.approvals import DEFAULT_APPROVAL_TIMEOUT_S, ApprovalPolicy
+from orchestrator.budgets import Budget, TenantBudgets
 from orchestrator.errors import OrchestratorError
 from orchestrator.executors.base import ToolExecutor
 from orchestrator.handlers import (
@@ -134,6 +137,8 @@ class LoopConfig:
     # What becomes of a journaled invocation whose orchestrator dies: carried on by another
     # ("resume", from its checkpoints) or undone ("compensate").
     on_orchestrator_loss: OnOrchestratorLoss = "resume"
+    budget: Budget | None = None  # what each invocation may spend
+    daily_budgets: Mapping[str, Budget] = field(default_factory=dict)  # each tenant's, per day
     handlers: Mapping[Mode, EdgeHandlers] = field(init=False)  # those of each edge, defaults filled in
     cancel_redis_url: str | None = field(init=False)  # where cancel requests come from (worker pools)
     heartbeat_s: float = field(init=False)  # how often a journaled invocation beats (settings)
@@ -143,6 +148,7 @@ class LoopConfig:
     # What `achat` and `stream` journal through, never blocking their loop: for a Journal, an
     # AsyncJournal over its database.
     journal_runner: JournalRunner | None = field(init=False)
+    tenant_budgets: TenantBudgets | None = field(init=False)  # `daily_budgets`, counted in Redis
 
     def __post_init__(self) -> None:
         if self.on_orchestrator_loss not in ("resume", "compensate"):
@@ -156,6 +162,7 @@ class LoopConfig:
             "journal_runner": journal_runner(self.journal),
             "cancel_redis_url": _redis_url_of(self.executor),
             "heartbeat_s": _heartbeat_of(self.executor) if self.journal is not None else 0.0,
+            "tenant_budgets": _tenant_budgets(self.daily_budgets, _redis_url_of(self.executor)),
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
@@ -190,6 +197,17 @@ def _heartbeat_of(executor: ToolExecutor) -> float:
 
     settings = executor.settings if isinstance(executor, CeleryExecutor) else Settings.from_env()
     return settings.invocation_heartbeat_s
+
+
+def _tenant_budgets(budgets: Mapping[str, Budget], redis_url: str | None) -> TenantBudgets | None:
+    if not budgets:
+        return None
+    if redis_url is None:
+        raise OrchestratorError(
+            "daily_budgets need an executor on worker pools (CeleryExecutor): their counters are kept "
+            "in its Redis, shared by every orchestrator"
+        )
+    return TenantBudgets(budgets, redis.Redis.from_url(redis_url))
 
 
 def _redis_url_of(executor: ToolExecutor) -> str | None:

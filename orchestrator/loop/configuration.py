@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping
 
-from orchestrator.executors.base import ToolExecutor
+from orchestrator.budgets import Budget
+from orchestrator.errors import OrchestratorError
+from orchestrator.executors.base import ToolExecutor, fanout_limit
 from orchestrator.handlers import ToolArgumentsErrorHandler, ToolExecutionErrorHandler
 from orchestrator.loop.config import HallucinatedToolNameStrategy, LoopConfig, SystemMessage
 from orchestrator.memory import ChatMemory
@@ -14,7 +17,7 @@ from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
 from orchestrator.search import ToolSearchStrategy
 
-__all__ = ["ServiceConfiguration"]
+__all__ = ["ServiceConfiguration", "fanout_of"]
 
 
 class ServiceConfiguration:
@@ -95,3 +98,35 @@ class ServiceConfiguration:
     @property
     def approval_timeout_s(self) -> float:
         return self._config.approval_timeout_s
+
+    @property
+    def budget(self) -> Budget | None:
+        return self._config.budget
+
+    @property
+    def daily_budgets(self) -> Mapping[str, Budget]:
+        return self._config.daily_budgets
+
+
+def fanout_of(executor: ToolExecutor, max_fanout: int | None, max_concurrent_tool_calls: int | None) -> int:
+    """The fan-out limit a service is given (`max_fanout`, or its deprecated alias), else its
+    executor's."""
+    if max_concurrent_tool_calls is not None:
+        warnings.warn(
+            "AiService(max_concurrent_tool_calls=) is deprecated: use max_fanout= "
+            "(or TOOLFLEET_MAX_FANOUT), the one fan-out limit",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if max_fanout is not None and max_fanout != max_concurrent_tool_calls:
+            raise OrchestratorError(
+                f"max_fanout={max_fanout} and its deprecated alias "
+                f"max_concurrent_tool_calls={max_concurrent_tool_calls} disagree: give max_fanout only"
+            )
+        max_fanout = max_concurrent_tool_calls
+    max_fanout = max_fanout if max_fanout is not None else fanout_limit(executor)
+    if max_fanout < 1:
+        raise OrchestratorError(
+            f"max_fanout must be at least 1, got {max_fanout} (set max_fanout= or TOOLFLEET_MAX_FANOUT)"
+        )
+    return max_fanout

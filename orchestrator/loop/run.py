@@ -16,6 +16,15 @@ from typing import Any
 
 from orchestrator.approvals import ApprovalRecord
 from orchestrator.errors import OrchestratorError, RoundTripLimitError
+from orchestrator.loop import checkpoints
+from orchestrator.loop.budgeting import (
+    before_model,
+    may_start,
+    not_run,
+    refused_calls,
+    spent_on_model,
+    stopped,
+)
 from orchestrator.loop.calls import (
     Call,
     CallStatus,
@@ -32,12 +41,9 @@ from orchestrator.loop.replay import Replayed, replayed_batch
 from orchestrator.loop.state import RunState, ask_providers, visible
 from orchestrator.loop.toolset import unique_id, with_unique_ids
 from orchestrator.messages import (
-    AiMessage,
     ChatMessage,
     SystemMessage,
     ToolExecutionResultMessage,
-    message_to_json,
-    messages_to_json,
 )
 from orchestrator.models.base import (
     ChatRequest,
@@ -53,7 +59,6 @@ from orchestrator.saga._journal_writes import start_write
 from orchestrator.saga.async_journal import beating, to_the_end
 from orchestrator.saga.states import CANCELLED_BY_CALLER, InvocationState
 from orchestrator.telemetry import model_called, trace_carrier, traced_invocation
-from workers.tools import ToolDefinition
 
 __all__ = ["RoundTripLimitError", "adopt_invocation", "resume_invocation", "run_invocation"]
 
@@ -71,7 +76,7 @@ async def run_invocation(config: LoopConfig, state: RunState) -> Result:
         context = state.context
         # The invocation's span goes with it: whoever recovers it continues its trace.
         invocation_json = {**state.invocation().to_json(), "trace_context": trace_carrier()}
-        opening = await _opening(config, state)
+        opening = await checkpoints.opening(config, state)
         await journal.execute(start_write(journal.cipher, context, invocation_json, opening))
     return await _run(config, state, _loop(config, state))
 
@@ -192,8 +197,12 @@ async def _turns(config: LoopConfig, state: RunState) -> Result:
         request = ChatRequest(
             messages=messages, tool_specifications=specifications, tool_choice=config.tool_choice
         )
+        why = await before_model(config, state)
+        if why is not None:
+            return await stopped(config, state, why)
         started: dict[int, Call] = {}  # calls dispatched while the response streams
         response = await _ask_model(config, state, request, started)
+        await spent_on_model(config, state, response)
         if response.token_usage:
             state.token_usage = (state.token_usage or TokenUsage()) + response.token_usage
         message = with_unique_ids(response.ai_message, state.round_trips + 1, set(state.used_ids))
@@ -206,12 +215,19 @@ async def _turns(config: LoopConfig, state: RunState) -> Result:
         await state.add(message)  # the AI message is stored before its tools run
         requests = message.tool_execution_requests
         waiting = {i for i, r in enumerate(requests) if needs_approval(config, state, r)}
-        rows = await _checkpoint(config, state, message, waiting) if config.checkpointing else {}
-        batch = await run_batch(config, state, requests, started, waiting, rows)
+        refused = await refused_calls(config, state, len(requests), started)
+        skipped = {*waiting, *refused}
+        rows = await checkpoints.checkpoint(config, state, message, skipped) if config.checkpointing else {}
+        batch = await run_batch(config, state, requests, started, skipped, rows)
+        for call in batch:
+            if call.index in refused:
+                not_run(state, call, refused[call.index])
         fresh = [call for call in batch if call.index not in waiting]
         result = await _after_batch(config, state, batch, fresh, waiting)
         if result is not None:
             return result
+        if refused:
+            return await stopped(config, state, next(iter(refused.values())))
 
 
 async def _after_batch(
@@ -289,7 +305,7 @@ async def _stream_model(
         state.emit(dataclasses.replace(event, request=call_request))
         # A checkpointing invocation journals the whole response before any call is published.
         early = config.concurrently and not config.checkpointing
-        if early and not needs_approval(config, state, call_request):
+        if early and not needs_approval(config, state, call_request) and await may_start(config, state):
             if not started:
                 _check_round_trips(config, round_trip)
             call = Call(event.index, call_request)
@@ -298,35 +314,6 @@ async def _stream_model(
     if response is None:
         raise OrchestratorError(f"{config.chat_model.provider} stream ended without a complete response")
     return response
-
-
-async def _opening(config: LoopConfig, state: RunState) -> dict[str, Any] | None:
-    """The checkpoint an invocation starts from: the conversation before it, and its question."""
-    if not config.checkpointing:
-        return None
-    history = messages_to_json(await state.messages())
-    return {"history": history, "user_message": message_to_json(state.user_message)}
-
-
-async def _checkpoint(
-    config: LoopConfig, state: RunState, message: AiMessage, waiting: Collection[int]
-) -> dict[int, int]:
-    """Journal the turn's response with the intents of the calls it publishes now (those of the
-    service's tools not waiting for a person), in one transaction; their rows by index."""
-    published = [
-        (index, request, tool)
-        for index, request in enumerate(message.tool_execution_requests)
-        if index not in waiting and isinstance(tool := state.tools.get(request.name), ToolDefinition)
-    ]
-    rows, cancelled = await to_the_end(
-        state.saga.checkpoint(
-            message_to_json(message), [(request, tool) for _, request, tool in published], state.invocation()
-        )
-    )
-    if cancelled:  # journaled, never published: given up with the invocation, no row left dispatched
-        await to_the_end(state.saga.abandon(rows))
-        raise asyncio.CancelledError
-    return {index: row for (index, _, _), row in zip(published, rows, strict=False)}
 
 
 def _check_round_trips(config: LoopConfig, round_trips: int) -> None:

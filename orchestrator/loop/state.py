@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from orchestrator.budgets import InvocationSpend
 from orchestrator.loop.config import EdgeHandlers, LoopConfig, Mode
 from orchestrator.loop.toolset import Tool, add_provided_tools, visible_specifications
 from orchestrator.memory import AsyncChatMemory, ChatMemory
@@ -47,6 +48,7 @@ class RunState:
     used_ids: set[str] = field(default_factory=set)  # tool call ids given so far
     shown: set[str] = field(default_factory=set)  # the tools the model was shown with the last request
     mode: Mode = "chat"  # the edge it came through (kept when it pauses)
+    spend: InvocationSpend | None = None  # what it spent against its service's budget, if it has one
 
     def invocation(self) -> Invocation:
         """The invocation as a tool call sees it: its context and parameters as they are now."""
@@ -115,6 +117,7 @@ def new_state(
         gate=asyncio.Semaphore(config.max_fanout),
         emit=emit,
         mode=mode,
+        spend=InvocationSpend(config.budget) if config.budget is not None else None,
     )
 
 

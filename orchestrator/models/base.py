@@ -35,6 +35,7 @@ class FinishReason(StrEnum):
     CONTENT_FILTER = "CONTENT_FILTER"
     OTHER = "OTHER"
     APPROVAL_REQUIRED = "APPROVAL_REQUIRED"  # the invocation paused: calls wait for a person's approval
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"  # the invocation stopped: it would have gone past a budget
 
 
 class ToolChoice(StrEnum):
