@@ -197,7 +197,14 @@ class TenantBudgets:
         }
 
     def before_model(self, tenant: str) -> str | None:
-        """Why `tenant` may not go on today (its tokens, money or tool calls spent, or Redis away)."""
+        """Why `tenant` may not call the model now (its day's tokens or money spent, or Redis away)."""
+        return self._spent_why(tenant, calls=False)
+
+    def exhausted(self, tenant: str) -> str | None:
+        """Why `tenant` may start no invocation today: any of its day's budgets spent (or Redis away)."""
+        return self._spent_why(tenant, calls=True)
+
+    def _spent_why(self, tenant: str, *, calls: bool) -> str | None:
         budget = self.of(tenant)
         if budget is None:
             return None
@@ -213,8 +220,9 @@ class TenantBudgets:
                 return f"{whose} cannot be counted: model '{spent['unpriced']}' has no price"
             if float(spent.get("cost", 0)) >= budget.max_cost:
                 return f"{whose} of {budget.max_cost:g} is spent"
-        if budget.max_tool_calls is not None and int(spent.get("tool_calls", 0)) >= budget.max_tool_calls:
-            return f"{whose} of {budget.max_tool_calls} tool calls is spent"
+        limit = budget.max_tool_calls
+        if calls and limit is not None and int(spent.get("tool_calls", 0)) >= limit:
+            return f"{whose} of {limit} tool calls is spent"
         return None
 
     def before_calls(self, tenant: str, count: int) -> tuple[int, str | None]:

@@ -109,3 +109,8 @@ def paced_per_account(run: str, account: str, seconds: float) -> str:
 @tool("Records when it started; one start every 10 s, within 1 s", pool=POOL, rate_limit="1/10s", timeout=1.0)
 def rare(run: str, seconds: float) -> str:
     return _started(run)
+
+
+@tool("Sleeps; no limit of its own", pool=POOL, timeout=60)
+def unlimited_sleep(run: str, seconds: float) -> str:
+    return _counted(run, seconds)
