@@ -48,6 +48,7 @@ from orchestrator.saga.recovery import cancel_paused
 from orchestrator.search import ToolSearchStrategy
 from workers.calls.invocation import InvocationParameters
 from workers.errors import ToolDefinitionError
+from workers.priorities import PRIORITY_PARAMETER
 from workers.settings import Settings
 from workers.tools import ToolDefinition, check_compensations
 from workers.tools.specification import ToolSpecification
@@ -76,7 +77,9 @@ class AiService(ServiceConfiguration):
     `max_fanout` bounds the tool calls of one invocation in flight at once; by default it is the
     executor's (`TOOLFLEET_MAX_FANOUT`, default 64), the same limit `execute_batch()` applies.
     `max_concurrent_tool_calls=` is a deprecated alias of it. `budget` bounds what each invocation
-    spends, `daily_budgets` what each tenant spends per day (`orchestrator.budgets`).
+    spends, `daily_budgets` what each tenant spends per day (`orchestrator.budgets`). `priority` (0 to 9,
+    higher sooner) orders its calls before other invocations' waiting for the same pool, unless an
+    invocation's parameter `priority` says otherwise.
 
     The configuration is read once, when the service is built, into the frozen `LoopConfig` every
     invocation shares; the attributes that show it are read-only.
@@ -110,6 +113,7 @@ class AiService(ServiceConfiguration):
         on_orchestrator_loss: OnOrchestratorLoss = "resume",
         budget: Budget | None = None,
         daily_budgets: Mapping[str, Budget] | None = None,
+        priority: int | None = None,
     ) -> None:
         if chat_memory is not None and chat_memory_provider is not None:
             raise OrchestratorError("Give chat_memory or chat_memory_provider, not both")
@@ -166,6 +170,7 @@ class AiService(ServiceConfiguration):
             on_orchestrator_loss=on_orchestrator_loss,
             budget=budget,
             daily_budgets=MappingProxyType(dict(daily_budgets or {})),
+            priority=priority,
         )
 
     # -- the edges --------------------------------------------------------------------------------
@@ -227,6 +232,8 @@ class AiService(ServiceConfiguration):
         params = (
             parameters if isinstance(parameters, InvocationParameters) else InvocationParameters(parameters)
         )
+        if config.priority is not None and params.get(PRIORITY_PARAMETER) is None:
+            params.merge({PRIORITY_PARAMETER: config.priority})  # the service's, unless the caller's
         if config.catalog is not None:
             await config.catalog.refresh()
         if config.handlers_defaulted:

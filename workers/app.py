@@ -18,6 +18,7 @@ from celery import Celery
 from celery.signals import worker_init
 
 from workers.errors import ToolfleetError, ToolModuleError
+from workers.priorities import MAX_PRIORITY, PRIORITY_STEPS
 from workers.settings import Settings
 from workers.telemetry.logs import configure_logging
 from workers.tools import check_compensations
@@ -50,6 +51,10 @@ def _base_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_max_retries": 3,
         "broker_connection_timeout": 4,
         "enable_utc": True,
+        # Priorities (`workers.priorities`): RabbitMQ declares each queue with `x-max-priority`; the
+        # Redis transport keeps one list per priority.
+        "task_queue_max_priority": MAX_PRIORITY,
+        "broker_transport_options": {"priority_steps": list(PRIORITY_STEPS)},
     }
 
 
@@ -111,6 +116,7 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
         # the orchestrator, keeps the short limit so calls fail fast instead).
         broker_connection_max_retries=None,
         broker_transport_options={
+            "priority_steps": list(PRIORITY_STEPS),
             "visibility_timeout": visibility_timeout_s(settings, registry),
             # Look for messages past their visibility timeout every 10 s (kombu scans only on
             # every tenth 10 s tick by default: up to 100 s late).

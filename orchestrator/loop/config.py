@@ -36,6 +36,7 @@ from orchestrator.providers import ToolProvider
 from orchestrator.saga.async_journal import AsyncJournal, JournalRunner, journal_runner
 from orchestrator.saga.journal import Journal
 from orchestrator.search import ToolSearchStrategy
+from workers.priorities import check_priority
 from workers.protocol import ToolExecutionRequest
 from workers.settings import Settings
 from workers.tools.specification import ToolSpecification
@@ -139,6 +140,7 @@ class LoopConfig:
     on_orchestrator_loss: OnOrchestratorLoss = "resume"
     budget: Budget | None = None  # what each invocation may spend
     daily_budgets: Mapping[str, Budget] = field(default_factory=dict)  # each tenant's, per day
+    priority: int | None = None  # its invocations' calls' priority, unless an invocation has its own
     handlers: Mapping[Mode, EdgeHandlers] = field(init=False)  # those of each edge, defaults filled in
     cancel_redis_url: str | None = field(init=False)  # where cancel requests come from (worker pools)
     heartbeat_s: float = field(init=False)  # how often a journaled invocation beats (settings)
@@ -151,6 +153,11 @@ class LoopConfig:
     tenant_budgets: TenantBudgets | None = field(init=False)  # `daily_budgets`, counted in Redis
 
     def __post_init__(self) -> None:
+        if self.priority is not None:
+            try:
+                check_priority(self.priority, "AiService(priority=...)")
+            except ValueError as exc:
+                raise OrchestratorError(str(exc)) from None
         if self.on_orchestrator_loss not in ("resume", "compensate"):
             loss = self.on_orchestrator_loss
             raise OrchestratorError(f"on_orchestrator_loss must be 'resume' or 'compensate', got {loss!r}")

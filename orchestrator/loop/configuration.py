@@ -104,6 +104,10 @@ class ServiceConfiguration:
         return self._config.budget
 
     @property
+    def priority(self) -> int | None:
+        return self._config.priority
+
+    @property
     def daily_budgets(self) -> Mapping[str, Budget]:
         return self._config.daily_budgets
 

@@ -114,3 +114,17 @@ def rare(run: str, seconds: float) -> str:
 @tool("Sleeps; no limit of its own", pool=POOL, timeout=60)
 def unlimited_sleep(run: str, seconds: float) -> str:
     return _counted(run, seconds)
+
+
+PRIORITY_POOL = "slots-priority"  # served by one worker running one call at a time
+
+
+@tool("Records its label when it starts, then sleeps", pool=PRIORITY_POOL, timeout=120)
+def labelled(run: str, label: str, seconds: float) -> str:
+    client = redis.Redis.from_url(os.environ["TOOLFLEET_REDIS_URL"])
+    try:
+        client.rpush(f"test:priorities:{run}", label)
+    finally:
+        client.close()
+    time.sleep(seconds)
+    return label

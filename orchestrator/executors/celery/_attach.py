@@ -17,11 +17,11 @@ import time
 from datetime import UTC, datetime
 
 import redis
-from kombu.transport.redis import PRIORITY_STEPS
 
 from orchestrator.executors._outcomes import failed_outcome
 from orchestrator.executors.celery._dispatch import Dispatcher
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
+from workers.priorities import PRIORITY_STEPS
 
 __all__ = ["deadline_of", "in_broker", "uncertain_outcome"]
 

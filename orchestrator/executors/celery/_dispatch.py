@@ -30,6 +30,7 @@ from orchestrator.executors.celery._admission import Admission
 from orchestrator.executors.celery._pools import OUTAGE_HOLD_S, Pools
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
 from workers.calls.retry import call_state_ttl_s
+from workers.priorities import message_priority
 from workers.protocol import (
     CALL_ABANDONED,
     CALL_CANCELLED_KEY,
@@ -271,6 +272,7 @@ class Dispatcher:
             # An absolute time: spares Celery's own timezone arithmetic on the hot path.
             "expires": datetime.fromtimestamp(time.time() + max(remaining_s, 0.001), UTC),
             "headers": {IDEMPOTENCY_HEADER: key, SENT_AT_HEADER: time.time()},
+            "priority": message_priority(envelope.invocation.parameters, self.settings.broker_url),
             # What Flower shows as the call's arguments: the model's arguments and ids, never the
             # invocation parameters (they may hold credentials). Also spares Celery's saferepr.
             **envelope.reprs(),
