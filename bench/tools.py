@@ -24,6 +24,17 @@ def capped_noop() -> str:
     return "ok"
 
 
+@tool(
+    "Sleeps for the given seconds, at most 4 calls at once in the fleet (served to tenants in turn)",
+    pool="bench",
+    timeout=120,
+    concurrency=4,
+)
+def shared_sleep(seconds: float) -> str:
+    time.sleep(seconds)
+    return "slept"
+
+
 @tool("Sleeps for the given seconds", pool="bench", timeout=30)
 def sleep_for(seconds: float) -> str:
     time.sleep(seconds)

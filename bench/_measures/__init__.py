@@ -15,6 +15,7 @@ from bench._measures.adoption import measure_adoption
 from bench._measures.anchors import measure_anchors
 from bench._measures.batch import measure_batch
 from bench._measures.deadline import measure_deadline
+from bench._measures.fairness import measure_fairness
 from bench._measures.in_flight import measure_in_flight
 from bench._measures.otel_absent import measure_otel_absent
 from bench._measures.progress import measure_progress
@@ -45,6 +46,7 @@ MEASURES: dict[str, Runner] = {
     "11": measure_otel_absent,
     "12": measure_adoption,
     "13": measure_slots,
+    "14": measure_fairness,
 }
 # `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
-RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "12", "13", "3"]
+RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "12", "13", "14", "3"]
