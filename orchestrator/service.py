@@ -243,6 +243,11 @@ class AiService(ServiceConfiguration):
         )
         return await run_invocation(config, state)
 
+    def daily_budget_exhausted(self, tenant: str) -> str | None:
+        """Why `tenant` may start no invocation today (a daily budget spent or unanswerable), else None."""
+        budgets = self._config.tenant_budgets
+        return None if budgets is None else budgets.exhausted(tenant)
+
     # -- approvals --------------------------------------------------------------------------------
 
     def resume(

@@ -34,6 +34,7 @@ from orchestrator.server.error_shape import api_error_body
 from orchestrator.server.events import KEEPALIVE, KEEPALIVE_S
 from orchestrator.server.idempotency import key_of, until_started
 from orchestrator.server.invocations import Invocations, Run
+from orchestrator.server.quota import with_priority, within_budget
 from orchestrator.server.state import find_agent, read_body, service_state
 from orchestrator.server.visibility import viewer_of
 
@@ -66,7 +67,7 @@ async def chat_completions(request: Request) -> Response:
         told = Attached(state.events, key, invocation_id, state.serve.turn_wait_s)
     else:
         heard = told = Heard(state.invocations, invocation_id, keeps_running=key is not None)
-        parameters = {**({"user": body.user} if body.user else {}), "tenant": tenant}
+        parameters: dict[str, Any] = {}
 
         def run(memory: ChatMemory) -> Run:
             return Run(
@@ -81,7 +82,10 @@ async def chat_completions(request: Request) -> Response:
                 listener=heard.put,
             )
 
-        async with until_started(key, invocation_id):
+        async with until_started(key, invocation_id):  # refused: a request sent again starts afresh
+            await within_budget(service, tenant)
+            given = {"user": body.user} if body.user else {}
+            parameters.update(with_priority(given, None, viewer_of(request), "priority"), tenant=tenant)
             await start_turn(state, state.admit(), body.model, conversation_id, history, run, tenant=tenant)
     head = (f"chatcmpl-{invocation_id}", body.model)
     headers = {"X-Invocation-Id": invocation_id}

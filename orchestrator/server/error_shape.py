@@ -44,6 +44,8 @@ def error_body(
     kind, default_code = _KINDS.get(
         status, ("server_error" if status >= 500 else "invalid_request_error", None)
     )
+    if code == "insufficient_quota":  # OpenAI's type for an account out of credit is its code too
+        kind = code
     return {"error": {"message": message, "type": kind, "param": param, "code": code or default_code}}
 
 

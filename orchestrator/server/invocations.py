@@ -381,4 +381,5 @@ def completed_event(event: CompleteResponse, elapsed_s: float) -> dict[str, Any]
         if usage is None
         else {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
         "elapsed_ms": round(elapsed_s * 1000, 1),
+        **({"budget_exceeded": result.budget_exceeded} if result.budget_exceeded else {}),
     }

@@ -24,6 +24,7 @@ from orchestrator.server.conversations import start_turn
 from orchestrator.server.events import TERMINAL_TYPES, once_journaled, stream_position
 from orchestrator.server.idempotency import key_of, until_started
 from orchestrator.server.invocations import Run
+from orchestrator.server.quota import with_priority, within_budget
 from orchestrator.server.state import (
     NOT_FOUND,
     ServiceState,
@@ -47,6 +48,7 @@ class InvocationRequest(BaseModel):
     input: str = Field(min_length=1)
     conversation_id: str | None = Field(default=None, max_length=200)
     parameters: dict[str, Any] | None = None
+    priority: int | None = None  # 0 to 9, higher sooner: at most the key's, if it has one
 
 
 @router.post("/v1/agents/{name}/invocations", response_model=None, status_code=202)
@@ -66,8 +68,7 @@ async def start_invocation(name: str, request: Request) -> Response:
         await Attached(state.events, key, first, state.serve.turn_wait_s).started()
         return _started(request, state, name, first)
     question = UserMessage(body.input)
-    # the request's tenant, whatever the client sent as `tenant`: a client claims no other tenant
-    parameters = {**(body.parameters or {}), "tenant": tenant}
+    parameters: dict[str, Any] = {}
 
     def run(memory: ChatMemory) -> Run:
         return Run(
@@ -81,7 +82,11 @@ async def start_invocation(name: str, request: Request) -> Response:
             tenant=tenant,
         )
 
-    async with until_started(key, invocation_id):
+    async with until_started(key, invocation_id):  # refused: a request sent again starts afresh
+        await within_budget(service, tenant)
+        given = with_priority(body.parameters or {}, body.priority, viewer_of(request), "priority")
+        # the request's tenant, whatever the client sent as `tenant`: a client claims no other tenant
+        parameters.update(given, tenant=tenant)
         await start_turn(state, state.admit(), name, body.conversation_id, [], run, tenant=tenant)
     return _started(request, state, name, invocation_id)
 

@@ -44,6 +44,7 @@ _FINISH_REASONS = {
     FinishReason.LENGTH: "length",
     FinishReason.CONTENT_FILTER: "content_filter",
     FinishReason.TOOL_EXECUTION: "stop",
+    FinishReason.BUDGET_EXCEEDED: "length",  # stopped by a limit, as a response cut at max_tokens
 }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from orchestrator.saga._journal_tables import DEFAULT_TENANT, TENANT_NAME
 from workers.errors import SettingsError
+from workers.priorities import check_priority
 
 __all__ = [
     "ADMIN_SCOPE",
@@ -54,9 +55,15 @@ class ApiKey:
     key: str = field(repr=False)
     tenant: str = DEFAULT_TENANT
     scopes: frozenset[str] = frozenset()
+    priority: int | None = None  # its invocations' priority, and the highest a request may ask
 
     def __post_init__(self) -> None:
         checked_tenant(self.tenant, where="a key's tenant")
+        if self.priority is not None:
+            try:
+                check_priority(self.priority, f"the priority of a key of tenant {self.tenant!r}")
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from None
         if not self.key:
             raise SettingsError("an API key must not be empty")
         unknown = sorted(set(self.scopes) - SCOPES)
@@ -69,7 +76,7 @@ class ApiKey:
     @property
     def viewer(self) -> Viewer:
         """Who a request with this key is."""
-        return Viewer(self.tenant, admin=ADMIN_SCOPE in self.scopes)
+        return Viewer(self.tenant, admin=ADMIN_SCOPE in self.scopes, priority=self.priority)
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,7 @@ class Viewer:
 
     tenant: str
     admin: bool = False
+    priority: int | None = None  # its key's priority: its invocations' unless they ask for a lower one
 
     def sees(self, tenant: str | None) -> bool:
         """Whether an invocation of `tenant` (None: nobody's known) is this viewer's to see and act on."""
@@ -122,8 +130,8 @@ def parse_keys(value: str) -> tuple[ApiKey, ...]:
 
 
 def read_keys_file(path: str) -> tuple[ApiKey, ...]:
-    """The keys of the JSON file at `path`: `{"keys": [{"key", "tenant", "scopes"}, …]}` (`tenant`
-    is optional, the default tenant's; `scopes` too, none)."""
+    """The keys of the JSON file at `path`: `{"keys": [{"key", "tenant", "scopes", "priority"}, …]}`
+    (`tenant` is optional, the default tenant's; `scopes` too, none; `priority` too, the service's)."""
     where = f"{KEYS_FILE_VARIABLE} ({path})"
     try:
         with Path(path).open("rb") as file:
@@ -144,8 +152,8 @@ def read_keys_file(path: str) -> tuple[ApiKey, ...]:
 
 def _file_key(entry: Any, where: str) -> ApiKey:
     if not isinstance(entry, dict):
-        raise SettingsError(f'{where} must be an object with "key", "tenant" and "scopes"')
-    unknown = sorted(set(entry) - {"key", "tenant", "scopes"})
+        raise SettingsError(f'{where} must be an object with "key", "tenant", "scopes" and "priority"')
+    unknown = sorted(set(entry) - {"key", "tenant", "scopes", "priority"})
     if unknown:
         raise SettingsError(f"{where} has an unknown field {unknown[0]!r}")
     key, tenant, scopes = entry.get("key"), entry.get("tenant", DEFAULT_TENANT), entry.get("scopes", [])
@@ -161,7 +169,10 @@ def _file_key(entry: Any, where: str) -> ApiKey:
         raise SettingsError(
             f"{where}: unknown scope {unknown[0]!r}: the scopes are {', '.join(sorted(SCOPES))}"
         )
-    return ApiKey(key.strip(), tenant, frozenset(scopes))
+    priority = entry.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise SettingsError(f'{where}: "priority" must be a whole number from 0 to 9')
+    return ApiKey(key.strip(), tenant, frozenset(scopes), priority)
 
 
 def configured_keys(env: Mapping[str, str]) -> tuple[ApiKey, ...]:
