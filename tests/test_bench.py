@@ -127,9 +127,9 @@ def test_only_takes_measure_numbers_and_refuses_others(capsys: pytest.CaptureFix
     assert parse_args(["--only", "11, 10"]).only == frozenset({"10", "11"})
 
     with pytest.raises(SystemExit):
-        parse_args(["--only", "10,14"])
+        parse_args(["--only", "10,15"])
 
-    assert "no measure 14; the measures are 1, 2," in capsys.readouterr().err
+    assert "no measure 15; the measures are 1, 2," in capsys.readouterr().err
 
 
 def test_every_measure_runs_once_and_the_deadline_last() -> None:
@@ -262,5 +262,6 @@ def test_the_worker_app_serves_the_baseline_tasks_next_to_the_tools() -> None:
         "tool.capped_noop",
         "tool.noop",
         "tool.report_steps",
+        "tool.shared_sleep",
         "tool.sleep_for",
     ]

@@ -23,12 +23,19 @@ __all__ = [
     "check_priority",
     "message_priority",
     "priority_of",
+    "redis_lists",
 ]
 
 PRIORITY_PARAMETER = "priority"
 MAX_PRIORITY = 9
 DEFAULT_PRIORITY = 5
 PRIORITY_STEPS = tuple(range(MAX_PRIORITY + 1))  # the Redis transport's lists of a queue, first served first
+
+
+def redis_lists(queue: str) -> list[str]:
+    """The lists a queue is on a Redis broker, one per priority, first served first (kombu names the
+    list of step 0 after the queue itself, the others `{queue}\x06\x16{step}`)."""
+    return [f"{queue}\x06\x16{step}" if step else queue for step in PRIORITY_STEPS]
 
 
 def check_priority(value: object, where: str = "priority") -> int:

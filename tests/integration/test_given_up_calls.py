@@ -19,6 +19,7 @@ from tests._waiting import wait_for
 from tests.integration.scripts import ask, call
 from tests.integration.side_effects import process_client
 from tests.integration.worker_processes import threads_and_prefork
+from workers.priorities import redis_lists
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -60,7 +61,7 @@ def test_calls_waiting_behind_a_busy_one_never_start_once_their_invocation_is_ca
     wait_for(lambda: client.exists(_key(ns, "busy")), timeout_s=20, what="the busy call under way")
     pool = gt.THREADS if kind == "threads" else gt.PREFORK
     wait_for(
-        lambda: client.llen(pool) == 2 and client.hlen("unacked") >= 1,
+        lambda: sum(client.llen(q) for q in redis_lists(pool)) == 2 and client.hlen("unacked") >= 1,
         timeout_s=10,
         what="one waiting call held by the worker (taken from the queue, not acknowledged), two queued",
     )

@@ -21,7 +21,7 @@ from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
 from workers.app import make_publisher
 from workers.calls.invocation import Invocation
-from workers.priorities import PRIORITY_STEPS
+from workers.priorities import redis_lists
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -45,7 +45,7 @@ def _empty(settings: Settings, pool: str) -> None:
             connection.default_channel.queue_delete(pool)
         else:
             client = redis.Redis.from_url(settings.broker_url)
-            client.delete(pool, *(f"{pool}\x06\x16{step}" for step in PRIORITY_STEPS))
+            client.delete(*redis_lists(pool))
             client.close()
 
 

@@ -32,6 +32,7 @@ from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolExecution, ToolOutcome, ToolRegistry
 from workers.app import make_publisher
 from workers.calls.invocation import Invocation
+from workers.priorities import redis_lists
 from workers.protocol import WORKER_KEY
 from workers.runtime.catalog import Catalog
 from workers.runtime.process import WorkerProcess
@@ -176,7 +177,12 @@ def test_an_idempotent_call_whose_worker_is_killed_completes_once_on_another_wor
         # ... and the killed worker's message, put back by the broker once its visibility timeout
         # passed, is discarded (its deadline passed): the call never runs a third time
         assert wait_until(
-            lambda: broker.hlen("unacked") == 0 and broker.llen(rt.IDEMPOTENT_POOL) == 0, 40, 0.2
+            lambda: (
+                broker.hlen("unacked") == 0
+                and sum(broker.llen(q) for q in redis_lists(rt.IDEMPOTENT_POOL)) == 0
+            ),
+            40,
+            0.2,
         ), "the unacknowledged message was never restored"
         discarded = f"Discarding revoked task: tool.{tool_name}[{outcome.task_id}]"
         assert survivor.log_path is not None

@@ -93,7 +93,7 @@ def test_the_keys_file_gives_keys_with_their_tenant_and_scopes_beside_the_variab
         ("{not json", "is not JSON"),
         ([{"key": "k"}], 'must be a JSON object with a list "keys"'),
         ({"keys": {"key": "k"}}, 'must be a JSON object with a list "keys"'),
-        ({"keys": ["k"]}, 'keys[0] must be an object with "key", "tenant" and "scopes"'),
+        ({"keys": ["k"]}, 'keys[0] must be an object with "key", "tenant", "scopes" and "priority"'),
         ({"keys": [{"key": ""}]}, 'keys[0] needs "key", a non-empty string'),
         ({"keys": [{"key": "a"}, {"tenant": "acme"}]}, 'keys[1] needs "key", a non-empty string'),
         ({"keys": [{"key": "k", "tenant": "a:b"}]}, "keys[0]: the tenant 'a:b' is not a tenant name"),

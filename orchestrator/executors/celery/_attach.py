@@ -21,13 +21,12 @@ import redis
 from orchestrator.executors._outcomes import failed_outcome
 from orchestrator.executors.celery._dispatch import Dispatcher
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
-from workers.priorities import PRIORITY_STEPS
+from workers.priorities import redis_lists
 
 __all__ = ["deadline_of", "in_broker", "uncertain_outcome"]
 
 log = logging.getLogger(__name__)
 
-_PRIORITY_SEPARATOR = "\x06\x16"  # kombu's Redis transport: a priority's queue is `{queue}\x06\x16{n}`
 _UNACKED = "unacked"  # kombu's Redis transport: messages delivered to a worker, not yet acknowledged
 
 
@@ -40,8 +39,7 @@ def in_broker(dispatcher: Dispatcher, task_id: str, pool: str) -> bool | None:
     needle = task_id.encode()
     client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
     try:
-        for priority in PRIORITY_STEPS:
-            queue = f"{pool}{_PRIORITY_SEPARATOR}{priority}" if priority else pool
+        for queue in redis_lists(pool):
             if any(needle in message for message in client.lrange(queue, 0, -1)):
                 return True
         return any(needle in message for message in client.hvals(_UNACKED))
