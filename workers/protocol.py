@@ -165,7 +165,9 @@ class ToolOutcome:
     its qualified name (`ValueError`, `billing.errors.Declined`), `error_cause` its `__cause__`, and
     `message_for_llm` the text a `ToolErrorVisibleToLlm` chose for the model (`None` when unmarked).
     `exception` is the live exception when the call ran in this process; it never crosses the wire.
-    `task_id`, `pool` and `worker` say where the call ran (set by the executor; not compared).
+    `task_id`, `pool` and `worker` say where the call ran, `waited_s` how long it waited before it
+    was published and `wait_reason` for what (`concurrency`, `rate_limit`): set by the executor, not
+    compared, never on the wire.
     """
 
     kind: OutcomeKind
@@ -182,6 +184,8 @@ class ToolOutcome:
     task_id: str | None = field(default=None, compare=False)
     pool: str | None = field(default=None, compare=False)
     worker: str | None = field(default=None, compare=False)
+    waited_s: float | None = field(default=None, compare=False)
+    wait_reason: str | None = field(default=None, compare=False)
 
     @property
     def is_error(self) -> bool:

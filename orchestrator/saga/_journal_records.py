@@ -58,6 +58,9 @@ class InvocationRecord:
         return opened
 
 
+_WAITED_FOR = {"concurrency": "for a concurrency slot", "rate_limit": "for its turn under a rate limit"}
+
+
 @dataclass(frozen=True)
 class CallRecord:
     id: int
@@ -81,10 +84,23 @@ class CallRecord:
     # The last progress its tool reported: `seq`, `fraction`, `message`, `data`, `at` (epoch seconds);
     # None when it reported none (or in rows older than the column).
     last_progress: dict[str, Any] | None = None
+    # How long it waited before it was published (ms), and for what (`concurrency`, `rate_limit`);
+    # None when it did not wait (or in rows older than the columns).
+    waited_ms: int | None = None
+    wait_reason: str | None = None
 
     @property
     def request(self) -> ToolExecutionRequest:
         return ToolExecutionRequest(self.call_id, self.tool, self.arguments)
+
+    @property
+    def waited(self) -> str | None:
+        """How long it waited before it was published, and for what (`waited 1.20 s for a concurrency
+        slot`); None when it did not wait."""
+        if self.waited_ms is None:
+            return None
+        what = _WAITED_FOR.get(self.wait_reason or "", f"for {self.wait_reason}" if self.wait_reason else "")
+        return f"waited {self.waited_ms / 1000:.2f} s {what}".rstrip()
 
     def execution(self) -> ToolExecution:
         """The `ToolExecution` a compensation receives, rebuilt from the log."""

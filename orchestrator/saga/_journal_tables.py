@@ -80,6 +80,8 @@ tool_calls = sa.Table(
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("finished_at", sa.DateTime(timezone=True)),
     sa.Column("last_progress", sa.Text),  # the last progress report of its tool (JSON), if any
+    sa.Column("waited_ms", sa.Integer),  # how long it waited before it was published, if it did
+    sa.Column("wait_reason", sa.String(32)),  # ... for what: concurrency, rate_limit
 )
 
 compensations = sa.Table(

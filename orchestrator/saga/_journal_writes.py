@@ -181,6 +181,8 @@ def outcome_write(
             "task_id": outcome.task_id,
             "worker": outcome.worker,
             "last_progress": None if progress is None else json.dumps(progress),
+            "waited_ms": None if outcome.waited_s is None else round(outcome.waited_s * 1000),
+            "wait_reason": outcome.wait_reason,
             "finished_at": utc_now(),
         },
     )

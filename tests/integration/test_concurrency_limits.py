@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 import signal
 import time
 import uuid
@@ -18,7 +19,15 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
-from orchestrator import CeleryExecutor, ToolExecutionRequest
+from orchestrator import (
+    AiMessage,
+    AiService,
+    CeleryExecutor,
+    Journal,
+    ScriptedChatModel,
+    ToolExecutionRequest,
+)
+from tests._cli import on_journal
 from tests.integration import slot_tools
 from tests.integration.slot_driver import ended, launch
 from tests.integration.worker_processes import tool_worker
@@ -251,3 +260,41 @@ def test_a_limited_call_to_a_pool_nobody_serves_fails_at_once_not_in_line(
 
     # then: it fails at once for want of a worker, without waiting in line for the slot
     assert outcome.kind is OutcomeKind.NO_WORKER, outcome.text
+
+
+def test_a_calls_wait_for_its_slot_is_journaled_and_shown(
+    settings: Settings, client: redis.Redis, slot_worker: WorkerProcess, tmp_path: Path
+) -> None:
+    # given: a journaled service whose model asks for two calls at once of a tool of one call at a time
+    run = uuid.uuid4().hex
+    requests = [
+        ToolExecutionRequest(f"c{i}", "one_at_a_time", json.dumps({"run": run, "seconds": 0.4}))
+        for i in range(2)
+    ]
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    executor = CeleryExecutor(settings=settings, tools=[slot_tools])
+    service = AiService(
+        chat_model=ScriptedChatModel([AiMessage(tool_execution_requests=requests), "done"]),
+        tools=[slot_tools],
+        executor=executor,
+        journal=Journal(url),
+    )
+
+    # when: it runs
+    try:
+        result = service.chat("twice")
+    finally:
+        executor.close()
+
+    # then: the call that waited for the other's slot has its wait in the journal, and `toolfleet
+    # show` says it; the other did not wait
+    assert [e.status for e in result.tool_executions] == ["success", "success"]
+    calls = Journal(url).calls(str(result.invocation_id))
+    waits = sorted((c.waited_ms or 0, c.wait_reason) for c in calls)
+    assert waits[0] == (0, None)
+    assert 300 <= waits[1][0] < 1000 and waits[1][1] == "concurrency", waits
+    shown = on_journal(url, "show", str(result.invocation_id), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"waited 0\.\d\d s for a concurrency slot before it was sent", shown.stdout), (
+        shown.stdout
+    )

@@ -130,6 +130,8 @@ def _print_call(
         f"      {call.state} / {call.outcome or '-'}  pool {call.pool or '-'}  "
         f"worker {call.worker or '-'}  {took}"
     )
+    if call.waited is not None:
+        print(f"      {call.waited} before it was sent")
     if call.last_progress:
         print(f"      last progress: {progress_text(call.last_progress)}")
     if call.result:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import redis
 
@@ -25,9 +27,11 @@ from workers.runtime.rates import Rates, rate_scope
 from workers.tools import ToolDefinition
 from workers.tools.rate_limits import parse_rate_limit
 
-__all__ = ["Admission", "needed_rate"]
+__all__ = ["Admission", "Admitted", "needed_rate"]
 
 log = logging.getLogger(__name__)
+
+WAIT_SHOWN_S = 0.005  # a shorter wait (a slot or turn free at once: two Redis round trips) is no wait
 
 
 def needed_rate(client: redis.Redis, definition: ToolDefinition, call: CallTask) -> Rates | None:
@@ -57,31 +61,59 @@ class Admission:
         deadline: float,
         timeout_s: float,
         on_call: Callable[[CallEvent], None] | None,
-    ) -> tuple[ToolOutcome | None, bool]:
-        """Wait until the call may be published: (None, whether it holds slots to release once its outcome
-        is known) — or (what the model hears instead, False), having held nothing."""
+    ) -> Admitted:
+        """Wait until the call may be published, or until it is refused (having held nothing then)."""
+        admitted = Admitted()
         needed = needed_slots(self.redis, definition, envelope, self.pools.limit(definition.pool))
         if needed:
-            refused = await self.slots.take_or_refuse(
+            began = time.monotonic()
+            admitted.refused = await self.slots.take_or_refuse(
                 task_id, task_name, envelope, definition, needed, deadline, timeout_s, on_call
             )
-            if refused is not None:
-                return refused, False
+            admitted.waited(time.monotonic() - began, "concurrency")
+            if admitted.refused is not None:
+                return admitted
+            admitted.holds = True
         rates = needed_rate(self.redis, definition, envelope)
         if rates is not None:
+            began = time.monotonic()
             try:
-                refused = await _take_turn(
+                admitted.refused = await _take_turn(
                     rates, task_id, task_name, envelope, definition, deadline, timeout_s, on_call
                 )
             except BaseException:
                 if needed:
                     self.slots.release(task_id)
                 raise
-            if refused is not None:
-                if needed:
-                    self.slots.release(task_id)
-                return refused, False
-        return None, bool(needed)
+            admitted.waited(time.monotonic() - began, "rate_limit")
+            if admitted.refused is not None and needed:
+                self.slots.release(task_id)
+                admitted.holds = False
+        return admitted
+
+
+@dataclass
+class Admitted:
+    """What came of a call's admission: `refused`, what the model hears instead of its publish (None:
+    it may be published); whether it `holds` slots to release once its outcome is known; how long it
+    waited, and mostly for what."""
+
+    refused: ToolOutcome | None = None
+    holds: bool = False
+    waited_s: float = 0.0
+    reason: str | None = None
+    _longest_s: float = 0.0
+
+    def waited(self, seconds: float, reason: str) -> None:
+        self.waited_s += seconds
+        if seconds >= WAIT_SHOWN_S and seconds > self._longest_s:
+            self._longest_s, self.reason = seconds, reason
+
+    def told(self, outcome: ToolOutcome) -> ToolOutcome:
+        """`outcome`, saying how long the call waited before it was published, if it did."""
+        if self.reason is None:
+            return outcome
+        return dataclasses.replace(outcome, waited_s=round(self.waited_s, 3), wait_reason=self.reason)
 
 
 async def _take_turn(

@@ -93,15 +93,15 @@ class Dispatcher:
         instead if its deadline would pass first); then `_dispatch`."""
         if publish and not self.pools.has_workers(definition.pool):
             return no_worker_outcome(definition)  # no call waits in line for a pool nobody serves
-        holds = False
+        admitted = None
         if publish and isinstance(envelope, CallTask):
-            refused, holds = await self.admission.enter(
+            admitted = await self.admission.enter(
                 task_id, task_name, envelope, definition, deadline, timeout_s, on_call
             )
-            if refused is not None:
-                return refused
+            if admitted.refused is not None:
+                return admitted.told(admitted.refused)
         try:
-            return await self._dispatch(
+            outcome = await self._dispatch(
                 task_name,
                 task_id,
                 envelope,
@@ -114,8 +114,9 @@ class Dispatcher:
                 publish=publish,
             )
         finally:
-            if holds:
+            if admitted is not None and admitted.holds:
                 self.admission.slots.release(task_id)
+        return outcome if admitted is None else admitted.told(outcome)
 
     async def _dispatch(
         self,

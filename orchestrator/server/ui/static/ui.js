@@ -92,7 +92,7 @@
       }
     });
     [
-      "tool_call.queued", "tool_call.started", "tool_call.finished",
+      "tool_call.waiting", "tool_call.queued", "tool_call.started", "tool_call.finished",
       "compensation.queued", "compensation.started", "compensation.finished",
       "approval.requested", "invocation.paused", "invocation.resumed",
     ].forEach(function (type) {
