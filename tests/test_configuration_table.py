@@ -41,7 +41,7 @@ def _written(value: object) -> str:
         return "`true`" if value else "`false`"
     if isinstance(value, float) and value.is_integer():
         return f"`{int(value)}`"
-    if value == "":
+    if value == "" or value is None:  # unset: no value at all
         return "—"
     return f"`{value}`"
 

@@ -44,6 +44,7 @@ class Settings:
     journal_keys: str = ""  # Fernet keys, comma-separated: the first encrypts, all decrypt
     log_format: str = "text"  # `text`, or `json`: one JSON object per line
     trace_content: bool = False  # spans carry tool arguments and results (never secrets' parameters)
+    pool_concurrency: int | None = None  # a worker's `--pool-concurrency` when it gives none
 
     def __post_init__(self) -> None:
         """Refuse values out of range here, so every process edge (and code) refuses them alike."""
@@ -94,7 +95,8 @@ ENVIRONMENT: dict[str, str] = {item.name: f"TOOLFLEET_{item.name.upper()}" for i
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 # The smallest value of each numeric setting, and whether it is allowed itself; none has a maximum,
-# and none may be infinite or NaN. `visibility_timeout_s` may also be unset (derived).
+# and none may be infinite or NaN. `visibility_timeout_s` may also be unset (derived), and so may
+# `pool_concurrency` (no limit).
 _LOWER_BOUNDS: dict[str, tuple[float, bool]] = {
     "default_tool_timeout_s": (0, False),
     "visibility_timeout_s": (0, False),
@@ -108,6 +110,7 @@ _LOWER_BOUNDS: dict[str, tuple[float, bool]] = {
     "compensation_retries": (0, True),
     "retry_backoff_s": (0, True),
     "retry_backoff_max_s": (0, True),
+    "pool_concurrency": (1, True),
 }
 _INTEGERS = frozenset(item.name for item in fields(Settings) if "int" in str(item.type))
 
@@ -124,7 +127,7 @@ def _check_redis_url(url: str) -> None:
 
 
 def _check_bound(name: str, value: object, minimum: float, inclusive: bool) -> None:
-    if value is None and name == "visibility_timeout_s":
+    if value is None and name in ("visibility_timeout_s", "pool_concurrency"):
         return
     integer = name in _INTEGERS
     kind = "an integer" if integer else "a number"

@@ -22,6 +22,7 @@ from orchestrator.telemetry.metrics import (
     INVOCATIONS,
     MODEL_DURATION,
     MODEL_TOKENS,
+    SLOTS_HELD,
     TOOL_CALLS,
     TOOL_DURATION,
     TOOL_IN_FLIGHT,
@@ -148,6 +149,12 @@ def outcome_known(outcome: ToolOutcome) -> None:
     fields = current_call()
     if fields is not None and outcome.worker:
         fields.worker = outcome.worker
+
+
+def slots_held(scope: str, delta: int) -> None:
+    """This process took (`delta` > 0) or freed slots of `scope` (a slot's name, its key's value left
+    out: the label stays bounded)."""
+    SLOTS_HELD.labels(scope.split("=", 1)[0]).inc(delta)
 
 
 def slot_waited(definition: ToolDefinition, seconds: float, taken: bool, reason: str = "concurrency") -> None:

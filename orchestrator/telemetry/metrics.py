@@ -28,6 +28,7 @@ __all__ = [
     "MODEL_TOKENS",
     "SERVED_ENDED",
     "SERVED_STARTED",
+    "SLOTS_HELD",
     "TOOL_CALLS",
     "TOOL_DURATION",
     "TOOL_IN_FLIGHT",
@@ -54,6 +55,13 @@ TOOL_WAIT = Histogram(
     "rate_limit: for its turn under a fleet-wide rate limit) and result (taken, timed_out)",
     (*_TOOL, "reason", "result"),
     buckets=DURATION_BUCKETS,
+)
+SLOTS_HELD = Gauge(
+    "toolfleet_slots_held",
+    "Fleet-wide concurrency slots this process holds for its calls, by scope (tool:<name>, with its "
+    "concurrency key's name as tool:<name>:<key>, or pool:<name>); summed over the fleet's "
+    "orchestrators, the slots in use",
+    ("scope",),
 )
 DEADLINE_MISSES = Counter(
     "toolfleet_tool_deadline_misses", "Tool calls given up at their deadline (timed out)", _TOOL

@@ -31,7 +31,7 @@ from tests._cli import on_journal
 from tests.integration import slot_tools
 from tests.integration.slot_driver import ended, launch
 from tests.integration.worker_processes import tool_worker
-from workers import OutcomeKind
+from workers import OutcomeKind, ToolOutcome
 from workers.calls.invocation import Invocation
 from workers.runtime.process import WorkerProcess
 from workers.runtime.slots import LEASE_TTL_MS, Slots
@@ -208,10 +208,12 @@ def test_a_tenant_with_few_calls_is_not_starved_by_one_with_many(
     assert loaded_s < 2 * unloaded_s, (loaded_s, unloaded_s)
 
 
+@pytest.mark.parametrize("given_by", ["flag", "setting"])
 def test_a_pool_limited_by_its_workers_runs_no_more_calls_at_once(
-    redis_url: str, client: redis.Redis, tmp_path: Path
+    given_by: str, redis_url: str, client: redis.Redis, tmp_path: Path
 ) -> None:
     # given: a worker of 8 threads announcing that its pool runs at most 2 calls at once in the fleet
+    # (`--pool-concurrency 2`, or `TOOLFLEET_POOL_CONCURRENCY=2`)
     worker = tool_worker(
         redis_url,
         [slot_tools.LIMITED_POOL],
@@ -219,7 +221,8 @@ def test_a_pool_limited_by_its_workers_runs_no_more_calls_at_once(
         tmp_path / "worker.log",
         f"slots-pool-{uuid.uuid4().hex[:6]}@test",
         concurrency=8,
-        extra_args=["--pool-concurrency", "2"],
+        extra_args=["--pool-concurrency", "2"] if given_by == "flag" else [],
+        env={"TOOLFLEET_POOL_CONCURRENCY": "2"} if given_by == "setting" else None,
     )
     worker.wait_ready(timeout_s=60)
     run = uuid.uuid4().hex
@@ -298,3 +301,46 @@ def test_a_calls_wait_for_its_slot_is_journaled_and_shown(
     assert re.search(r"waited 0\.\d\d s for a concurrency slot before it was sent", shown.stdout), (
         shown.stdout
     )
+
+
+def test_the_slots_a_process_holds_are_counted_by_scope(
+    settings: Settings, client: redis.Redis, slot_worker: WorkerProcess
+) -> None:
+    # given: a tool limited per account; two accounts' calls of 0.5 s at once, and a third account's
+    run = uuid.uuid4().hex
+    calls = [
+        (
+            ToolExecutionRequest(
+                f"c{account}",
+                "per_account_sleep",
+                json.dumps({"run": run, "account": account, "seconds": 0.5}),
+            ),
+            None,
+        )
+        for account in "ABC"
+    ]
+    executor = CeleryExecutor(settings=settings, tools=[slot_tools])
+
+    def held() -> float:
+        value = REGISTRY.get_sample_value("toolfleet_slots_held", {"scope": "tool:per_account_sleep:account"})
+        return value or 0.0
+
+    async def sampled() -> tuple[float, list[ToolOutcome]]:
+        batch = asyncio.ensure_future(executor.execute_batch(calls, Invocation()))
+        most = 0.0
+        while not batch.done():
+            most = max(most, held())
+            await asyncio.sleep(0.01)
+        return most, await batch
+
+    # when: they run
+    try:
+        most, outcomes = asyncio.run(sampled())
+    finally:
+        executor.close()
+
+    # then: while they ran, the process held three slots of the scope (the accounts' values left out
+    # of the label); once they ended, none
+    assert [o.kind for o in outcomes] == [OutcomeKind.SUCCESS] * 3
+    assert most == 3
+    assert held() == 0

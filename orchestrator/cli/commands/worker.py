@@ -50,7 +50,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="at most N calls of these pools running at once in the whole fleet (calls wait in line, "
-        "round-robin between tenants); every worker of a pool should say the same",
+        "round-robin between tenants); every worker of a pool should say the same "
+        "(default: TOOLFLEET_POOL_CONCURRENCY, else no limit)",
     )
     parser.add_argument(
         "--allow-mixed-pool",
@@ -73,7 +74,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             hostname=args.hostname,
             loglevel=args.loglevel,
             allow_mixed_pool=args.allow_mixed_pool,
-            pool_concurrency=args.pool_concurrency,
+            pool_concurrency=(
+                args.pool_concurrency if args.pool_concurrency is not None else settings.pool_concurrency
+            ),
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
         )

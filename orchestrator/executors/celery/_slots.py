@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import redis
 
 from orchestrator.executors._call_events import CallEvent, call_notifier
-from orchestrator.telemetry.hooks import slot_waited
+from orchestrator.telemetry.hooks import slot_waited, slots_held
 from workers.protocol import CallTask, OutcomeKind, ToolOutcome
 from workers.runtime.rates import key_value
 from workers.runtime.slots import LEASE_TTL_MS, Slots
@@ -84,6 +84,11 @@ def slot_wait_outcome(definition: ToolDefinition, timeout_s: float, busy: Needed
     )
 
 
+def _counted(needs: list[Needed], delta: int) -> None:
+    for need in needs:
+        slots_held(need.slots.name, delta)
+
+
 class SlotHolder:
     """The slots this process holds for calls in flight, their leases renewed by one thread."""
 
@@ -110,13 +115,16 @@ class SlotHolder:
                     waited = True
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
+                        _counted(taken, -1)
                         self._give_back(task_id, [*taken, need])
                         return need
                     await asyncio.sleep(min(poll, remaining))
                     poll = min(poll * 2, MAX_POLL_S)
                 taken.append(need)
+                _counted([need], 1)
                 self._hold(task_id, taken)
         except BaseException:
+            _counted(taken, -1)
             self._give_back(task_id, [*taken, *needed[len(taken) :]])
             raise
         return None
@@ -160,6 +168,7 @@ class SlotHolder:
         with self._lock:
             held = self._held.pop(task_id, [])
         if held:
+            _counted(held, -1)
             self._releases.put((task_id, held))
 
     def flush(self) -> None:
