@@ -178,34 +178,63 @@ def test_a_call_running_longer_than_its_lease_keeps_its_slot(
     assert _seen(client, run) == [1, 1]
 
 
+@pytest.mark.parametrize("limited", ["tool", "pool"])
 def test_a_tenant_with_few_calls_is_not_starved_by_one_with_many(
-    redis_url: str, client: redis.Redis, slot_worker: WorkerProcess
+    limited: str, redis_url: str, client: redis.Redis, slot_worker: WorkerProcess, tmp_path: Path
 ) -> None:
-    # given: a tool of 4 calls at once; how long tenant B's 10 calls of 0.5 s take alone
+    # given: 4 calls at once, a tool's limit or its pool's (a worker of 8 threads announcing it); how
+    # long tenant B's 10 calls of 0.5 s take alone
+    tool, pooled = "shared_sleep", None
+    if limited == "pool":
+        tool, pooled = "pooled_sleep", _pool_worker(redis_url, tmp_path, ["--pool-concurrency", "4"])
     calls, seconds = 10, 0.5
-    kinds, unloaded_s = ended(launch(redis_url, "shared_sleep", uuid.uuid4().hex, calls, seconds, "B"))
-    assert kinds == ["success"] * calls
-
-    # when: tenant A has 200 calls in line before B's 10 come
-    run_a = uuid.uuid4().hex
-    crowd = launch(redis_url, "shared_sleep", run_a, 200, seconds, "A")
     try:
-        deadline = time.monotonic() + 30
-        while len(_seen(client, run_a)) < 8:  # A's calls run, and the rest wait in line
-            assert time.monotonic() < deadline, "tenant A's calls never started"
-            time.sleep(0.02)
-        kinds, loaded_s = ended(launch(redis_url, "shared_sleep", uuid.uuid4().hex, calls, seconds, "B"))
-        still_waiting = crowd.poll() is None
+        kinds, unloaded_s = ended(launch(redis_url, tool, uuid.uuid4().hex, calls, seconds, "B"))
+        assert kinds == ["success"] * calls
+
+        # when: tenant A has 200 calls in line before B's 10 come
+        run_a = uuid.uuid4().hex
+        crowd = launch(redis_url, tool, run_a, 200, seconds, "A")
+        try:
+            deadline = time.monotonic() + 30
+            while len(_seen(client, run_a)) < 8:  # A's calls run, and the rest wait in line
+                assert time.monotonic() < deadline, "tenant A's calls never started"
+                time.sleep(0.02)
+            kinds, loaded_s = ended(launch(redis_url, tool, uuid.uuid4().hex, calls, seconds, "B"))
+            still_waiting = crowd.poll() is None
+        finally:
+            crowd.kill()
+            crowd.communicate(timeout=30)
     finally:
-        crowd.kill()
-        crowd.communicate(timeout=30)
+        if pooled is not None:
+            pooled.stop()
 
     # then: B's calls took at most twice their time alone, served in turn with A's (whose line was
     # far from served meanwhile: 200 calls of 0.5 s on 4 slots take 25 s)
-    print(f"\nfairness: B's 10 calls took {loaded_s:.2f} s behind A's 200, {unloaded_s:.2f} s alone")
+    print(
+        f"\nfairness ({limited}): B's 10 calls took {loaded_s:.2f} s behind A's 200, {unloaded_s:.2f} s alone"
+    )
     assert kinds == ["success"] * calls
     assert still_waiting
     assert loaded_s < 2 * unloaded_s, (loaded_s, unloaded_s)
+
+
+def _pool_worker(
+    redis_url: str, tmp_path: Path, extra_args: list[str], env: dict[str, str] | None = None
+) -> WorkerProcess:
+    """A worker of 8 threads for the pool limited by its workers, running."""
+    worker = tool_worker(
+        redis_url,
+        [slot_tools.LIMITED_POOL],
+        ["tests.integration.slot_tools"],
+        tmp_path / "worker.log",
+        f"slots-pool-{uuid.uuid4().hex[:6]}@test",
+        concurrency=8,
+        extra_args=extra_args,
+        env=env,
+    )
+    worker.wait_ready(timeout_s=60)
+    return worker
 
 
 @pytest.mark.parametrize("given_by", ["flag", "setting"])
@@ -214,17 +243,12 @@ def test_a_pool_limited_by_its_workers_runs_no_more_calls_at_once(
 ) -> None:
     # given: a worker of 8 threads announcing that its pool runs at most 2 calls at once in the fleet
     # (`--pool-concurrency 2`, or `TOOLFLEET_POOL_CONCURRENCY=2`)
-    worker = tool_worker(
+    worker = _pool_worker(
         redis_url,
-        [slot_tools.LIMITED_POOL],
-        ["tests.integration.slot_tools"],
-        tmp_path / "worker.log",
-        f"slots-pool-{uuid.uuid4().hex[:6]}@test",
-        concurrency=8,
-        extra_args=["--pool-concurrency", "2"] if given_by == "flag" else [],
-        env={"TOOLFLEET_POOL_CONCURRENCY": "2"} if given_by == "setting" else None,
+        tmp_path,
+        ["--pool-concurrency", "2"] if given_by == "flag" else [],
+        {"TOOLFLEET_POOL_CONCURRENCY": "2"} if given_by == "setting" else None,
     )
-    worker.wait_ready(timeout_s=60)
     run = uuid.uuid4().hex
     try:
         # when: two orchestrator processes call a tool of the pool (no limit of its own) 6 times each
