@@ -15,8 +15,8 @@ from workers.calls.invocation import Invocation
 
 RATIO_TARGET = 2.0
 SMALL, CROWD = 10, 200
-# Each call's sleep. Calls in line ask again for their slot at most every 50 ms, so a slot freed is
-# taken up to 50 ms late: with 0.1 s calls that alone makes B's calls ~2.3x slower behind the crowd.
+# Each call's sleep. B alone runs its 10 calls in 3 waves of the 4 slots; behind the crowd it gets
+# every other free slot, 5 waves: ~1.7x at best, however short the calls.
 SECONDS = 0.5
 ROUNDS = 3
 

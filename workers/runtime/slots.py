@@ -9,8 +9,9 @@ expires. All of it happens in atomic scripts on Redis's clock, so no two process
 Calls waiting for a slot wait in their *group* (the tenant, by default): whenever a slot is free it
 goes to the first waiter of the group served least recently, so a group with 1,000 waiting calls does
 not starve one with 1. A waiter shows it is alive each time it asks; one that stopped asking for
-`WAITER_TTL_MS` is forgotten. A slot granted to a waiter while it was not asking is found by it on
-its next ask (it is already the holder).
+`WAITER_TTL_MS` is forgotten. A slot granted to a waiter while it was not asking is published on
+`GRANTED_CHANNEL` (its task id), so its process wakes it at once; it finds the slot on its next ask
+(it is already the holder), which it makes anyway before long should the message be lost.
 
 Keys of a scope `S`: `S:holders` (task id -> lease expiry, ms), `S:turns` (group -> when last served),
 `S:seen` (group NUL task id -> last ask, ms), `S:served` (a counter), and `S:waiting:<group>` (task id
@@ -25,9 +26,10 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-__all__ = ["LEASE_TTL_MS", "SLOTS_PREFIX", "WAITER_TTL_MS", "RedisScript", "Slots"]
+__all__ = ["GRANTED_CHANNEL", "LEASE_TTL_MS", "SLOTS_PREFIX", "WAITER_TTL_MS", "RedisScript", "Slots"]
 
 SLOTS_PREFIX = "toolfleet:slots:"
+GRANTED_CHANNEL = "toolfleet:slots:granted"  # a slot granted to a waiter: its task id, published
 LEASE_TTL_MS = 10_000  # a holder renews well within this; a dead one's slot is free after it
 WAITER_TTL_MS = 3_000  # a waiter asks far more often than this; one silent longer is gone
 
@@ -70,6 +72,7 @@ local function grant(scope, limit, ttl, waiter_ttl, now)
     redis.call('ZREM', waiting, head)
     redis.call('ZREM', seen, group .. '\\0' .. head)
     redis.call('ZADD', holders, now + ttl, head)
+    redis.call('PUBLISH', 'toolfleet:slots:granted', head)  -- its waiter wakes now, not at its next ask
     if redis.call('ZCARD', waiting) > 0 then
       redis.call('ZADD', turns, redis.call('INCR', scope .. ':served'), group)
     else

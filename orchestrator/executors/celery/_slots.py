@@ -14,6 +14,7 @@ go round-robin between tenants.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -27,7 +28,7 @@ from orchestrator.executors._call_events import CallEvent, call_notifier
 from orchestrator.telemetry.hooks import slot_waited, slots_held
 from workers.protocol import CallTask, OutcomeKind, ToolOutcome
 from workers.runtime.rates import key_value
-from workers.runtime.slots import LEASE_TTL_MS, Slots
+from workers.runtime.slots import GRANTED_CHANNEL, LEASE_TTL_MS, Slots
 from workers.tools import ToolDefinition
 
 __all__ = ["Needed", "SlotHolder", "needed_slots", "slot_wait_outcome"]
@@ -84,6 +85,38 @@ def slot_wait_outcome(definition: ToolDefinition, timeout_s: float, busy: Needed
     )
 
 
+class _GrantListener:
+    """A thread told of every slot granted to a waiter (`GRANTED_CHANNEL`), waking it in this process at
+    once: without it, a waiter finds its slot at its next ask, up to `MAX_POLL_S` later."""
+
+    def __init__(self, client: redis.Redis, wake: Callable[[str], None]) -> None:
+        self._client = client
+        self._wake = wake
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._listen, name="toolfleet-slot-grants", daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        while not self._stopped.is_set():
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(GRANTED_CHANNEL)
+                while not self._stopped.is_set():
+                    message = pubsub.get_message(timeout=0.5)
+                    if message is not None:
+                        data = message["data"]
+                        self._wake(data.decode() if isinstance(data, bytes) else str(data))
+            except redis.RedisError as exc:  # the waiters still ask on their own; listen again soon
+                log.debug("slot grants not heard: %s", exc)
+                self._stopped.wait(1.0)
+            finally:
+                pubsub.close()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=2)
+
+
 def _counted(needs: list[Needed], delta: int) -> None:
     for need in needs:
         slots_held(need.slots.name, delta)
@@ -97,6 +130,8 @@ class SlotHolder:
         self._lock = threading.Lock()
         self._renewer: threading.Thread | None = None
         self._releases: queue.Queue[tuple[str, list[Needed]]] = queue.Queue()
+        self._wakers: dict[str, Callable[[], None]] = {}  # calls in line, woken when granted a slot
+        self._listener: _GrantListener | None = None
 
     async def take(
         self, task_id: str, needed: list[Needed], deadline: float, on_wait: Callable[[], None] | None = None
@@ -118,7 +153,7 @@ class SlotHolder:
                         _counted(taken, -1)
                         self._give_back(task_id, [*taken, need])
                         return need
-                    await asyncio.sleep(min(poll, remaining))
+                    await self._granted_or_after(task_id, need, min(poll, remaining))
                     poll = min(poll * 2, MAX_POLL_S)
                 taken.append(need)
                 _counted([need], 1)
@@ -161,6 +196,41 @@ class SlotHolder:
         if refused is not None and notify is not None:
             notify(refused.kind.value, None)
         return refused
+
+    async def _granted_or_after(self, task_id: str, need: Needed, seconds: float) -> None:
+        """Wait until a slot is published granted to `task_id`, or `seconds` have passed."""
+        woken = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:  # on the listener's thread
+            with contextlib.suppress(RuntimeError):  # its loop ended meanwhile: nobody to wake
+                loop.call_soon_threadsafe(woken.set)
+
+        with self._lock:
+            self._wakers[task_id] = wake
+            if self._listener is None:
+                self._listener = _GrantListener(need.slots.client, self._wake)
+        try:
+            await asyncio.wait_for(woken.wait(), seconds)
+        except TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                self._wakers.pop(task_id, None)
+
+    def _wake(self, task_id: str) -> None:
+        with self._lock:
+            wake = self._wakers.get(task_id)
+        if wake is not None:
+            wake()
+
+    def close(self) -> None:
+        """Free what calls released (`flush`), and stop listening for granted slots."""
+        self.flush()
+        with self._lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
 
     def release(self, task_id: str) -> None:
         """Free the slots `task_id` holds (the next calls in line get them), on this holder's thread: the
