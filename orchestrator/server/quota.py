@@ -20,6 +20,8 @@ INSUFFICIENT_QUOTA = "insufficient_quota"
 async def within_budget(service: AiService, tenant: str) -> None:
     """Refuse (429 `insufficient_quota`) to start an invocation for a tenant whose day's budget under
     `service` is spent, or cannot be checked (budgets fail closed)."""
+    if not service.daily_budgets:
+        return  # no daily budget: nothing to ask Redis
     why = await asyncio.to_thread(service.daily_budget_exhausted, tenant)
     if why is not None:
         raise ApiError(
