@@ -30,7 +30,6 @@ __all__ = ["Budget", "InvocationSpend", "ModelPrice", "TenantBudgets", "cost_of"
 log = logging.getLogger(__name__)
 
 ANY_TENANT = "*"
-DEFAULT_TENANT = "default"
 BUDGET_PREFIX = "toolfleet:budget:"
 _KEEP_S = 2 * 86_400  # a day's counters outlive it, for whoever reads them late
 
@@ -132,18 +131,16 @@ class InvocationSpend:
                 return f"its budget of {budget.max_cost:g} is spent ({self.cost:.4g} used)"
         return self._wall()
 
-    def before_calls(self, count: int) -> tuple[int, str | None]:
-        """How many of `count` calls may be dispatched now, and why the rest may not."""
+    def room_for_calls(self, count: int) -> tuple[int, str | None]:
+        """How many of `count` calls may be dispatched now, and why the rest may not (nothing taken:
+        the caller counts those it dispatches in `tool_calls`)."""
         wall = self._wall()
         if wall is not None:
             return 0, wall
         limit = self.budget.max_tool_calls
         if limit is None or self.tool_calls + count <= limit:
-            self.tool_calls += count
             return count, None
-        allowed = max(0, limit - self.tool_calls)
-        self.tool_calls += allowed
-        return allowed, f"its budget of {limit} tool calls is spent"
+        return max(0, limit - self.tool_calls), f"its budget of {limit} tool calls is spent"
 
     def _wall(self) -> str | None:
         limit = self.budget.max_wall_s

@@ -49,10 +49,10 @@ def check_priority(value: object, where: str = "priority") -> int:
 
 def priority_of(parameters: Mapping[str, Any]) -> int:
     """An invocation's priority: its parameter `priority` when it is a valid one, else the default."""
-    value = parameters.get(PRIORITY_PARAMETER)
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_PRIORITY:
-        return value
-    return DEFAULT_PRIORITY
+    try:
+        return check_priority(parameters.get(PRIORITY_PARAMETER, DEFAULT_PRIORITY))
+    except ValueError:  # checked where it is given (the service answers 400); here, never fatal
+        return DEFAULT_PRIORITY
 
 
 def broker_priority(priority: int, broker_url: str) -> int:

@@ -22,34 +22,29 @@ from orchestrator.models.base import ChatResponse, FinishReason
 from orchestrator.result import Result, ToolExecuted
 from orchestrator.saga.async_journal import to_the_end
 from workers.protocol import ToolExecution
+from workers.tenants import tenant_of
 
 __all__ = [
     "before_model",
+    "budgeted",
     "may_start",
     "not_run",
     "refused_calls",
     "spent_on_model",
     "stopped",
     "take_calls",
-    "tenant_of",
 ]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TENANT = "default"
 NOT_RUN_STATUS = "budget_exceeded"
-
-
-def tenant_of(state: RunState) -> str:
-    """The invocation's tenant: its parameter `tenant`, else `default`."""
-    return str(state.parameters.to_json().get("tenant") or DEFAULT_TENANT)
 
 
 async def before_model(config: LoopConfig, state: RunState) -> str | None:
     """Why the next model call must not be made (a budget spent, or one that cannot be checked)."""
     why = state.spend.before_model() if state.spend is not None else None
     if why is None and config.tenant_budgets is not None:
-        why = await asyncio.to_thread(config.tenant_budgets.before_model, tenant_of(state))
+        why = await asyncio.to_thread(config.tenant_budgets.before_model, tenant_of(state.parameters))
     return why
 
 
@@ -58,31 +53,35 @@ async def spent_on_model(config: LoopConfig, state: RunState, response: ChatResp
     if state.spend is not None:
         state.spend.spent_on_model(response)
     if config.tenant_budgets is not None:
-        await asyncio.to_thread(config.tenant_budgets.spent_on_model, tenant_of(state), response)
+        await asyncio.to_thread(config.tenant_budgets.spent_on_model, tenant_of(state.parameters), response)
 
 
 async def take_calls(config: LoopConfig, state: RunState, count: int) -> tuple[int, str | None]:
-    """Take `count` tool calls from the budgets: how many may run, and why not the rest."""
-    allowed, why = count, None
-    if state.spend is not None:
-        allowed, why = state.spend.before_calls(count)
+    """Take `count` tool calls from the budgets, the invocation's then its tenant's day: how many may
+    run, and why not the rest."""
+    if not budgeted(config, state):
+        return count, None
+    allowed, why = state.spend.room_for_calls(count) if state.spend is not None else (count, None)
     if allowed and config.tenant_budgets is not None:
         granted, tenant_why = await asyncio.to_thread(
-            config.tenant_budgets.before_calls, tenant_of(state), allowed
+            config.tenant_budgets.before_calls, tenant_of(state.parameters), allowed
         )
         if granted < allowed:
-            if state.spend is not None:
-                state.spend.tool_calls -= allowed - granted  # not run: not spent
             allowed, why = granted, tenant_why
+    if state.spend is not None:
+        state.spend.tool_calls += allowed
     return allowed, why
+
+
+def budgeted(config: LoopConfig, state: RunState) -> bool:
+    """Whether the invocation has a budget of its own or its tenant's to keep (most have none)."""
+    return state.spend is not None or config.tenant_budgets is not None
 
 
 async def may_start(config: LoopConfig, state: RunState) -> bool:
     """Whether a call complete while the response streams may be dispatched now (taken from the
     budgets if so); else it waits for its batch, whose budget check then settles it."""
-    if state.spend is None and config.tenant_budgets is None:
-        return True
-    return (await take_calls(config, state, 1))[0] == 1
+    return not budgeted(config, state) or (await take_calls(config, state, 1))[0] == 1
 
 
 async def refused_calls(
@@ -90,7 +89,7 @@ async def refused_calls(
 ) -> dict[int, str]:
     """The calls of a batch of `count` (those `started` early already taken) the budgets leave no room
     for, by index, with why."""
-    if state.spend is None and config.tenant_budgets is None:
+    if not budgeted(config, state):
         return {}
     pending = [index for index in range(count) if index not in started]
     allowed, why = await take_calls(config, state, len(pending))

@@ -3,11 +3,11 @@
 Every invocation registers its task while it runs (`cancellable`). `cancel_here(id)` cancels it if it
 runs in this process, from any thread. `request_cancel(redis_url, id)` asks every process: it sets
 `CANCELLED_KEY` (read by `toolfleet serve` when an invocation it was asked to run starts) and publishes
-the id on `CANCEL_CHANNEL`, which each process running invocations on the worker pools listens to (one
-thread per Redis, `listen_for_cancels`). A cancelled invocation ends as one whose caller cancelled it:
-its running calls are abandoned as at a deadline (revoked, terminated on prefork pools, flagged for
-a cooperative tool), what succeeded is compensated, the journal says `cancelled`, and the model is not
-asked again.
+the id on `CANCEL_CHANNEL`, which each process running invocations on the worker pools listens to (its
+one listening thread per Redis, `orchestrator._subscription.on_message`). A cancelled invocation
+ends as one whose caller cancelled it: its running calls are abandoned as at a deadline (revoked,
+terminated on prefork pools, flagged for a cooperative tool), what succeeded is compensated, the
+journal says `cancelled`, and the model is not asked again.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from collections.abc import Callable, Iterator
 
 import redis
 
-from orchestrator._subscription import subscription
+from orchestrator._subscription import on_message
 from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY
-from workers.settings import redact_url
 
 __all__ = [
     "CANCEL_TTL_S",
@@ -39,13 +38,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CANCEL_TTL_S = 24 * 3600  # how long a cancel request is remembered for an invocation yet to start
-RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0  # the listener's pause before subscribing again, doubling
 
 _running: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Task[object]]] = {}
 _running_lock = threading.Lock()
 _calls: dict[tuple[str, str], tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = {}
-_listeners: dict[str, _Listener] = {}
-_listeners_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -145,37 +141,10 @@ def request_cancel(redis_url: str, invocation_id: str) -> int:
 
 
 def listen_for_cancels(redis_url: str) -> None:
-    """Start this process' listener of cancel requests on `redis_url`, once."""
-    with _listeners_lock:
-        listener = _listeners.get(redis_url)
-        if listener is None or not listener.is_alive():
-            listener = _listeners[redis_url] = _Listener(redis_url)
-            listener.start()
+    """Listen to cancel requests on `redis_url` in this process (its one listener of that Redis)."""
+    on_message(redis_url, CANCEL_CHANNEL, _cancel_published)
 
 
-class _Listener(threading.Thread):
-    """Cancels this process' invocations whose ids are published on `CANCEL_CHANNEL`."""
-
-    def __init__(self, redis_url: str) -> None:
-        super().__init__(name="toolfleet-cancel-listener", daemon=True)
-        self.redis_url = redis_url
-
-    def run(self) -> None:
-        pause = RETRY_FIRST_S
-        while True:
-            client = redis.Redis.from_url(self.redis_url, health_check_interval=30)
-            try:
-                pubsub = subscription(client, ignore_subscribe_messages=True)
-                pubsub.subscribe(CANCEL_CHANNEL)
-                pause = RETRY_FIRST_S  # subscribed: a later loss is news again
-                for message in pubsub.listen():
-                    data = message.get("data")
-                    if isinstance(data, bytes) and cancel_here(data.decode()):
-                        log.info("invocation %s cancelled on request", data.decode())
-            except Exception as exc:  # Redis away: listen again once it is back, said once per outage
-                say = log.warning if pause == RETRY_FIRST_S else log.debug
-                say("cancel listener on %s lost its subscription: %s", redact_url(self.redis_url), exc)
-            finally:
-                client.close()
-            threading.Event().wait(pause)
-            pause = min(pause * 2, RETRY_MAX_S)
+def _cancel_published(invocation_id: str) -> None:
+    if cancel_here(invocation_id):
+        log.info("invocation %s cancelled on request", invocation_id)

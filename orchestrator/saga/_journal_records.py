@@ -10,9 +10,9 @@ from typing import Any
 from sqlalchemy.engine import RowMapping
 
 from orchestrator.saga._journal_crypto import JournalCipher
-from orchestrator.saga._journal_tables import DEFAULT_TENANT
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
 from workers.protocol import ToolExecution, ToolExecutionRequest
+from workers.tenants import DEFAULT_TENANT
 
 __all__ = [
     "CallRecord",

@@ -3,34 +3,23 @@
 from __future__ import annotations
 
 import os
-import re
 import socket
-from collections.abc import Mapping
-from typing import Any
 
 import sqlalchemy as sa
 
+from workers.tenants import DEFAULT_TENANT
+
 __all__ = [
-    "DEFAULT_TENANT",
-    "TENANT_NAME",
     "approvals",
     "compensations",
     "invocations",
     "metadata",
     "owned_update",
     "owner_id",
-    "tenant_of",
     "tool_calls",
     "turns",
 ]
 
-# Whose an invocation is: the service's tenants (`tenant:key`); rows older than the column, and
-# invocations started with no tenant, are the default tenant's.
-DEFAULT_TENANT = "default"
-TENANT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-# Stored for a `tenant` parameter that is no tenant's name: no configured tenant matches it, so only
-# an operator (the admin scope) sees the invocation, never the default tenant.
-_UNNAMED_TENANT = "?"
 
 metadata = sa.MetaData()
 
@@ -137,14 +126,6 @@ approvals = sa.Table(
     sa.Column("decided_at", sa.DateTime(timezone=True)),
     sa.UniqueConstraint("invocation_id", "call_id", name="uq_toolfleet_approvals_call"),
 )
-
-
-def tenant_of(parameters: Mapping[str, Any] | None) -> str:
-    """The tenant an invocation's parameters name (`tenant`), as the journal keeps it."""
-    given = (parameters or {}).get("tenant")
-    if given is None:
-        return DEFAULT_TENANT
-    return given if isinstance(given, str) and TENANT_NAME.fullmatch(given) else _UNNAMED_TENANT
 
 
 def owner_id() -> str:

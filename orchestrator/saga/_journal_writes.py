@@ -16,10 +16,11 @@ import sqlalchemy as sa
 
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga._journal_records import utc_now
-from orchestrator.saga._journal_tables import invocations, owned_update, owner_id, tenant_of, tool_calls
+from orchestrator.saga._journal_tables import invocations, owned_update, owner_id, tool_calls
 from orchestrator.saga.states import CallState, InvocationState
 from workers.calls.invocation import InvocationContext
 from workers.protocol import ToolExecutionRequest, ToolOutcome, call_task_id
+from workers.tenants import tenant_of
 
 __all__ = [
     "MAX_ANSWER_CHARS",

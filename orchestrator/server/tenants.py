@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.saga._journal_tables import DEFAULT_TENANT, TENANT_NAME
 from workers.errors import SettingsError
 from workers.priorities import check_priority
+from workers.tenants import DEFAULT_TENANT, TENANT_NAME
 
 __all__ = [
     "ADMIN_SCOPE",

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
-from orchestrator.saga._journal_tables import TENANT_NAME
 from orchestrator.telemetry.metrics import (
     APPROVAL_WAIT,
     COMPENSATIONS,
@@ -42,6 +41,7 @@ from workers.telemetry.tracing import (
     span,
     tracing_enabled,
 )
+from workers.tenants import TENANT_NAME
 from workers.tools import ToolDefinition
 
 __all__ = [

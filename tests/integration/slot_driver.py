@@ -15,11 +15,15 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
+
+from prometheus_client import REGISTRY
 
 from orchestrator import CeleryExecutor, ToolExecutionRequest
 from tests.integration import slot_tools
 from tests.integration.orchestrator_processes import orchestrator_env
 from tests.integration.worker_processes import REPO_ROOT
+from workers import ToolOutcome
 from workers.calls.invocation import Invocation
 from workers.settings import Settings
 
@@ -50,20 +54,44 @@ def ended(driver: subprocess.Popen[str]) -> tuple[list[str], float]:
     return [line["kind"] for line in lines[:-1]], lines[-1]["elapsed_s"]
 
 
+def batch_of(tool: str, *arguments: dict[str, Any]) -> list[tuple[ToolExecutionRequest, None]]:
+    """One batch of calls of `tool` (of `slot_tools`), one per `arguments`, with ids c0, c1, ..."""
+    return [(ToolExecutionRequest(f"c{i}", tool, json.dumps(args)), None) for i, args in enumerate(arguments)]
+
+
+def run_batch(
+    settings: Settings, calls: list[tuple[ToolExecutionRequest, None]], invocation: Invocation | None = None
+) -> list[ToolOutcome]:
+    """Run one batch of `slot_tools` calls in this process, on an executor of its own."""
+    executor = CeleryExecutor(settings=settings, tools=[slot_tools])
+    try:
+        return asyncio.run(executor.execute_batch(calls, invocation or Invocation()))
+    finally:
+        executor.close()
+
+
+def wait_counts(tool: str, reason: str) -> dict[str, float]:
+    """How many calls of `tool` this process counted waiting for `reason`, by result (taken, timed_out)."""
+    return {
+        sample.labels["result"]: sample.value
+        for metric in REGISTRY.collect()
+        if metric.name == "toolfleet_tool_call_wait_seconds"
+        for sample in metric.samples
+        if sample.name.endswith("_count")
+        and sample.labels["tool"] == tool
+        and sample.labels["reason"] == reason
+    }
+
+
 def main(argv: list[str]) -> int:
     tool_name, run, calls, seconds = argv[0], argv[1], int(argv[2]), float(argv[3])
-    executor = CeleryExecutor(settings=Settings.from_env(), tools=[slot_tools])
-    requests = [
-        (ToolExecutionRequest(f"c{i}", tool_name, json.dumps({"run": run, "seconds": seconds})), None)
-        for i in range(calls)
-    ]
+    requests = batch_of(tool_name, *[{"run": run, "seconds": seconds}] * calls)
     invocation = Invocation(parameters={"tenant": argv[4]} if len(argv) > 4 else {})
     started = time.monotonic()
     try:
-        outcomes = asyncio.run(executor.execute_batch(requests, invocation))
+        outcomes = run_batch(Settings.from_env(), requests, invocation)
     finally:
         elapsed = time.monotonic() - started
-        executor.close()
     for outcome in outcomes:
         print(json.dumps({"kind": outcome.kind.value, "text": outcome.text}), flush=True)
     print(json.dumps({"elapsed_s": elapsed}), flush=True)

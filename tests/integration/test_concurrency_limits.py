@@ -15,8 +15,10 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
+import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
 from orchestrator import (
@@ -27,9 +29,13 @@ from orchestrator import (
     ScriptedChatModel,
     ToolExecutionRequest,
 )
+from orchestrator.saga.async_journal import AsyncJournal
+from orchestrator.server.events import EventLog
+from orchestrator.server.ui import UiSettings, create_ui_app
+from orchestrator.server.ui.context import UiContext, set_context
 from tests._cli import on_journal
 from tests.integration import slot_tools
-from tests.integration.slot_driver import ended, launch
+from tests.integration.slot_driver import batch_of, ended, launch, run_batch, wait_counts
 from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolOutcome
 from workers.calls.invocation import Invocation
@@ -67,26 +73,13 @@ def test_a_limit_per_key_value_holds_each_value_apart(
 ) -> None:
     # given: a tool limited to 1 call at once per account; 3 calls for each of 2 accounts
     run = uuid.uuid4().hex
-    calls = [
-        (
-            ToolExecutionRequest(
-                f"c{account}{i}",
-                "per_account_sleep",
-                json.dumps({"run": run, "account": account, "seconds": 0.3}),
-            ),
-            None,
-        )
-        for account in "AB"
-        for i in range(3)
-    ]
-    executor = CeleryExecutor(settings=settings, tools=[slot_tools])
+    calls = batch_of(
+        "per_account_sleep", *[{"run": run, "account": account, "seconds": 0.3} for account in "AABBAB"]
+    )
 
     # when: they are called in one batch
     started = time.monotonic()
-    try:
-        outcomes = asyncio.run(executor.execute_batch(calls, Invocation()))
-    finally:
-        executor.close()
+    outcomes = run_batch(settings, calls)
     elapsed = time.monotonic() - started
 
     # then: each account's calls ran one at a time, the two accounts side by side
@@ -101,17 +94,9 @@ def test_a_call_whose_deadline_passes_in_line_says_so(
 ) -> None:
     # given: a tool of one call at a time and a 1 s deadline; three calls of 0.6 s at once
     run = uuid.uuid4().hex
-    calls = [
-        (ToolExecutionRequest(f"c{i}", "one_at_a_time", json.dumps({"run": run, "seconds": 0.6})), None)
-        for i in range(3)
-    ]
-    executor = CeleryExecutor(settings=settings, tools=[slot_tools])
 
     # when: they are called in one batch
-    try:
-        outcomes = asyncio.run(executor.execute_batch(calls, Invocation()))
-    finally:
-        executor.close()
+    outcomes = run_batch(settings, batch_of("one_at_a_time", *[{"run": run, "seconds": 0.6}] * 3))
 
     # then: the first ran; the second started late and ran out of time; the third never started,
     # and the model hears why
@@ -124,14 +109,7 @@ def test_a_call_whose_deadline_passes_in_line_says_so(
     )
     assert _seen(client, run) == [1, 1]
     # ... and the metrics count each call's wait for its slot, and whether it got it
-    samples = {
-        sample.labels["result"]: sample.value
-        for metric in REGISTRY.collect()
-        if metric.name == "toolfleet_tool_call_wait_seconds"
-        for sample in metric.samples
-        if sample.name.endswith("_count") and sample.labels["tool"] == "one_at_a_time"
-    }
-    assert samples == {"taken": 2, "timed_out": 1}
+    assert wait_counts("one_at_a_time", "concurrency") == {"taken": 2, "timed_out": 1}
 
 
 def test_the_slots_of_a_killed_orchestrator_are_free_once_their_leases_expire(
@@ -325,6 +303,25 @@ def test_a_calls_wait_for_its_slot_is_journaled_and_shown(
     assert re.search(r"waited 0\.\d\d s for a concurrency slot before it was sent", shown.stdout), (
         shown.stdout
     )
+    # ... and so does the run view's timeline of the invocation
+    timeline = asyncio.run(
+        _timeline(dataclasses.replace(settings, database_url=url), str(result.invocation_id))
+    )
+    assert re.search(r'<span class="wait">waited 0\.\d\d s for a concurrency slot</span>', timeline), timeline
+
+
+async def _timeline(settings: Settings, invocation_id: str) -> str:
+    """The run view's timeline of an invocation, as an open view in this process serves it."""
+    app = create_ui_app(UiSettings(), settings)
+    events = aioredis.Redis.from_url(settings.redis_url)
+    journal = AsyncJournal(settings.database_url, keys=())
+    set_context(app, UiContext(UiSettings(), settings, journal, EventLog(events), owned=[journal, events]))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as view:
+        answer = await view.get(f"/ui/invocations/{invocation_id}/timeline")
+    await journal.dispose()
+    await events.aclose()
+    assert answer.status_code == 200, answer.text
+    return answer.text
 
 
 def test_the_slots_a_process_holds_are_counted_by_scope(
@@ -332,17 +329,9 @@ def test_the_slots_a_process_holds_are_counted_by_scope(
 ) -> None:
     # given: a tool limited per account; two accounts' calls of 0.5 s at once, and a third account's
     run = uuid.uuid4().hex
-    calls = [
-        (
-            ToolExecutionRequest(
-                f"c{account}",
-                "per_account_sleep",
-                json.dumps({"run": run, "account": account, "seconds": 0.5}),
-            ),
-            None,
-        )
-        for account in "ABC"
-    ]
+    calls = batch_of(
+        "per_account_sleep", *[{"run": run, "account": account, "seconds": 0.5} for account in "ABC"]
+    )
     executor = CeleryExecutor(settings=settings, tools=[slot_tools])
 
     def held() -> float:

@@ -5,22 +5,16 @@ its deadline is told so at once, and reserved starts are kept in every window on
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import json
 import multiprocessing
 import time
 import uuid
 
 import pytest
 import redis
-from prometheus_client import REGISTRY
 
-from orchestrator import CeleryExecutor, ToolExecutionRequest
-from tests.integration import slot_tools
-from tests.integration.slot_driver import ended, launch
+from tests.integration.slot_driver import batch_of, ended, launch, run_batch, wait_counts
 from workers import OutcomeKind
-from workers.calls.invocation import Invocation
 from workers.runtime.process import WorkerProcess
 from workers.runtime.rates import DISPATCH_GUARD_MS, Rates
 from workers.settings import Settings
@@ -65,25 +59,10 @@ def test_a_rate_limit_per_key_value_holds_each_value_apart(
 ) -> None:
     # given: a tool limited to 2 starts a second per account; 4 calls for each of 2 accounts
     run = uuid.uuid4().hex
-    calls = [
-        (
-            ToolExecutionRequest(
-                f"c{account}{i}",
-                "paced_per_account",
-                json.dumps({"run": run, "account": account, "seconds": 0}),
-            ),
-            None,
-        )
-        for account in "AB"
-        for i in range(4)
-    ]
-    executor = CeleryExecutor(settings=settings, tools=[slot_tools])
+    calls = batch_of("paced_per_account", *[{"run": run, "account": a, "seconds": 0} for a in "ABABABAB"])
 
     # when: they are called in one batch
-    try:
-        outcomes = asyncio.run(executor.execute_batch(calls, Invocation()))
-    finally:
-        executor.close()
+    outcomes = run_batch(settings, calls)
 
     # then: each account's calls started 2 a second, the two accounts side by side (one after the
     # other, the 8 starts would take 3.5 s)
@@ -102,19 +81,11 @@ def test_a_call_whose_turn_would_come_after_its_deadline_is_told_at_once(
 ) -> None:
     # given: a tool of one start every 10 s and a 1 s deadline; two calls at once
     run = uuid.uuid4().hex
-    calls = [
-        (ToolExecutionRequest(f"c{i}", "rare", json.dumps({"run": run, "seconds": 0})), None)
-        for i in range(2)
-    ]
     client.delete("toolfleet:rates:tool:rare:dispatch", "toolfleet:rates:tool:rare:start")
-    executor = CeleryExecutor(settings=settings, tools=[slot_tools])
 
     # when: they are called in one batch
     started = time.monotonic()
-    try:
-        outcomes = asyncio.run(executor.execute_batch(calls, Invocation()))
-    finally:
-        executor.close()
+    outcomes = run_batch(settings, batch_of("rare", *[{"run": run, "seconds": 0}] * 2))
     elapsed = time.monotonic() - started
 
     # then: one started; the other did not, was told why without waiting out its deadline, and the
@@ -129,14 +100,7 @@ def test_a_call_whose_turn_would_come_after_its_deadline_is_told_at_once(
     )
     assert len(_starts(client, run)) == 1
     assert elapsed < 1.0
-    samples = {
-        sample.labels["result"]: sample.value
-        for metric in REGISTRY.collect()
-        if metric.name == "toolfleet_tool_call_wait_seconds"
-        for sample in metric.samples
-        if sample.name.endswith("_count") and sample.labels["tool"] == "rare"
-    }
-    assert samples == {"taken": 1, "timed_out": 1}
+    assert wait_counts("rare", "rate_limit") == {"taken": 1, "timed_out": 1}
 
 
 def _reserve_many(url: str, name: str, calls: int, out: str) -> None:

@@ -186,11 +186,11 @@ def test_a_waiter_that_gives_up_leaves_the_line(slots_client: redis.Redis, scope
 
 
 def test_a_waiter_granted_a_slot_is_woken_at_once_not_at_its_next_ask(
-    slots_client: redis.Redis, scope: str
+    redis_url: str, slots_client: redis.Redis, scope: str
 ) -> None:
     # given: a scope of one slot, held elsewhere; a call waiting for it long enough that it asks only
     # every 50 ms
-    holder = SlotHolder()
+    holder = SlotHolder(redis_url)
     slots = Slots(slots_client, scope, 1)
     need = Needed(slots, "default", "its slots")
     latencies: list[float] = []
@@ -212,10 +212,7 @@ def test_a_waiter_granted_a_slot_is_woken_at_once_not_at_its_next_ask(
         for i in range(9):
             await trial(i)
 
-    try:
-        asyncio.run(trials())
-    finally:
-        holder.close()
+    asyncio.run(trials())
 
     # then: the waiter had its slot within a few milliseconds, not at its next ask (25 ms later on
     # average, were it not woken)

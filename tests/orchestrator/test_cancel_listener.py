@@ -1,5 +1,5 @@
-"""The cancel listener of a process whose Redis is away: it says so once per outage, with the URL's
-password masked, and tries again with a growing pause."""
+"""The listener of a process whose Redis is away (cancel requests, slots granted): it says so once per
+outage, with the URL's password masked, and tries again with a growing pause."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from orchestrator import _subscription
 from orchestrator.loop import cancellation
 from tests._ports import free_port
 from tests._waiting import wait_for
@@ -15,18 +16,18 @@ from tests._waiting import wait_for
 def test_an_unreachable_redis_is_reported_once_without_its_password(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cancellation, "RETRY_FIRST_S", 0.05)
-    monkeypatch.setattr(cancellation, "RETRY_MAX_S", 0.1)
+    monkeypatch.setattr(_subscription, "RETRY_FIRST_S", 0.05)
+    monkeypatch.setattr(_subscription, "RETRY_MAX_S", 0.1)
     attempts: list[str] = []
-    real_from_url = cancellation.redis.Redis.from_url
+    real_from_url = _subscription.redis.Redis.from_url
 
     def counting(url: str, **options: object) -> object:
         attempts.append(url)
         return real_from_url(url, **options)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cancellation.redis.Redis, "from_url", counting)
+    monkeypatch.setattr(_subscription.redis.Redis, "from_url", counting)
     url = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0"
-    caplog.set_level(logging.DEBUG, logger=cancellation.__name__)
+    caplog.set_level(logging.DEBUG, logger=_subscription.__name__)
 
     cancellation.listen_for_cancels(url)
     wait_for(lambda: len(attempts) >= 4, timeout_s=5, what="the listener trying again")

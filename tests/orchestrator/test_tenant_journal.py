@@ -16,7 +16,6 @@ import sqlalchemy as sa
 from alembic import command
 from fastapi import FastAPI, Request
 
-from orchestrator.saga._journal_tables import tenant_of
 from orchestrator.saga._journal_writes import Intent, intent_write
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.migrations import upgrade
@@ -32,6 +31,7 @@ from tests._tracing import traced_to_memory
 from tests.orchestrator._databases import KINDS, fresh_database
 from workers.calls.invocation import InvocationContext, InvocationParameters
 from workers.protocol import ToolExecutionRequest
+from workers.tenants import tenant_of
 
 
 def _app(keys: str) -> FastAPI:

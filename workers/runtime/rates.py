@@ -40,7 +40,7 @@ __all__ = [
     "Rates",
     "Turn",
     "key_value",
-    "rate_scope",
+    "rates_of",
     "wait_for_start",
 ]
 
@@ -119,18 +119,6 @@ def key_value(key: str, parameters: Mapping[str, Any], arguments: str) -> str:
     return text
 
 
-def rate_scope(definition: ToolDefinition, parameters: Mapping[str, Any], arguments: str) -> str | None:
-    """The name of the rate limit a call of `definition` starts under (per value of its key, if it has
-    one); None for a tool without a rate limit."""
-    options = definition.options
-    if options.rate_limit is None:
-        return None
-    name = f"tool:{definition.name}"
-    if options.rate_limit_key is not None:
-        name += f":{options.rate_limit_key}={key_value(options.rate_limit_key, parameters, arguments)}"
-    return name
-
-
 @dataclass(frozen=True)
 class Turn:
     """A call's answer from its rate limit: whether a start is reserved, the ms until it (or that the
@@ -182,17 +170,32 @@ class Rates:
         return 0 if taken else max(1, int(wait_ms))
 
 
-def wait_for_start(client: Any, definition: ToolDefinition, envelope: CallTask) -> bool:
-    """On the worker, before a rate-limited tool runs: wait (a few ms, seldom more) until its start keeps
-    the limit's spacing; False if its deadline comes first. A Redis that does not answer lets the call
-    start: its publish already waited its turn."""
-    assert definition.options.rate_limit is not None
-    request = envelope.request
-    name = rate_scope(definition, envelope.invocation.parameters, request.arguments)
-    rates = Rates(client, f"{name}:start", parse_rate_limit(definition.options.rate_limit), START_GUARD_MS)
+def rates_of(
+    client: Any, definition: ToolDefinition, call: CallTask, *, at_start: bool = False
+) -> Rates | None:
+    """The starts a call of `definition` counts among under its tool's rate limit (per value of its key,
+    if it has one): the orchestrators' reservations, or, `at_start`, the workers' starts; None for a
+    tool without a rate limit."""
+    options = definition.options
+    if options.rate_limit is None:
+        return None
+    name = f"tool:{definition.name}"
+    if options.rate_limit_key is not None:
+        value = key_value(options.rate_limit_key, call.invocation.parameters, call.request.arguments)
+        name += f":{options.rate_limit_key}={value}"
+    rate = parse_rate_limit(options.rate_limit)
+    if at_start:
+        return Rates(client, f"{name}:start", rate, START_GUARD_MS)
+    return Rates(client, f"{name}:dispatch", rate)
+
+
+def wait_for_start(rates: Rates, definition: ToolDefinition, deadline: float | None) -> bool:
+    """On the worker, before a rate-limited tool runs (`rates`: its workers' starts): wait (a few ms,
+    seldom more) until its start keeps the limit's spacing; False if its `deadline` comes first. A
+    Redis that does not answer lets the call start: its publish already waited its turn."""
     try:
         while (wait_ms := rates.take_now()) > 0:
-            if envelope.deadline is not None and time.time() + wait_ms / 1000 >= envelope.deadline:
+            if deadline is not None and time.time() + wait_ms / 1000 >= deadline:
                 return False
             time.sleep(wait_ms / 1000)
     except redis.RedisError as exc:

@@ -38,7 +38,7 @@ from workers.runtime._consumer import broker_reconnected
 from workers.runtime._progress import worker_reporter
 from workers.runtime._telemetry import install_worker_telemetry, observed_call, observed_compensation
 from workers.runtime.catalog import CatalogHeartbeat, CatalogTool, WorkerEntry
-from workers.runtime.rates import wait_for_start
+from workers.runtime.rates import rates_of, wait_for_start
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 from workers.tools.registry import ToolRegistry
@@ -67,9 +67,8 @@ def _run_call(
             error_type="ToolCancelled",
         )
         raise failure_for(_logged(task, definition, request, outcome, started))
-    if definition.options.rate_limit is not None and not wait_for_start(
-        task.backend.client, definition, envelope
-    ):
+    rates = rates_of(task.backend.client, definition, envelope, at_start=True)
+    if rates is not None and not wait_for_start(rates, definition, deadline):
         outcome = ToolOutcome(
             kind=OutcomeKind.TIMED_OUT,
             text=f"Tool '{definition.name}' did not start before its deadline: its rate limit left no turn",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -28,9 +29,17 @@ class RateLimit:
 
 def parse_rate_limit(text: object) -> RateLimit:
     """`"N/s"`, `"N/m"`, `"N/h"`, `"N/d"`, or with a count of units (`"N/10s"`); ValueError otherwise."""
-    match = _RATE.fullmatch(text) if isinstance(text, str) else None
+    if not isinstance(text, str):
+        raise ValueError(_BAD.format(text=text))
+    return _parsed(text)
+
+
+_BAD = "a rate limit is a number of starts per period, like '10/s', '100/m', '5/10s', got {text!r}"
+
+
+@functools.lru_cache(maxsize=1024)  # read for every call of a rate-limited tool, declared by a few
+def _parsed(text: str) -> RateLimit:
+    match = _RATE.fullmatch(text)
     if match is None or int(match[1]) < 1 or (match[2] and int(match[2]) < 1):
-        raise ValueError(
-            f"a rate limit is a number of starts per period, like '10/s', '100/m', '5/10s', got {text!r}"
-        )
+        raise ValueError(_BAD.format(text=text))
     return RateLimit(int(match[1]), int(match[2] or 1) * _PERIODS_MS[match[3]])

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
@@ -23,34 +23,24 @@ from orchestrator.executors.celery._pools import Pools
 from orchestrator.executors.celery._slots import SlotHolder, needed_slots
 from orchestrator.telemetry.hooks import slot_waited
 from workers.protocol import CallTask, OutcomeKind, ToolOutcome
-from workers.runtime.rates import Rates, rate_scope
+from workers.runtime.rates import Rates, rates_of
 from workers.tools import ToolDefinition
-from workers.tools.rate_limits import parse_rate_limit
 
-__all__ = ["Admission", "Admitted", "needed_rate"]
+__all__ = ["Admission", "Admitted"]
 
 log = logging.getLogger(__name__)
 
 WAIT_SHOWN_S = 0.005  # a shorter wait (a slot or turn free at once: two Redis round trips) is no wait
 
 
-def needed_rate(client: redis.Redis, definition: ToolDefinition, call: CallTask) -> Rates | None:
-    """The reservations a call of `definition` takes its turn among, if its tool has a rate limit."""
-    name = rate_scope(definition, call.invocation.parameters, call.request.arguments)
-    if name is None:
-        return None
-    assert definition.options.rate_limit is not None
-    return Rates(client, f"{name}:dispatch", parse_rate_limit(definition.options.rate_limit))
-
-
 class Admission:
     """Admits calls to their pool: slots taken (and held by `slots` until the call's outcome), then the
     rate limit's turn awaited."""
 
-    def __init__(self, client: redis.Redis, pools: Pools) -> None:
+    def __init__(self, client: redis.Redis, redis_url: str, pools: Pools) -> None:
         self.redis = client
         self.pools = pools
-        self.slots = SlotHolder()  # the fleet-wide concurrency slots held by calls in flight
+        self.slots = SlotHolder(redis_url)  # the fleet-wide concurrency slots held by calls in flight
 
     async def enter(
         self,
@@ -61,59 +51,63 @@ class Admission:
         deadline: float,
         timeout_s: float,
         on_call: Callable[[CallEvent], None] | None,
-    ) -> Admitted:
-        """Wait until the call may be published, or until it is refused (having held nothing then)."""
+    ) -> Admitted | None:
+        """Wait until the call may be published, or until it is refused (having held nothing then);
+        None, at once, for a call with no limit to wait for (most calls: nothing is built for them)."""
+        options, pool_limit = definition.options, self.pools.limit(definition.pool)
+        if options.concurrency is None and options.rate_limit is None and pool_limit is None:
+            return None
         admitted = Admitted()
-        needed = needed_slots(self.redis, definition, envelope, self.pools.limit(definition.pool))
+        needed = needed_slots(self.redis, definition, envelope, pool_limit)
         if needed:
             began = time.monotonic()
             admitted.refused = await self.slots.take_or_refuse(
                 task_id, task_name, envelope, definition, needed, deadline, timeout_s, on_call
             )
-            admitted.waited(time.monotonic() - began, "concurrency")
-            if admitted.refused is not None:
-                return admitted
-            admitted.holds = True
-        rates = needed_rate(self.redis, definition, envelope)
-        if rates is not None:
+            admitted.waited("concurrency", time.monotonic() - began)
+            admitted.holds = admitted.refused is None
+        rates = rates_of(self.redis, definition, envelope)
+        if rates is not None and admitted.refused is None:
             began = time.monotonic()
             try:
                 admitted.refused = await _take_turn(
                     rates, task_id, task_name, envelope, definition, deadline, timeout_s, on_call
                 )
-            except BaseException:
-                if needed:
-                    self.slots.release(task_id)
+            except BaseException:  # cancelled while it waited: it holds nothing
+                self._release(task_id, admitted)
                 raise
-            admitted.waited(time.monotonic() - began, "rate_limit")
-            if admitted.refused is not None and needed:
-                self.slots.release(task_id)
-                admitted.holds = False
+            if admitted.refused is not None:  # it publishes nothing: it holds nothing
+                self._release(task_id, admitted)
+            admitted.waited("rate_limit", time.monotonic() - began)
         return admitted
+
+    def _release(self, task_id: str, admitted: Admitted) -> None:
+        if admitted.holds:
+            self.slots.release(task_id)
+            admitted.holds = False
 
 
 @dataclass
 class Admitted:
     """What came of a call's admission: `refused`, what the model hears instead of its publish (None:
     it may be published); whether it `holds` slots to release once its outcome is known; how long it
-    waited, and mostly for what."""
+    waited for each reason."""
 
     refused: ToolOutcome | None = None
     holds: bool = False
-    waited_s: float = 0.0
-    reason: str | None = None
-    _longest_s: float = 0.0
+    waits: dict[str, float] = field(default_factory=dict)
 
-    def waited(self, seconds: float, reason: str) -> None:
-        self.waited_s += seconds
-        if seconds >= WAIT_SHOWN_S and seconds > self._longest_s:
-            self._longest_s, self.reason = seconds, reason
+    def waited(self, reason: str, seconds: float) -> None:
+        self.waits[reason] = seconds
 
     def told(self, outcome: ToolOutcome) -> ToolOutcome:
-        """`outcome`, saying how long the call waited before it was published, if it did."""
-        if self.reason is None:
+        """`outcome`, saying how long the call waited before it was published (in all), and mostly for
+        what, if it waited at all."""
+        reason = max(self.waits, key=self.waits.__getitem__, default=None)
+        if reason is None or self.waits[reason] < WAIT_SHOWN_S:
             return outcome
-        return dataclasses.replace(outcome, waited_s=round(self.waited_s, 3), wait_reason=self.reason)
+        waited_s = round(sum(self.waits.values()), 3)
+        return dataclasses.replace(outcome, waited_s=waited_s, wait_reason=reason)
 
 
 async def _take_turn(

@@ -64,7 +64,7 @@ class Dispatcher:
         self.pools = pools
         self._broker_down_until = 0.0
         self._broker_error = ""
-        self.admission = Admission(client, pools)  # fleet-wide slots and rate limits
+        self.admission = Admission(client, settings.redis_url, pools)  # fleet-wide slots and rate limits
 
     @property
     def collector(self) -> ResultCollector:
@@ -98,7 +98,7 @@ class Dispatcher:
             admitted = await self.admission.enter(
                 task_id, task_name, envelope, definition, deadline, timeout_s, on_call
             )
-            if admitted.refused is not None:
+            if admitted is not None and admitted.refused is not None:
                 return admitted.told(admitted.refused)
         try:
             outcome = await self._dispatch(

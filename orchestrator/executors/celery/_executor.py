@@ -227,6 +227,6 @@ class CeleryExecutor:
     def close(self) -> None:
         """Free the concurrency slots its ended calls released, close its Redis connection and broker
         publisher."""
-        self._dispatcher.admission.slots.close()
+        self._dispatcher.admission.slots.flush()
         self._dispatcher.redis.close()
         self._dispatcher.publisher.close()

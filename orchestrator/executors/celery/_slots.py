@@ -24,19 +24,19 @@ from dataclasses import dataclass
 
 import redis
 
+from orchestrator._subscription import on_message
 from orchestrator.executors._call_events import CallEvent, call_notifier
 from orchestrator.telemetry.hooks import slot_waited, slots_held
 from workers.protocol import CallTask, OutcomeKind, ToolOutcome
 from workers.runtime.rates import key_value
 from workers.runtime.slots import GRANTED_CHANNEL, LEASE_TTL_MS, Slots
+from workers.tenants import tenant_of
 from workers.tools import ToolDefinition
 
 __all__ = ["Needed", "SlotHolder", "needed_slots", "slot_wait_outcome"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GROUP = "default"
-TENANT_PARAMETER = "tenant"
 FIRST_POLL_S, MAX_POLL_S = 0.002, 0.05  # asking again while in line, doubling
 
 
@@ -59,7 +59,7 @@ def needed_slots(
     if options.concurrency is None and pool_limit is None:
         return []
     parameters, arguments = call.invocation.parameters, call.request.arguments
-    group = str(parameters.get(TENANT_PARAMETER) or DEFAULT_GROUP)
+    group = tenant_of(parameters)
     needed = []
     if options.concurrency is not None:
         name = f"tool:{definition.name}"
@@ -85,36 +85,30 @@ def slot_wait_outcome(definition: ToolDefinition, timeout_s: float, busy: Needed
     )
 
 
-class _GrantListener:
-    """A thread told of every slot granted to a waiter (`GRANTED_CHANNEL`), waking it in this process at
-    once: without it, a waiter finds its slot at its next ask, up to `MAX_POLL_S` later."""
+# The calls of this process waiting in line, by task id: how to wake each when its slot is granted.
+_wakers: dict[str, Callable[[], None]] = {}
+_wakers_lock = threading.Lock()
 
-    def __init__(self, client: redis.Redis, wake: Callable[[str], None]) -> None:
-        self._client = client
-        self._wake = wake
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._listen, name="toolfleet-slot-grants", daemon=True)
-        self._thread.start()
 
-    def _listen(self) -> None:
-        while not self._stopped.is_set():
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
-            try:
-                pubsub.subscribe(GRANTED_CHANNEL)
-                while not self._stopped.is_set():
-                    message = pubsub.get_message(timeout=0.5)
-                    if message is not None:
-                        data = message["data"]
-                        self._wake(data.decode() if isinstance(data, bytes) else str(data))
-            except redis.RedisError as exc:  # the waiters still ask on their own; listen again soon
-                log.debug("slot grants not heard: %s", exc)
-                self._stopped.wait(1.0)
-            finally:
-                pubsub.close()
+def _granted(task_id: str) -> None:
+    """A slot was granted to `task_id` (published on `GRANTED_CHANNEL`): wake it, if it waits here."""
+    with _wakers_lock:
+        wake = _wakers.get(task_id)
+    if wake is not None:
+        wake()
 
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join(timeout=2)
+
+def _wake_when_granted(redis_url: str, task_id: str, woken: asyncio.Event) -> None:
+    """Set `woken` (on its loop) whenever a slot is granted to `task_id`, until `_wakers` forgets it."""
+    loop = asyncio.get_running_loop()
+
+    def wake() -> None:  # on the listening thread
+        with contextlib.suppress(RuntimeError):  # its loop ended meanwhile: nobody to wake
+            loop.call_soon_threadsafe(woken.set)
+
+    with _wakers_lock:
+        _wakers[task_id] = wake
+    on_message(redis_url, GRANTED_CHANNEL, _granted)
 
 
 def _counted(needs: list[Needed], delta: int) -> None:
@@ -125,35 +119,41 @@ def _counted(needs: list[Needed], delta: int) -> None:
 class SlotHolder:
     """The slots this process holds for calls in flight, their leases renewed by one thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, redis_url: str) -> None:
+        self.redis_url = redis_url  # where slots granted to waiters are published
         self._held: dict[str, list[Needed]] = {}
         self._lock = threading.Lock()
         self._renewer: threading.Thread | None = None
         self._releases: queue.Queue[tuple[str, list[Needed]]] = queue.Queue()
-        self._wakers: dict[str, Callable[[], None]] = {}  # calls in line, woken when granted a slot
-        self._listener: _GrantListener | None = None
 
     async def take(
         self, task_id: str, needed: list[Needed], deadline: float, on_wait: Callable[[], None] | None = None
     ) -> Needed | None:
-        """Wait (in line, asking again ever less often) until `task_id` holds every slot it needs:
-        None; or, once `deadline` passes first, the one it waited for in vain, having left every line
-        and slot. `on_wait` is called once, if the call has to wait at all."""
+        """Wait (in line, woken when granted a slot, else asking again ever less often) until `task_id`
+        holds every slot it needs: None; or, once `deadline` passes first, the one it waited for in
+        vain, having left every line and slot. `on_wait` is called once, if the call has to wait."""
         taken: list[Needed] = []
-        waited = False
+        woken: asyncio.Event | None = None
         try:
             for need in needed:
                 poll = FIRST_POLL_S
-                while not need.slots.try_acquire(task_id, need.group):
-                    if not waited and on_wait is not None:
-                        on_wait()
-                    waited = True
+                while True:
+                    if woken is not None:
+                        woken.clear()  # before asking: a grant published after it wakes the next wait
+                    if need.slots.try_acquire(task_id, need.group):
+                        break
+                    if woken is None:
+                        woken = asyncio.Event()
+                        _wake_when_granted(self.redis_url, task_id, woken)
+                        if on_wait is not None:
+                            on_wait()
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         _counted(taken, -1)
                         self._give_back(task_id, [*taken, need])
                         return need
-                    await self._granted_or_after(task_id, need, min(poll, remaining))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(woken.wait(), min(poll, remaining))
                     poll = min(poll * 2, MAX_POLL_S)
                 taken.append(need)
                 _counted([need], 1)
@@ -162,6 +162,10 @@ class SlotHolder:
             _counted(taken, -1)
             self._give_back(task_id, [*taken, *needed[len(taken) :]])
             raise
+        finally:
+            if woken is not None:
+                with _wakers_lock:
+                    _wakers.pop(task_id, None)
         return None
 
     async def take_or_refuse(
@@ -196,41 +200,6 @@ class SlotHolder:
         if refused is not None and notify is not None:
             notify(refused.kind.value, None)
         return refused
-
-    async def _granted_or_after(self, task_id: str, need: Needed, seconds: float) -> None:
-        """Wait until a slot is published granted to `task_id`, or `seconds` have passed."""
-        woken = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def wake() -> None:  # on the listener's thread
-            with contextlib.suppress(RuntimeError):  # its loop ended meanwhile: nobody to wake
-                loop.call_soon_threadsafe(woken.set)
-
-        with self._lock:
-            self._wakers[task_id] = wake
-            if self._listener is None:
-                self._listener = _GrantListener(need.slots.client, self._wake)
-        try:
-            await asyncio.wait_for(woken.wait(), seconds)
-        except TimeoutError:
-            pass
-        finally:
-            with self._lock:
-                self._wakers.pop(task_id, None)
-
-    def _wake(self, task_id: str) -> None:
-        with self._lock:
-            wake = self._wakers.get(task_id)
-        if wake is not None:
-            wake()
-
-    def close(self) -> None:
-        """Free what calls released (`flush`), and stop listening for granted slots."""
-        self.flush()
-        with self._lock:
-            listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.stop()
 
     def release(self, task_id: str) -> None:
         """Free the slots `task_id` holds (the next calls in line get them), on this holder's thread: the
