@@ -30,8 +30,6 @@ __all__ = ["Admission", "Admitted"]
 
 log = logging.getLogger(__name__)
 
-WAIT_SHOWN_S = 0.005  # a shorter wait (a slot or turn free at once: two Redis round trips) is no wait
-
 
 class Admission:
     """Admits calls to their pool: slots taken (and held by `slots` until the call's outcome), then the
@@ -60,17 +58,15 @@ class Admission:
         admitted = Admitted()
         needed = needed_slots(self.redis, definition, envelope, pool_limit)
         if needed:
-            began = time.monotonic()
-            admitted.refused = await self.slots.take_or_refuse(
+            admitted.refused, waited_s = await self.slots.take_or_refuse(
                 task_id, task_name, envelope, definition, needed, deadline, timeout_s, on_call
             )
-            admitted.waited("concurrency", time.monotonic() - began)
+            admitted.waited("concurrency", waited_s)
             admitted.holds = admitted.refused is None
         rates = rates_of(self.redis, definition, envelope)
         if rates is not None and admitted.refused is None:
-            began = time.monotonic()
             try:
-                admitted.refused = await _take_turn(
+                admitted.refused, waited_s = await _take_turn(
                     rates, task_id, task_name, envelope, definition, deadline, timeout_s, on_call
                 )
             except BaseException:  # cancelled while it waited: it holds nothing
@@ -78,7 +74,7 @@ class Admission:
                 raise
             if admitted.refused is not None:  # it publishes nothing: it holds nothing
                 self._release(task_id, admitted)
-            admitted.waited("rate_limit", time.monotonic() - began)
+            admitted.waited("rate_limit", waited_s)
         return admitted
 
     def _release(self, task_id: str, admitted: Admitted) -> None:
@@ -98,13 +94,14 @@ class Admitted:
     waits: dict[str, float] = field(default_factory=dict)
 
     def waited(self, reason: str, seconds: float) -> None:
-        self.waits[reason] = seconds
+        if seconds > 0:  # it had to wait: its slot was busy, or its turn still to come
+            self.waits[reason] = seconds
 
     def told(self, outcome: ToolOutcome) -> ToolOutcome:
         """`outcome`, saying how long the call waited before it was published (in all), and mostly for
         what, if it waited at all."""
         reason = max(self.waits, key=self.waits.__getitem__, default=None)
-        if reason is None or self.waits[reason] < WAIT_SHOWN_S:
+        if reason is None:
             return outcome
         waited_s = round(sum(self.waits.values()), 3)
         return dataclasses.replace(outcome, waited_s=waited_s, wait_reason=reason)
@@ -119,20 +116,22 @@ async def _take_turn(
     deadline: float,
     timeout_s: float,
     on_call: Callable[[CallEvent], None] | None,
-) -> ToolOutcome | None:
-    """Reserve the call's start under `rates` and sleep until it: None — or, when its start would come
-    after its deadline (nothing reserved then) or Redis does not answer, what the model hears."""
+) -> tuple[ToolOutcome | None, float]:
+    """Reserve the call's start under `rates` and sleep until it: (None, how long it slept) — or, when
+    its start would come after its deadline (nothing reserved then) or Redis does not answer, (what
+    the model hears, 0)."""
     request = envelope.request
     notify = call_notifier(on_call, task_id, task_name, definition.pool, request.arguments, request.id)
     started = time.monotonic()
     try:
         turn = rates.reserve(int((deadline - started) * 1000))
     except redis.RedisError as exc:  # the call is not published
-        return ToolOutcome(
+        unreachable = ToolOutcome(
             kind=OutcomeKind.EXECUTION_ERROR,
             text=f"Tool '{definition.name}' could not be dispatched: its rate limit is unreachable ({exc})",
             error_type="BrokerUnavailable",
         )
+        return unreachable, 0.0
     if not turn.reserved:
         slot_waited(definition, 0.0, False, "rate_limit")
         refused = ToolOutcome(
@@ -146,7 +145,7 @@ async def _take_turn(
         )
         if notify is not None:
             notify(refused.kind.value, None)
-        return refused
+        return refused, 0.0
     if turn.wait_ms > 0:
         if notify is not None:
             notify("waiting", None)
@@ -156,5 +155,6 @@ async def _take_turn(
             with contextlib.suppress(redis.RedisError):
                 rates.give_back(turn)
             raise
-    slot_waited(definition, time.monotonic() - started, True, "rate_limit")
-    return None
+    elapsed = time.monotonic() - started
+    slot_waited(definition, elapsed, True, "rate_limit")
+    return None, elapsed if turn.wait_ms > 0 else 0.0

@@ -178,16 +178,22 @@ class SlotHolder:
         deadline: float,
         timeout_s: float,
         on_call: Callable[[CallEvent], None] | None,
-    ) -> ToolOutcome | None:
-        """`take`, telling `on_call` when the call waits: None once the call holds the slots it needs, else
-        what the model hears instead (told as well); the wait is counted either way."""
+    ) -> tuple[ToolOutcome | None, float]:
+        """`take`, telling `on_call` when the call waits: (None, or what the model hears instead, told as
+        well; how long it waited in line, 0 when a slot was free at once); counted either way."""
         request = envelope.request
         notify = call_notifier(on_call, task_id, task_name, definition.pool, request.arguments, request.id)
         started = time.monotonic()
+        in_line = False
+
+        def on_wait() -> None:
+            nonlocal in_line
+            in_line = True
+            if notify is not None:
+                notify("waiting", None)
+
         try:
-            busy = await self.take(
-                task_id, needed, deadline, (lambda: notify("waiting", None)) if notify else None
-            )
+            busy = await self.take(task_id, needed, deadline, on_wait)
             refused = None if busy is None else slot_wait_outcome(definition, timeout_s, busy)
         except redis.RedisError as exc:  # Redis did not answer: the call is not published
             refused = ToolOutcome(
@@ -196,10 +202,11 @@ class SlotHolder:
                 f"unreachable ({exc})",
                 error_type="BrokerUnavailable",
             )
-        slot_waited(definition, time.monotonic() - started, refused is None)
+        elapsed = time.monotonic() - started
+        slot_waited(definition, elapsed, refused is None)
         if refused is not None and notify is not None:
             notify(refused.kind.value, None)
-        return refused
+        return refused, elapsed if in_line else 0.0
 
     def release(self, task_id: str) -> None:
         """Free the slots `task_id` holds (the next calls in line get them), on this holder's thread: the
