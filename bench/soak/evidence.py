@@ -69,7 +69,7 @@ def gather(
             ):
                 evidence.invocations[row["id"]] = row
             evidence.calls = rows(
-                "SELECT id, invocation_id, call_id, tool, state, outcome, idempotency_key"
+                "SELECT id, invocation_id, call_id, tool, state, outcome, idempotency_key, worker"
                 " FROM toolfleet_tool_calls"
             )
             for row in rows("SELECT tool_call_id, invocation_id, tool, state FROM toolfleet_compensations"):

@@ -106,11 +106,27 @@ def _explained(
         and end is not None
         and start - NEAR_S <= f.started <= end
     ]
+    calls = [c for c in evidence.calls if c["invocation_id"] == violation.invocation]
+    requests = [r for r in evidence.requests if r.get("invocation") == violation.invocation]
     return {
         **violation.to_json(),
-        "events": [f"{event_id} {e['type']} {e.get('call_id') or ''}".strip() for event_id, e in events],
+        "events": [_told(event_id, e) for event_id, e in events],
+        "calls": [
+            f"{c['call_id']} {c['tool']} {c['state']} {c.get('outcome') or ''} on {c.get('worker') or '-'}"
+            for c in calls
+        ],
+        "attempts": [f"{r['mode']}: {r.get('failures') or []}" for r in requests],
         "faults_near": near,
     }
+
+
+def _told(event_id: str, event: dict[str, Any]) -> str:
+    """One event, in a line: its id, type, call, and how a call or the invocation ended."""
+    parts = [event_id, str(event["type"]), str(event.get("call_id") or "")]
+    for field in ("outcome", "worker", "replica", "error"):
+        if event.get(field):
+            parts.append(f"{field}={str(event[field])[:80]}")
+    return " ".join(p for p in parts if p)
 
 
 def table(report: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from orchestrator.saga._journal_writes import Intent, intent_write, outcome_writ
 from orchestrator.saga.async_journal import JournalRunner, to_the_end
 from orchestrator.saga.compensation import run_compensation
 from orchestrator.saga.journal import Journal, owner_id
+from orchestrator.saga.recovery import settle_left
 from orchestrator.saga.states import CallState, CompensationState, InvocationState
 from workers.calls.invocation import Invocation
 from workers.protocol import ToolExecution, ToolExecutionRequest, ToolOutcome
@@ -139,6 +140,21 @@ class Saga:
                 journal.set_call_state(row, CallState.ABANDONED)
 
         await to_the_end(self.journal.run(write))
+
+    async def settle_left(self, invocation: Invocation, definitions: dict[str, ToolDefinition]) -> None:
+        """As the invocation ends on an error: settle the calls the journal still has in flight though
+        this run lost track of them (`recovery.settle_left`), undoing those that succeeded."""
+        if self.journal is None:
+            return
+        planned = await settle_left(
+            self.journal,
+            self.executor,
+            self.invocation_id,
+            invocation,
+            definitions,
+            compensating=self.compensating,
+        )
+        self._planned = self._planned or planned
 
     def restore(self, steps: list[SagaStep], sequence: int) -> None:
         """Go on with a resumed invocation's saga: the steps it owes and the calls journaled so far."""

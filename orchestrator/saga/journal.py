@@ -363,3 +363,18 @@ class Journal(JournalApprovals, JournalCheckpoints):
                 .order_by(invocations.c.started_at)
             ).mappings()
             return [invocation_record(row, self._cipher) for row in rows]
+
+    def ended_since(self, owner: str, since: datetime) -> list[InvocationRecord]:
+        """The invocations of `owner` that ended (succeeded, failed or cancelled) at `since` or later."""
+        ended = (InvocationState.SUCCEEDED, InvocationState.FAILED, InvocationState.CANCELLED)
+        with self._read() as connection:
+            rows = connection.execute(
+                sa.select(invocations)
+                .where(
+                    invocations.c.owner == owner,
+                    invocations.c.finished_at >= since,
+                    invocations.c.state.in_([state.value for state in ended]),
+                )
+                .order_by(invocations.c.finished_at)
+            ).mappings()
+            return [invocation_record(row, self._cipher) for row in rows]

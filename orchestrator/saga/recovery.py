@@ -164,6 +164,36 @@ async def _recover_one(
     return report
 
 
+async def settle_left(
+    journal: JournalRunner,
+    executor: ToolExecutor,
+    invocation_id: str,
+    invocation: Invocation,
+    definitions: dict[str, ToolDefinition],
+    *,
+    compensating: bool,
+) -> bool:
+    """Settle the calls an invocation ending on an error left `dispatched` in the journal (its run
+    lost track of them: a journal write that failed as it was made, the row written all the same):
+    each one's outcome journaled (one not finished is abandoned: its worker undoes it if it still
+    finishes), and, when `compensating`, those that succeeded undone, latest first. Whether
+    compensations were planned."""
+    calls = await journal.run(lambda j: j.calls(invocation_id))
+    left = [call for call in calls if call.state == CallState.DISPATCHED]
+    if not left:
+        return False
+    report = Recovered(invocation_id)
+    for call in left:
+        definition = definitions.get(call.tool) or executor.definition(call.tool)
+        await _settle(journal, executor, call, definition, report)
+    log.warning("invocation %s ended with calls left in flight, settled: %s", invocation_id, report)
+    if not compensating:
+        return False
+    todo = await journal.run(lambda j: _plan(j, invocation_id, "the invocation failed"))
+    await _compensate(journal, executor, definitions, todo, invocation, report)
+    return bool(todo)
+
+
 async def cancel_paused(
     journal: JournalRunner,
     executor: ToolExecutor,

@@ -37,6 +37,7 @@ from orchestrator.server.settings import ServeSettings
 from orchestrator.server.state import ServiceState
 from orchestrator.server.tenants import OPERATOR, ApiKey, matching_key
 from orchestrator.server.ui import UiSettings, mount_ui
+from orchestrator.server.unended import tell_unended
 from orchestrator.server.visibility import VIEWER_SCOPE_KEY
 from orchestrator.service import AiService
 from orchestrator.telemetry.metrics import watch_approvals
@@ -86,6 +87,7 @@ def create_app(
         watch.adopt = lambda invocation_id, dead: adopt_in_background(
             state, invocation_id, dead, watch.stale_after_s
         )
+        watch.tell_unended = lambda owner: tell_unended(state, owner)
         watch.leave_for_others_s = LEAVE_FOR_OTHERS_TTLS * settings.heartbeat_ttl_s
         # an invocation of this replica's own, silent longer than a turn may wait to begin, is lost here
         watch.orphaned_after_s = watch.stale_after_s + serve.turn_wait_s + settings.heartbeat_ttl_s

@@ -147,6 +147,15 @@ class EventLog:
     async def exists(self, invocation_id: str) -> bool:
         return bool(await self.client.exists(EVENTS_KEY.format(invocation_id)))
 
+    async def unended(self, invocation_ids: list[str]) -> list[str]:
+        """Those of `invocation_ids` whose stream exists and has not told its end (one round trip)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for invocation_id in invocation_ids:
+                pipe.exists(EVENTS_KEY.format(invocation_id))
+                pipe.exists(END_KEY.format(invocation_id))
+            found = await pipe.execute()
+        return [i for n, i in enumerate(invocation_ids) if found[2 * n] and not found[2 * n + 1]]
+
     async def first(self, invocation_id: str) -> dict[str, Any] | None:
         """The invocation's first event (`invocation.started`: its agent and conversation), or None."""
         entries: Any = await self.client.xrange(EVENTS_KEY.format(invocation_id), count=1)

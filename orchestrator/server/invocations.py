@@ -171,12 +171,14 @@ class Invocations:
         # re-attached to (or a compensation sent again) is not told queued or started twice.
         told = await self.events.told(invocation_id) if run.adopting else set()
 
-        async def wrap_up() -> None:  # before the last event: the call events, then the conversation
-            await _settle(pending)
+        async def wrap_up() -> None:  # before the last event: the conversation, then the call events
+            # saved first: the journal has the invocation ended, and a replica dying from here on
+            # leaves the rest to its recoverer (`unended.py`), which adds a turn not yet saved
             try:
                 await finish()
             except Exception as exc:
                 log.warning("invocation %s: its conversation was not saved: %s", invocation_id, exc)
+            await _settle(pending)
 
         def observed(event: CallEvent) -> None:  # called from the collector's thread too
             if event.call_id is not None and not event.task_name.startswith(COMPENSATION_PREFIX):

@@ -30,7 +30,7 @@ from orchestrator.saga.journal import owner_id
 from orchestrator.saga.recovery import Recovered, recover
 from orchestrator.saga.states import InvocationState
 from orchestrator.server.events import EventLog
-from orchestrator.server.invocations import call_finished
+from orchestrator.server.unended import tell_settled
 
 __all__ = ["ADOPTED", "ELSEWHERE", "RECOVERY_LOCK_KEY", "REPLICAS_KEY", "REPLICA_KEY", "ReplicaWatch"]
 
@@ -75,6 +75,9 @@ class ReplicaWatch:
     # it would a dead replica's. 0: never. `running_here()`: the invocations this replica runs now.
     orphaned_after_s: float = 0.0
     running_here: Callable[[], Collection[str]] = tuple
+    # Tells the ends a dead replica journaled but never told in their streams (`unended.py`); how
+    # many are left for a later look.
+    tell_unended: Callable[[str], Awaitable[int]] | None = None
     _left_since: dict[str, float] = field(default_factory=dict)
 
     async def run(self) -> None:
@@ -140,6 +143,8 @@ class ReplicaWatch:
         async with self._recovery_lock() as held:
             for owner in dead if held else []:
                 recovered, left = await self._recover_owner(owner)
+                if self.tell_unended is not None:
+                    left += await self.tell_unended(owner)
                 reports += recovered
                 if not left:  # forgotten once none of its invocations is left to take over
                     await self.client.srem(REPLICAS_KEY, owner)
@@ -229,25 +234,9 @@ class ReplicaWatch:
                 self.journal, self.executor(), stale_after_s=self.stale_after_s, invocation_id=invocation_id
             ):
                 reports.append(report)
-                await self._tell_settled(invocation_id)
+                await tell_settled(self.journal, self.events, invocation_id)
                 await self.events.add(invocation_id, _ended(owner, report))
         return reports, len(mine) - len(ids) + waiting
-
-    async def _tell_settled(self, invocation_id: str) -> None:
-        """Tell the stream the end of each call recovery learnt (or the dead replica knew but did not
-        tell): `tool_call.finished`, as a run tells it, before the invocation's end."""
-        calls = await self.journal.run(lambda journal: journal.calls(invocation_id))
-        told = await self.events.told(invocation_id)
-        for call in calls:
-            if call.outcome is None or call.call_id is None or ("tool_call.finished", call.call_id) in told:
-                continue
-            elapsed = (
-                None if call.finished_at is None else (call.finished_at - call.started_at).total_seconds()
-            )
-            end = call_finished(
-                call.call_id, call.tool, call.pool, call.worker, call.task_id, call.outcome, elapsed
-            )
-            await self.events.add(invocation_id, end)
 
 
 def _ended(owner: str, report: Recovered) -> dict[str, object]:
