@@ -268,6 +268,21 @@ class JournalApprovals:
                 )
         return bool(taken)
 
+    def cancel_approvals(self, invocation_id: str) -> int:
+        """Cancel the approvals an invocation that ended (cancelled or failed as it paused) left
+        pending; how many."""
+        with self._tx() as tx:
+            return int(
+                tx.execute(
+                    sa.update(approvals)
+                    .where(
+                        approvals.c.invocation_id == invocation_id,
+                        approvals.c.state == ApprovalState.PENDING.value,
+                    )
+                    .values(state=ApprovalState.CANCELLED.value, decided_at=utc_now(), decided_by="cancel")
+                ).rowcount
+            )
+
     @staticmethod
     def _approvals_on(
         connection: Connection,

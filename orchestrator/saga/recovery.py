@@ -173,11 +173,14 @@ async def settle_left(
     *,
     compensating: bool,
 ) -> bool:
-    """Settle the calls an invocation ending on an error left `dispatched` in the journal (its run
-    lost track of them: a journal write that failed as it was made, the row written all the same):
+    """Settle what an invocation ending on an error or a cancel left open in the journal: approvals
+    still pending (it ended as it paused), and calls `dispatched` its run lost track of (a journal
+    write that failed as it was made, the row written all the same):
     each one's outcome journaled (one not finished is abandoned: its worker undoes it if it still
     finishes), and, when `compensating`, those that succeeded undone, latest first. Whether
     compensations were planned."""
+    if await journal.run(lambda j: j.cancel_approvals(invocation_id)):
+        log.warning("invocation %s ended as it paused: its approvals are cancelled", invocation_id)
     calls = await journal.run(lambda j: j.calls(invocation_id))
     left = [call for call in calls if call.state == CallState.DISPATCHED]
     if not left:

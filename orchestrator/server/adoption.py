@@ -14,6 +14,7 @@ from orchestrator.server.conversations import start_turn
 from orchestrator.server.invocations import Run
 from orchestrator.server.replicas import ADOPTED, ELSEWHERE
 from orchestrator.server.state import ServiceState
+from orchestrator.server.unended import tell_settled
 from workers.protocol import CANCELLED_KEY
 
 __all__ = ["adopt_in_background"]
@@ -46,6 +47,8 @@ async def adopt_in_background(
     log.warning("replica %s stopped: its invocation %s goes on here", dead, invocation_id)
     adopted = {"type": "invocation.adopted", "invocation_id": invocation_id, "replica": here, "from": dead}
     await state.events.add(invocation_id, adopted)
+    # the calls its dead replica journaled the end of without telling it: the run goes on past them
+    await tell_settled(state.journal, state.events, invocation_id)
     conversation_id = origin.get("conversation_id")
     question = UserMessage(record.user_message or "")
 

@@ -3,15 +3,21 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from orchestrator.models.base import FinishReason, TokenUsage
-from orchestrator.result import Result
+from orchestrator.messages import AiMessage
+from orchestrator.models.base import ChatResponse, FinishReason, TokenUsage
+from orchestrator.result import CompleteResponse, Result
+from orchestrator.saga.async_journal import AsyncJournal
+from orchestrator.saga.states import InvocationState
 from orchestrator.server import openai_wire
 
-__all__ = ["Ending", "Quiet", "Told"]
+__all__ = ["Ending", "Quiet", "Told", "journaled_answer"]
+
+log = logging.getLogger(__name__)
 
 
 class Quiet:
@@ -50,3 +56,20 @@ class Told(Protocol):
     def events(self) -> AsyncIterator[object]: ...
 
     def leave(self) -> None: ...
+
+
+async def journaled_answer(journal: AsyncJournal | None, invocation_id: str) -> CompleteResponse | None:
+    """The invocation's answer, as its end, if the journal has it succeeded (None when it has not,
+    or cannot be read): what an invocation that failed after its answer was journaled ends with."""
+    if journal is None:
+        return None
+    try:
+        record = await journal.run(lambda j: j.invocation(invocation_id))
+    except Exception as exc:
+        log.warning("invocation %s: its journaled end is unknown: %s", invocation_id, exc)
+        return None
+    if record is None or record.state is not InvocationState.SUCCEEDED:
+        return None
+    reason = FinishReason.STOP if record.final_answer is not None else FinishReason.TOOL_EXECUTION
+    result = Result(record.final_answer, finish_reason=reason, invocation_id=invocation_id)
+    return CompleteResponse(ChatResponse(AiMessage(record.final_answer), reason), result)

@@ -64,15 +64,16 @@ def create_app(
         events = EventLog(client)
         recovery_executor = functools.cache(lambda: CeleryExecutor(settings=settings))
         memory_store = SqlChatMemoryStore(settings.database_url)
+        journal = AsyncJournal(settings.database_url, keys=settings.journal_keys)
         state = ServiceState(
             agents=agents,
             serve=serve,
             settings=settings,
             memory_store=memory_store,
-            journal=AsyncJournal(settings.database_url, keys=settings.journal_keys),
+            journal=journal,
             redis=client,
             events=events,
-            invocations=Invocations(client, events),
+            invocations=Invocations(client, events, journal),
         )
         app.state.toolfleet = state
         watch = ReplicaWatch(

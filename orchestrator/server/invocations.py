@@ -35,6 +35,8 @@ from orchestrator.result import (
     ToolExecuted,
     ToolProgress,
 )
+from orchestrator.saga.async_journal import AsyncJournal
+from orchestrator.server.answers import journaled_answer
 from orchestrator.server.error_shape import invocation_failure
 from orchestrator.server.events import EVENTS_TTL_S, EventLog
 from orchestrator.server.tenants import DEFAULT_TENANT
@@ -70,9 +72,10 @@ class Run:
 class Invocations:
     """This replica's running invocations, by id."""
 
-    def __init__(self, client: aioredis.Redis, events: EventLog) -> None:
+    def __init__(self, client: aioredis.Redis, events: EventLog, journal: AsyncJournal | None = None) -> None:
         self.client = client
         self.events = events
+        self.journal = journal  # read when an invocation fails: whether it had its answer first
         self.running: dict[str, asyncio.Task[None]] = {}
         self.past_grace = asyncio.Event()  # set when a drain's grace has run out
         self._letting_go: set[asyncio.Future[None]] = set()
@@ -264,6 +267,12 @@ class Invocations:
         except Exception as exc:
             failure = exc if isinstance(exc, ApiError) else invocation_failure(exc, invocation_id)
             await wrap_up()
+            answered = await journaled_answer(self.journal, invocation_id)
+            if answered is not None:  # it failed after the journal had its answer: the answer stands
+                await add(invocation_id, completed_event(answered, time.monotonic() - started))
+                SERVED_ENDED.labels(run.agent, run.tenant, "completed").inc()
+                tell(answered)
+                return
             await add(invocation_id, {"type": "invocation.failed", "error": failure.message})
             SERVED_ENDED.labels(run.agent, run.tenant, "failed").inc()
             tell(failure)

@@ -9,7 +9,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -33,11 +33,13 @@ from orchestrator import (
 )
 from orchestrator.models.base import ChatRequest, FinishReason
 from orchestrator.result import CompleteResponse
+from orchestrator.saga.async_journal import AsyncJournal
 from workers import ToolErrorVisibleToLlm, compensate_for, tool
 from workers.runtime.catalog import CatalogTool
 from workers.tools.registry import ToolRegistry
 
 RAN: list[dict[str, Any]] = []
+_T = TypeVar("_T")
 
 
 @tool(requires_approval=True)
@@ -244,3 +246,32 @@ def test_the_catalog_tells_remote_orchestrators_a_tool_needs_approval(tmp_path: 
     advertised = CatalogTool.from_json(CatalogTool.of(definition).to_json())
 
     assert advertised.definition().requires_approval
+
+
+class _CancelledAsItPaused(AsyncJournal):
+    """A journal whose write pausing the invocation is made, then its caller is cancelled."""
+
+    cancelled = False
+
+    async def run(self, fn: Callable[[Journal], _T]) -> _T:
+        result = await super().run(fn)
+        if not self.cancelled and await super().run(lambda j: j.approvals(None)):
+            self.cancelled = True
+            raise asyncio.CancelledError
+        return result
+
+
+def test_an_invocation_cancelled_as_it_paused_leaves_no_approval_pending(journal_file: Path) -> None:
+    # given: a batch whose approval is journaled just as the invocation is cancelled
+    journal = _CancelledAsItPaused(f"sqlite:///{journal_file}")
+    service = _service(cast(Journal, journal))
+
+    # when: it runs
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(service.achat("go", invocation_id="c0ffee00-0000-4000-8000-000000000001"))
+
+    # then: it is cancelled, and so is the approval nobody will be asked for
+    reader = Journal(f"sqlite:///{journal_file}")
+    record = reader.invocation("c0ffee00-0000-4000-8000-000000000001")
+    assert journal.cancelled and record is not None and record.state is InvocationState.CANCELLED
+    assert [(a.call_id, a.state) for a in reader.approvals(None)] == [("p1", ApprovalState.CANCELLED)]

@@ -5,10 +5,17 @@ replica, is never an empty stream)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, cast
 
 from orchestrator.messages import UserMessage
+from orchestrator.result import CompleteResponse
+from orchestrator.saga.async_journal import AsyncJournal
+from orchestrator.saga.journal import Journal
 from orchestrator.server.invocations import Invocations, Run
+from workers.calls.invocation import Invocation, InvocationContext
 
 
 class RecordedLog:
@@ -17,7 +24,7 @@ class RecordedLog:
     def __init__(self) -> None:
         self.added: list[tuple[str, dict[str, Any]]] = []
 
-    async def add(self, invocation_id: str, event: dict[str, Any]) -> str:
+    async def add(self, invocation_id: str, event: dict[str, Any], *, runner: str | None = None) -> str:
         self.added.append((invocation_id, event))
         return f"{len(self.added)}-0"
 
@@ -137,3 +144,56 @@ def test_a_run_that_ends_with_its_own_end_saves_and_does_not_also_let_go() -> No
     run = Run("inv-5", "clerk", cast(Any, Failing()), UserMessage("hi"), cast(Any, None), None, resuming=True)
 
     assert _ends(run) == ["finish", "end"]
+
+
+class NoCancel:
+    async def exists(self, key: str) -> int:
+        return 0
+
+
+class AnsweredThenBroken:
+    """A service whose invocation fails after the journal had its answer (a Redis or network error
+    on the way out)."""
+
+    def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[object]:
+        async def events() -> AsyncIterator[object]:
+            raise ConnectionError("the link dropped after the answer was journaled")
+            yield  # an async generator
+
+        return events()
+
+
+def test_an_invocation_failing_after_its_answer_was_journaled_ends_with_that_answer(
+    journal_file: Path, journal: Journal
+) -> None:
+    # given: the journal has the invocation answered; its run then fails
+    context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="m", user_message="hi")
+    invocation_id = str(context.invocation_id)
+    journal.start_invocation(context, Invocation(context).to_json())
+    journal.set_invocation_state(invocation_id, "succeeded", final_answer="42")
+    told: list[object] = []
+
+    async def scenario() -> list[tuple[str, dict[str, Any]]]:
+        log = RecordedLog()
+        invocations = Invocations(cast(Any, NoCancel()), cast(Any, log), AsyncJournal(journal))
+        run = Run(
+            invocation_id,
+            "clerk",
+            cast(Any, AnsweredThenBroken()),
+            UserMessage("hi"),
+            cast(Any, None),
+            None,
+            listener=told.append,
+        )
+
+        async def finish() -> None:
+            pass
+
+        await invocations.start(run, finish, on_end=lambda: None)
+        await asyncio.gather(*invocations.running.values(), return_exceptions=True)
+        return log.added
+
+    # then: its stream ends with the journal's answer, and so does what its request hears
+    ending = asyncio.run(scenario())[-1][1]
+    assert (ending["type"], ending["content"]) == ("invocation.completed", "42")
+    assert isinstance(told[-1], CompleteResponse) and told[-1].result.content == "42"
