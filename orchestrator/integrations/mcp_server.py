@@ -1,0 +1,271 @@
+"""The fleet's tools as an MCP server (`toolfleet mcp serve`): any MCP client — an IDE, a desktop
+assistant, another framework's agent — calls the live catalog's tools, each call a fleet call on its
+pool (`FleetClient`): its deadline, its retries, its worker; nothing before it to undo.
+
+- `tools/list` is the catalog's (or the named pools'): each tool's name, description and JSON schema
+  as the model would see them. When pools start or stop serving tools, every connected client is sent
+  `notifications/tools/list_changed` (the catalog is looked at every `WATCH_S`).
+- `tools/call` runs the call and answers its result, or an error result (`isError`) with the tool's
+  text. A client that sent a `progressToken` hears the tool's `ToolProgressReporter` reports as
+  `notifications/progress` (progress out of 1 when the tool gives a fraction); a client's
+  `notifications/cancelled` abandons the call on its worker, as `cancel_call` does.
+- A tool that requires approval is asked about through the client (MCP elicitation: approve, reject,
+  or approve edited arguments) when the client can be asked; otherwise the call is refused with a
+  one-line error saying why.
+- Over HTTP (streamable HTTP at `/mcp`), each request needs a bearer key of `TOOLFLEET_API_KEYS`
+  when keys are configured, and the key's tenant is the call's (`tenant` invocation parameter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import anyio
+import mcp.types as types
+from mcp.server import ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from orchestrator.integrations.fleet import FleetClient, UnknownFleetTool
+from orchestrator.server.tenants import ApiKey, matching_key
+from workers.calls.progress import ProgressReport
+from workers.tools import ToolDefinition
+
+__all__ = ["PATH", "WATCH_S", "FleetMcpServer"]
+
+log = logging.getLogger(__name__)
+
+PATH = "/mcp"
+WATCH_S = 1.0  # how often the catalog is looked at for tools that came or went
+NAME = "toolfleet"
+TENANT_KEY = "toolfleet.tenant"  # where a request's tenant (from its key) is kept in the ASGI scope
+_APPROVAL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "approve": {"type": "boolean", "title": "Approve", "description": "Run the call"},
+        "arguments": {
+            "type": "string",
+            "title": "Arguments",
+            "description": "The arguments to run it with, as JSON (empty: as asked)",
+        },
+    },
+    "required": ["approve"],
+}
+
+
+class _Server(Server):
+    """The low-level server, declaring `tools.listChanged` however it is run."""
+
+    def create_initialization_options(
+        self, notification_options: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        options = notification_options or NotificationOptions(tools_changed=True)
+        return super().create_initialization_options(options, *args, **kwargs)
+
+
+class FleetMcpServer:
+    """An MCP server of `fleet`'s tools, run over stdio (`run_stdio`) or HTTP (`http_app`)."""
+
+    def __init__(self, fleet: FleetClient, *, watch_s: float = WATCH_S) -> None:
+        self.fleet = fleet
+        self.watch_s = watch_s
+        self.server = _Server(NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        self.server.add_notification_handler(
+            "notifications/initialized", types.NotificationParams, self._initialized
+        )
+        self._sessions: dict[int, Any] = {}  # the connected clients, told when the tools change
+
+    # -- the protocol -------------------------------------------------------------------------------
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        definitions = await asyncio.to_thread(self.fleet.tools)
+        return types.ListToolsResult(tools=[_tool(d) for d in definitions])
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        name, arguments = params.name, dict(params.arguments or {})
+        try:
+            definition = await asyncio.to_thread(self.fleet.tool, name)
+        except UnknownFleetTool as exc:
+            return _error(str(exc))
+        except Exception as exc:  # the catalog unreadable: Redis away
+            return _error(f"the fleet's catalog cannot be read: {exc}")
+        if definition.requires_approval:
+            decided = await _approved(ctx, definition, arguments)
+            if isinstance(decided, str):
+                return _error(decided)
+            arguments = decided
+        tenant = _tenant(ctx)
+        async with _progress_to(ctx) as progress:
+            call = await self.fleet.call(
+                name, arguments, progress=progress, tenant=tenant, definition=definition
+            )
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=call.text)], is_error=call.is_error
+        )
+
+    async def _initialized(self, ctx: ServerRequestContext, params: Any) -> None:
+        connection = getattr(ctx.session, "_connection", None)  # the SDK keeps no public handle
+        if connection is None:
+            return
+        self._sessions[id(connection)] = ctx.session
+        connection.exit_stack.callback(self._sessions.pop, id(connection), None)
+
+    async def watch(self) -> None:
+        """Tell every connected client when the catalog's tools change (until cancelled)."""
+        known: set[str] | None = None
+        while True:
+            try:
+                names = {d.name for d in await asyncio.to_thread(self.fleet.tools)}
+            except Exception as exc:  # Redis away: looked at again
+                log.debug("catalog unreadable: %s", exc)
+                names = known or set()
+            if known is not None and names != known:
+                log.info("the fleet's tools changed: telling %d clients", len(self._sessions))
+                for session in list(self._sessions.values()):
+                    with contextlib.suppress(Exception):  # a client gone meanwhile
+                        await session.send_tool_list_changed()
+            known = names
+            await asyncio.sleep(self.watch_s)
+
+    # -- transports ---------------------------------------------------------------------------------
+
+    async def run_stdio(self) -> None:
+        """Serve one client on this process' stdin and stdout until it leaves."""
+        watching = asyncio.create_task(self.watch())
+        try:
+            async with stdio_server() as (read, write):
+                await self.server.run(read, write, self.server.create_initialization_options())
+        finally:
+            watching.cancel()
+
+    def http_app(self, keys: Sequence[ApiKey] = ()) -> ASGIApp:
+        """Streamable HTTP at `PATH`, behind bearer `keys` when there are any."""
+        manager = StreamableHTTPSessionManager(app=self.server)
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            async with manager.run():
+                watching = asyncio.create_task(self.watch())
+                try:
+                    yield
+                finally:
+                    watching.cancel()
+
+        app = Starlette(routes=[Route(PATH, endpoint=StreamableHTTPASGIApp(manager))], lifespan=lifespan)
+        return _BearerKeys(app, tuple(keys))
+
+
+class _BearerKeys:
+    """Requests to `PATH` need one of `keys` (none configured: anyone); the key's tenant is kept."""
+
+    def __init__(self, app: ASGIApp, keys: tuple[ApiKey, ...]) -> None:
+        self.app, self.keys = app, keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.keys:
+            presented = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+            scheme, _, token = presented.partition(" ")
+            key = matching_key(self.keys, token.strip()) if scheme.lower() == "bearer" else None
+            if key is None:
+                body = {"error": {"message": "a valid bearer key is required (Authorization: Bearer KEY)"}}
+                await JSONResponse(body, 401, {"WWW-Authenticate": "Bearer"})(scope, receive, send)
+                return
+            scope.setdefault("state", {})[TENANT_KEY] = key.tenant
+        await self.app(scope, receive, send)
+
+
+def _tool(definition: ToolDefinition) -> types.Tool:
+    spec = definition.specification
+    schema = spec.parameters or {"type": "object", "properties": {}}
+    annotations = types.ToolAnnotations(idempotent_hint=bool(definition.options.idempotent))
+    return types.Tool(
+        name=spec.name, description=spec.description, input_schema=schema, annotations=annotations
+    )
+
+
+def _error(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _tenant(ctx: ServerRequestContext) -> str | None:
+    request = getattr(ctx, "request", None)
+    state = getattr(request, "scope", {}).get("state") if request is not None else None
+    return state.get(TENANT_KEY) if isinstance(state, dict) else None
+
+
+@contextlib.asynccontextmanager
+async def _progress_to(ctx: ServerRequestContext) -> AsyncIterator[Any]:
+    """A progress observer of the call (told from the executor's thread) that sends each report to the
+    client as `notifications/progress`, in order, when the client asked for progress; None if not."""
+    token = (ctx.meta or {}).get("progress_token")
+    if token is None:
+        yield None
+        return
+    loop = asyncio.get_running_loop()
+    reports: asyncio.Queue[ProgressReport | None] = asyncio.Queue()
+
+    async def send() -> None:
+        sent = 0.0
+        while (report := await reports.get()) is not None:
+            if report.seq == 0:
+                continue  # a heartbeat, not progress
+            done = report.fraction if report.fraction is not None else float(report.seq)
+            sent = max(sent, done)  # progress only grows
+            total = 1.0 if report.fraction is not None else None
+            with contextlib.suppress(Exception):  # a client gone: the call goes on
+                await ctx.session.report_progress(sent, total, report.message)
+
+    sending = asyncio.create_task(send())
+    try:
+        yield lambda report: loop.call_soon_threadsafe(reports.put_nowait, report)
+    finally:
+        reports.put_nowait(None)
+        with anyio.CancelScope(shield=True):
+            await sending
+
+
+async def _approved(
+    ctx: ServerRequestContext, definition: ToolDefinition, arguments: dict[str, Any]
+) -> dict[str, Any] | str:
+    """The arguments a person approved the call with, asked through the client; else why not."""
+    name = definition.name
+    wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+    if not (ctx.session.check_client_capability(wanted) and ctx.session.can_send_request):
+        return (
+            f"tool {name!r} requires approval, and this client cannot be asked for it "
+            "(it does not support MCP elicitation)"
+        )
+    shown = json.dumps(arguments, ensure_ascii=False)
+    try:
+        answer = await ctx.session.elicit_form(
+            f"Approve the call of {name} with {shown}?", _APPROVAL_SCHEMA, related_request_id=ctx.request_id
+        )
+    except Exception as exc:
+        return f"tool {name!r} requires approval, and asking for it failed: {exc}"
+    content = answer.content or {}
+    if answer.action != "accept" or content.get("approve") is not True:
+        return f"the call of {name!r} was not approved ({answer.action})"
+    edited = str(content.get("arguments") or "").strip()
+    if not edited:
+        return arguments
+    try:
+        changed = json.loads(edited)
+    except ValueError as exc:
+        return f"the approved arguments of {name!r} are not JSON: {exc}"
+    if not isinstance(changed, dict):
+        return f"the approved arguments of {name!r} are not a JSON object"
+    return changed

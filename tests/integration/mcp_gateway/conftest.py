@@ -1,0 +1,94 @@
+"""Fixtures of the MCP gateway's tests: a worker of the gateway's pools, and `toolfleet mcp serve`
+as a process of its own (streamable HTTP), with a bearer key of tenant `acme`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests._cli import TOOLFLEET
+from tests._ports import free_port
+from tests._waiting import wait_for
+from tests.integration.mcp_gateway import tools
+from tests.integration.worker_processes import REPO_ROOT, tool_worker
+from workers.runtime.process import WorkerProcess
+
+MODULE = "tests.integration.mcp_gateway.tools"
+KEY = "sk-mcp-gateway-test"
+
+
+def gateway_env(redis_url: str) -> dict[str, str]:
+    """The gateway's whole environment: the caller's without any `TOOLFLEET_*` variable, then the test's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
+    env.update(
+        {
+            "PYTHONPATH": REPO_ROOT,
+            "TOOLFLEET_REDIS_URL": redis_url,
+            "TOOLFLEET_API_KEYS": f"acme:{KEY}",
+            "TOOLFLEET_HEARTBEAT_TTL_S": "2",
+            "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
+        }
+    )
+    return env
+
+
+@dataclass
+class Gateway:
+    process: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def gateway_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    log_path = tmp_path_factory.mktemp("gateway-worker") / "worker.log"
+    worker = tool_worker(
+        redis_url, [tools.POOL, tools.OTHER_POOL], [MODULE], log_path, "gateway@test", concurrency=8
+    )
+    worker.wait_ready(timeout_s=60)
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    redis_url: str, gateway_worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """`toolfleet mcp serve --pool gateway --pool gateway-late` on a port of its own."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("gateway") / "gateway.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [TOOLFLEET, "mcp", "serve", "--pool", tools.POOL, "--pool", tools.LATE_POOL, "--port", str(port)],
+            env=gateway_env(redis_url),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}/mcp"
+    running = Gateway(process, url, log_path)
+
+    def answering() -> bool:
+        assert process.poll() is None, running.log()
+        try:
+            return httpx.get(url, timeout=1).status_code == 401  # up, and asking for a key
+        except httpx.HTTPError:
+            return False
+
+    wait_for(answering, timeout_s=30, what="the MCP gateway answering")
+    yield running
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
