@@ -10,8 +10,9 @@ pool (`FleetClient`): its deadline, its retries, its worker; nothing before it t
   `notifications/progress` (progress out of 1 when the tool gives a fraction); a client's
   `notifications/cancelled` abandons the call on its worker, as `cancel_call` does.
 - A tool that requires approval is asked about through the client (MCP elicitation: approve, reject,
-  or approve edited arguments) when the client can be asked; otherwise the call is refused with a
-  one-line error saying why.
+  or approve edited arguments) when the client can be asked; otherwise the call waits in the journal
+  like any approval (`paused_calls.py`), and is answered with a one-line error saying so, until a
+  person decides and the client calls again.
 - Over HTTP (streamable HTTP at `/mcp`), each request needs a bearer key of `TOOLFLEET_API_KEYS`
   when keys are configured, and the key's tenant is the call's (`tenant` invocation parameter).
 """
@@ -37,6 +38,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.integrations.fleet import FleetClient, UnknownFleetTool
+from orchestrator.integrations.paused_calls import Approved, PausedCalls
 from orchestrator.server.tenants import ApiKey, matching_key
 from workers.calls.progress import ProgressReport
 from workers.tools import ToolDefinition
@@ -76,8 +78,11 @@ class _Server(Server):
 class FleetMcpServer:
     """An MCP server of `fleet`'s tools, run over stdio (`run_stdio`) or HTTP (`http_app`)."""
 
-    def __init__(self, fleet: FleetClient, *, watch_s: float = WATCH_S) -> None:
+    def __init__(
+        self, fleet: FleetClient, *, paused: PausedCalls | None = None, watch_s: float = WATCH_S
+    ) -> None:
         self.fleet = fleet
+        self.paused = paused  # where calls that require approval wait when a client cannot be asked
         self.watch_s = watch_s
         self.server = _Server(NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool)
         self.server.add_notification_handler(
@@ -103,16 +108,29 @@ class FleetMcpServer:
             return _error(str(exc))
         except Exception as exc:  # the catalog unreadable: Redis away
             return _error(f"the fleet's catalog cannot be read: {exc}")
+        tenant = _tenant(ctx)
+        approved: Approved | None = None
         if definition.requires_approval:
-            decided = await _approved(ctx, definition, arguments)
+            if _can_ask(ctx):
+                decided: dict[str, Any] | Approved | str = await _asked(ctx, definition, arguments)
+            elif self.paused is not None:
+                decided = await self.paused.approved(definition, arguments, tenant)
+            else:
+                decided = f"tool {name!r} requires approval, and this client cannot be asked for it"
             if isinstance(decided, str):
                 return _error(decided)
-            arguments = decided
-        tenant = _tenant(ctx)
-        async with _progress_to(ctx) as progress:
-            call = await self.fleet.call(
-                name, arguments, progress=progress, tenant=tenant, definition=definition
-            )
+            approved = decided if isinstance(decided, Approved) else None
+            arguments = decided.arguments if isinstance(decided, Approved) else decided
+        call = None
+        try:
+            async with _progress_to(ctx) as progress:
+                call = await self.fleet.call(
+                    name, arguments, progress=progress, tenant=tenant, definition=definition
+                )
+        finally:
+            if approved is not None:  # journaled however it ended (a cancel: failed)
+                with anyio.CancelScope(shield=True):
+                    await approved.ended(call)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=call.text)], is_error=call.is_error
         )
@@ -238,17 +256,17 @@ async def _progress_to(ctx: ServerRequestContext) -> AsyncIterator[Any]:
             await sending
 
 
-async def _approved(
+def _can_ask(ctx: ServerRequestContext) -> bool:
+    """Whether the client can be asked for a decision (MCP elicitation, with a way back to it)."""
+    wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+    return bool(ctx.session.check_client_capability(wanted) and ctx.session.can_send_request)
+
+
+async def _asked(
     ctx: ServerRequestContext, definition: ToolDefinition, arguments: dict[str, Any]
 ) -> dict[str, Any] | str:
     """The arguments a person approved the call with, asked through the client; else why not."""
     name = definition.name
-    wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
-    if not (ctx.session.check_client_capability(wanted) and ctx.session.can_send_request):
-        return (
-            f"tool {name!r} requires approval, and this client cannot be asked for it "
-            "(it does not support MCP elicitation)"
-        )
     shown = json.dumps(arguments, ensure_ascii=False)
     try:
         answer = await ctx.session.elicit_form(

@@ -268,6 +268,26 @@ class JournalApprovals:
                 )
         return bool(taken)
 
+    def paused_call(self, service: str, tool: str, hashed: str, tenant: str) -> ApprovalRecord | None:
+        """The latest call of `tool` with arguments of hash `hashed` that a paused invocation of
+        `service` and `tenant` holds (waiting, or decided and not yet gone on with), if any."""
+        query = (
+            sa.select(approvals)
+            .join(invocations, invocations.c.id == approvals.c.invocation_id)
+            .where(
+                invocations.c.state == InvocationState.PAUSED.value,
+                invocations.c.service_name == service,
+                invocations.c.tenant == tenant,
+                approvals.c.tool == tool,
+                approvals.c.arguments_hash == hashed,
+            )
+            .order_by(approvals.c.id.desc())
+            .limit(1)
+        )
+        with self._read() as connection:
+            row = connection.execute(query).mappings().first()
+        return None if row is None else _approval_record(row)
+
     def cancel_approvals(self, invocation_id: str) -> int:
         """Cancel the approvals an invocation that ended (cancelled or failed as it paused) left
         pending; how many."""

@@ -19,7 +19,9 @@ SERVE_DESCRIPTION = (
     "Serve the tools live workers serve (all pools, or --pool ...) as an MCP server: over streamable "
     "HTTP at http://HOST:PORT/mcp (--transport http, the default) or on this process' stdin and stdout "
     "(--transport stdio, for a client that starts the server itself). Each tools/call is one call on the "
-    "tool's pool, with its deadline and retries; progress and cancellation reach the worker. Over HTTP, "
+    "tool's pool, with its deadline and retries; progress and cancellation reach the worker. A tool that "
+    "requires approval is asked about through the client, or waits in the journal (TOOLFLEET_DATABASE_URL) "
+    "for `toolfleet approve` when the client cannot be asked. Over HTTP, "
     "requests need a bearer key of TOOLFLEET_API_KEYS (or TOOLFLEET_API_KEYS_FILE) when keys are set; "
     "without keys the server listens on a loopback address only."
 )
@@ -43,8 +45,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         from orchestrator.integrations.fleet import FleetClient
         from orchestrator.integrations.mcp_server import PATH, FleetMcpServer
+        from orchestrator.integrations.paused_calls import PausedCalls
     except ImportError as exc:  # the SDK is the `mcp` extra's
         return refuse("mcp serve", ToolfleetError(f"the MCP SDK is missing ({exc}): install toolfleet[mcp]"))
+    from orchestrator.saga.async_journal import AsyncJournal
     from orchestrator.server.tenants import configured_keys
 
     try:
@@ -53,7 +57,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return refuse("mcp serve", exc)
     pools = [p.strip() for item in args.pool or [] for p in item.split(",") if p.strip()]
     fleet = FleetClient(pools=pools or None, settings=settings, origin="mcp")
-    server = FleetMcpServer(fleet)
+    journal = AsyncJournal(settings.database_url, keys=settings.journal_keys)
+    server = FleetMcpServer(fleet, paused=PausedCalls(journal))
     try:
         if args.transport == "stdio":
             asyncio.run(server.run_stdio())

@@ -23,13 +23,14 @@ MODULE = "tests.integration.mcp_gateway.tools"
 KEY = "sk-mcp-gateway-test"
 
 
-def gateway_env(redis_url: str) -> dict[str, str]:
+def gateway_env(redis_url: str, database_url: str) -> dict[str, str]:
     """The gateway's whole environment: the caller's without any `TOOLFLEET_*` variable, then the test's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")}
     env.update(
         {
             "PYTHONPATH": REPO_ROOT,
             "TOOLFLEET_REDIS_URL": redis_url,
+            "TOOLFLEET_DATABASE_URL": database_url,
             "TOOLFLEET_API_KEYS": f"acme:{KEY}",
             "TOOLFLEET_HEARTBEAT_TTL_S": "2",
             "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
@@ -43,6 +44,7 @@ class Gateway:
     process: subprocess.Popen[bytes]
     url: str
     log_path: Path
+    database_url: str  # its journal, where calls that require approval wait
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -65,17 +67,18 @@ def gateway(
 ) -> Iterator[Gateway]:
     """`toolfleet mcp serve --pool gateway --pool gateway-late` on a port of its own."""
     port = free_port()
-    log_path = tmp_path_factory.mktemp("gateway") / "gateway.log"
+    where = tmp_path_factory.mktemp("gateway")
+    log_path, database_url = where / "gateway.log", f"sqlite:///{where / 'journal.db'}"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [TOOLFLEET, "mcp", "serve", "--pool", tools.POOL, "--pool", tools.LATE_POOL, "--port", str(port)],
-            env=gateway_env(redis_url),
+            env=gateway_env(redis_url, database_url),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}/mcp"
-    running = Gateway(process, url, log_path)
+    running = Gateway(process, url, log_path, database_url)
 
     def answering() -> bool:
         assert process.poll() is None, running.log()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -19,6 +21,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from tests._cli import on_journal
 from tests._waiting import wait_for
 from tests.integration.mcp_gateway import tools
 from tests.integration.mcp_gateway.conftest import KEY, MODULE, Gateway
@@ -165,18 +168,60 @@ def test_a_tool_that_requires_approval_is_asked_about_through_the_client(gateway
     assert asked[0] == f'Approve the call of wire with {{"ns": "{ns}", "amount": 100}}?'
 
 
-def test_a_client_that_cannot_be_asked_is_refused_a_call_that_requires_approval(gateway: Gateway) -> None:
+def test_a_call_a_client_cannot_be_asked_about_waits_in_the_journal_until_approved(
+    gateway: Gateway, tmp_path: Path
+) -> None:
     ns = uuid.uuid4().hex[:8]
+    redis = process_client()
 
-    async def scenario() -> types.CallToolResult:
+    async def wire(amount: int) -> str:
         async with session(gateway) as client:  # no elicitation capability
-            return await client.call_tool("wire", {"ns": ns, "amount": 100})
+            result = await client.call_tool("wire", {"ns": ns, "amount": amount})
+            return ("error: " if result.is_error else "") + _text(result)
 
-    result = run(scenario)
+    # given: a client that cannot be asked calls a tool that requires approval
+    first = run(lambda: wire(100))
+    again = run(lambda: wire(100))
+    invocation_id, call_id = re.findall(r"call (\S+) of invocation (\S+)", first)[0][::-1]
 
-    assert result.is_error
-    assert "requires approval" in _text(result) and "elicitation" in _text(result)
-    assert process_client().get(f"gateway:{ns}:wired") is None
+    # when: an operator approves it with other arguments, and rejects another call
+    approving = on_journal(
+        gateway.database_url,
+        "approve",
+        invocation_id,
+        call_id,
+        "--arguments",
+        f'{{"ns": "{ns}", "amount": 60}}',
+        cwd=tmp_path,
+    )
+    run(lambda: wire(5))
+    listed = on_journal(gateway.database_url, "approvals", "--json", cwd=tmp_path).stdout.splitlines()
+    [waiting] = [json.loads(line) for line in listed]
+    rejecting = on_journal(
+        gateway.database_url,
+        "reject",
+        waiting["invocation_id"],
+        waiting["call_id"],
+        "--reason",
+        "too small",
+        cwd=tmp_path,
+    )
+
+    # then: the call waited, ran once approved (as approved), once only; the rejected one never ran
+    assert first.startswith("error: tool 'wire' requires approval: the call waits as call ")
+    assert (
+        again == f"error: tool 'wire' still waits for approval (call {call_id} of invocation {invocation_id})"
+    )
+    assert approving.returncode == 0 and rejecting.returncode == 0, approving.stderr + rejecting.stderr
+
+    async def twice() -> list[str]:  # two requests at once: one runs it
+        return list(await asyncio.gather(wire(100), wire(100)))
+
+    assert sorted(run(twice))[-1] == "wired 60"
+    assert run(lambda: wire(100)).startswith("error: tool 'wire' ")  # not run again: it waits anew
+    told = run(lambda: wire(5))
+    assert told.startswith("error: the call of 'wire' was not approved (rejected: too small; call ")
+    assert int(redis.get(f"gateway:{ns}:wired") or 0) == 60
 
 
 def test_a_request_without_a_valid_key_is_refused(gateway: Gateway) -> None:

@@ -94,7 +94,7 @@ def test_the_inspector_lists_and_calls_over_http_with_a_key(
 def test_the_inspector_starts_a_stdio_gateway_and_calls_through_it(
     inspector: list[str], gateway_worker: WorkerProcess, redis_url: str, tmp_path: Path
 ) -> None:
-    env = gateway_env(redis_url)
+    env = gateway_env(redis_url, f"sqlite:///{tmp_path / 'journal.db'}")
     passed = [
         f"-e {name}={env[name]}" for name in sorted(env) if name.startswith(("TOOLFLEET_", "PYTHONPATH"))
     ]
