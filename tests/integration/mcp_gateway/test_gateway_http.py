@@ -73,7 +73,7 @@ def test_the_pools_tools_are_listed_as_the_catalog_has_them(gateway: Gateway) ->
 
     listed = {tool.name: tool for tool in run(scenario)}
 
-    assert sorted(listed) == ["add", "refuse", "walk", "wire"]  # not the other pool's
+    assert sorted(listed) == ["add", "refuse", "walk", "whose", "wire"]  # not the other pool's
     add = listed["add"]
     assert add.description == "Adds two numbers"
     assert add.input_schema["properties"]["a"]["type"] == "integer"
@@ -90,9 +90,10 @@ def test_a_call_runs_on_a_worker_of_its_pool_and_a_failure_is_an_error_result(
                 await client.call_tool("refuse", {"reason": "no"}),
                 await client.call_tool("add", {"a": "two", "b": 3}),
                 await client.call_tool("elsewhere", {}),
+                await client.call_tool("whose", {"tenant": "globex"}),
             )
 
-    added, refused, wrong, unknown = run(scenario)
+    added, refused, wrong, unknown, whose = run(scenario)
 
     assert (_text(added), added.is_error) == (f"5 (on {gateway_worker.pid})", False)
     assert refused.is_error and "refused: no" in _text(refused)
@@ -101,6 +102,7 @@ def test_a_call_runs_on_a_worker_of_its_pool_and_a_failure_is_an_error_result(
     assert (
         _text(unknown) == "no live worker of the pools gateway, gateway-late serves a tool named 'elsewhere'"
     )
+    assert _text(whose) == "tenant acme"  # the key's, whatever the arguments say
 
 
 def test_progress_reports_reach_a_client_that_asked_for_them(gateway: Gateway) -> None:
@@ -254,4 +256,4 @@ def test_clients_are_told_when_a_pool_starts_serving_tools(
     before, after = run(scenario)
 
     assert any(isinstance(m, types.ToolListChangedNotification) for m in heard)
-    assert (before, after) == ("add,refuse,walk,wire", "add,late,refuse,walk,wire")
+    assert (before, after) == ("add,refuse,walk,whose,wire", "add,late,refuse,walk,whose,wire")

@@ -7,7 +7,7 @@ import os
 import time
 
 from tests.integration.side_effects import process_client
-from workers import ToolCancelled, ToolProgressReporter, tool
+from workers import InvocationParameters, ToolCancelled, ToolProgressReporter, tool
 
 POOL = "gateway"
 OTHER_POOL = "gateway-other"
@@ -36,6 +36,11 @@ def walk(ns: str, steps: int, progress: ToolProgressReporter) -> str:
 def wire(ns: str, amount: int) -> str:
     process_client().incrby(f"gateway:{ns}:wired", amount)
     return f"wired {amount}"
+
+
+@tool("Says whose call it is", pool=POOL, timeout=10)
+def whose(params: InvocationParameters) -> str:
+    return f"tenant {params.get('tenant')}"
 
 
 @tool("Refuses, always", pool=POOL, timeout=10)
