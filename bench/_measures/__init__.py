@@ -17,6 +17,7 @@ from bench._measures.batch import measure_batch
 from bench._measures.deadline import measure_deadline
 from bench._measures.fairness import measure_fairness
 from bench._measures.in_flight import measure_in_flight
+from bench._measures.mcp_call import measure_mcp_call
 from bench._measures.otel_absent import measure_otel_absent
 from bench._measures.progress import measure_progress
 from bench._measures.serve_journal import measure_serve_journal
@@ -47,6 +48,7 @@ MEASURES: dict[str, Runner] = {
     "12": measure_adoption,
     "13": measure_slots,
     "14": measure_fairness,
+    "15": measure_mcp_call,
 }
 # `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
-RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "12", "13", "14", "3"]
+RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "12", "13", "14", "15", "3"]
