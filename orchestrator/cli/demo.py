@@ -1,4 +1,4 @@
-"""`toolfleet demo`: the whole system on one machine — two worker pools, six scripted stories.
+"""`toolfleet demo`: the whole system on one machine — two worker pools, seven scripted stories.
 
 An embedded Redis is started when none answers at `TOOLFLEET_REDIS_URL`; an `io` pool (threads) and a
 `heavy` pool (prefork) run as worker processes with the example tools; the orchestrator discovers
@@ -6,7 +6,8 @@ the tools from the live catalog (it imports none of their code) and runs, in ord
 example of the documentation, weather lookups fanned out in parallel, a bank transfer whose second
 call fails and whose first is compensated, and a trip booking where the car rental times out and
 the two other bookings are undone in reverse order, a fare watch cancelled after a few checks, and a
-large transfer that waits for a person's approval and is approved, and goes on, in a second process.
+large transfer that waits for a person's approval and is approved, and goes on, in a second process;
+last, an MCP client calls the io pool's fare search through `toolfleet mcp serve`, hearing its progress.
 `--model openai:<name>` (or `anthropic:<name>`) runs the same tools with a real model.
 """
 
@@ -28,6 +29,7 @@ from cryptography.fernet import Fernet
 from orchestrator.cli.commands._journal_source import DEFAULT_DATABASE_URL
 from orchestrator.cli.console import LiveTable, chat_model, progress_text
 from orchestrator.cli.demo_approval import approve_in_another_process, shared_environment
+from orchestrator.cli.demo_mcp import MCP_STORY, mcp_story
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.handlers import fail_invocation_unless_visible_to_llm, send_exception_message_to_llm
 from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
@@ -279,7 +281,7 @@ async def _streamed(service: AiService, question: str, table: LiveTable) -> Resu
 
 
 def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None = None) -> int:
-    """Run the six stories; returns the exit code."""
+    """Run the seven stories; returns the exit code."""
     from workers._devredis import embedded_redis
 
     settings = settings or Settings.from_env()
@@ -313,6 +315,8 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
                         out.write("\n")
                     else:
                         _summary(out, title, result, journal)
+                out.write(f"== {len(STORIES) + 1}. {MCP_STORY}\n")
+                mcp_story(out, environment, scratch)
             finally:
                 executor.close()
     out.write("Demo complete: all worker processes stopped.\n")

@@ -23,7 +23,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +130,44 @@ class FleetClient:
             if kind == OutcomeKind.TIMED_OUT.value:
                 DEADLINE_MISSES.labels(name, definition.pool).inc()
         return FleetCall(call_id, outcome.text, outcome.is_error, outcome)
+
+    async def stream(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        *,
+        tenant: str | None = None,
+        call_id: str | None = None,
+    ) -> AsyncIterator[ProgressReport | FleetCall]:
+        """`call`, as what it tells in order on the caller's event loop: each progress report the tool
+        makes (not the heartbeats), then the `FleetCall` it ended with. Leaving the iteration early
+        abandons the call on its worker."""
+        loop = asyncio.get_running_loop()
+        reports: asyncio.Queue[ProgressReport] = asyncio.Queue()
+
+        def heard(report: ProgressReport) -> None:  # from the executor's thread
+            if report.seq:
+                loop.call_soon_threadsafe(reports.put_nowait, report)
+
+        calling = asyncio.ensure_future(
+            self.call(name, arguments, progress=heard, tenant=tenant, call_id=call_id)
+        )
+        try:
+            while not calling.done():
+                getting = asyncio.ensure_future(reports.get())
+                await asyncio.wait({calling, getting}, return_when=asyncio.FIRST_COMPLETED)
+                if getting.done():
+                    yield getting.result()
+                else:
+                    getting.cancel()
+            await asyncio.sleep(0)  # the reports handed over just before the end
+            while not reports.empty():
+                yield reports.get_nowait()
+            yield calling.result()
+        finally:
+            if not calling.done():
+                calling.cancel()
+                await asyncio.gather(calling, return_exceptions=True)
 
     def call_sync(
         self,

@@ -27,7 +27,7 @@ from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.recovery import stale_after_floor
-from orchestrator.server import approvals, completions, native, routes
+from orchestrator.server import a2a, approvals, completions, native, routes
 from orchestrator.server.adoption import adopt_in_background
 from orchestrator.server.error_shape import api_error_body, error_body
 from orchestrator.server.events import EventLog, service_redis
@@ -125,6 +125,7 @@ def create_app(
     app.include_router(completions.router)
     app.include_router(native.router)
     app.include_router(approvals.router)
+    app.include_router(a2a.router)
     mount_ui(app, ui or UiSettings())
     return app
 
@@ -151,7 +152,7 @@ class _BearerKeys:
             keys: tuple[ApiKey, ...] = scope["app"].state.toolfleet.serve.api_keys
             if not keys:
                 scope[VIEWER_SCOPE_KEY] = OPERATOR
-            elif path not in _OPEN_PATHS and not _run_view(path):
+            elif path not in _OPEN_PATHS and not _run_view(path) and not path.endswith(a2a.CARD_PATH):
                 key = _key_of(keys, Headers(scope=scope).get("authorization", ""))
                 if isinstance(key, ApiError):
                     await _error(key)(scope, receive, send)
