@@ -38,6 +38,7 @@ __all__ = [
     "ApprovalConflictError",
     "ApprovalError",
     "HallucinatedToolNameError",
+    "InvocationTakenOverError",
     "JournalKeyError",
     "ModelAuthenticationError",
     "ModelConnectionError",
@@ -161,6 +162,11 @@ class ApprovalError(OrchestratorError):
 
 class ApprovalConflictError(ApprovalError):
     """A decision contradicts the one already taken for the call, or names arguments it does not have."""
+
+
+class InvocationTakenOverError(OrchestratorError):
+    """The invocation ended here after another process had taken it over (this one was taken for dead
+    and its invocation adopted or recovered): its end here is not the invocation's, the other's is."""
 
 
 class JournalKeyError(OrchestratorError):

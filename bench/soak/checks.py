@@ -233,6 +233,15 @@ def approvals(evidence: Evidence) -> Iterator[Violation]:
             )
 
 
+def _attempt(event: dict[str, Any]) -> str:
+    """What one call event is told once for: its call, and for a start the worker it started on (a call
+    its worker lost is delivered again, and starts again on another: a second attempt, not a repeat)."""
+    call_id = str(event.get("call_id"))
+    if event.get("type") == "tool_call.started":
+        return f"{call_id} on {event.get('worker')}"
+    return call_id
+
+
 def streams(evidence: Evidence) -> Iterator[Violation]:
     """Every invocation's event stream starts once, ends once with its journaled state, tells each
     call's steps at most once and every settled call's end; a client read a prefix of it, once."""
@@ -244,9 +253,7 @@ def streams(evidence: Evidence) -> Iterator[Violation]:
             yield Violation("stream", invocation_id, f"started {types.count('invocation.started')} times")
         if row["state"] in TERMINAL_STATES and (ends != [_end_told(row)] or types[-1] != ends[-1]):
             yield Violation("stream", invocation_id, f"ends {ends} for a {row['state']} invocation")
-        told = Counter(
-            (str(e["type"]), str(e.get("call_id"))) for _, e in events if e.get("type") in CALL_EVENTS
-        )
+        told = Counter((str(e["type"]), _attempt(e)) for _, e in events if e.get("type") in CALL_EVENTS)
         for (kind, call_id), times in told.items():
             if times > 1:
                 yield Violation("stream", invocation_id, f"{kind} of call {call_id} told {times} times")

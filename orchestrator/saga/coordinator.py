@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.errors import InvocationTakenOverError
 from orchestrator.executors.base import ToolExecutor, idempotency_key
 from orchestrator.saga._journal_checkpoints import turn_rows, turn_write
 from orchestrator.saga._journal_writes import Intent, intent_write, outcome_write, state_write
@@ -266,4 +267,8 @@ class Saga:
             InvocationState(state).value,
             record.owner if record is not None else "nobody",
             record.state.value if record is not None else "nothing",
+        )
+        owner = record.owner if record is not None else "another process"
+        raise InvocationTakenOverError(
+            f"invocation {self.invocation_id} was taken over by {owner}: its end is that process's"
         )

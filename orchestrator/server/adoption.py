@@ -31,6 +31,8 @@ async def adopt_in_background(
     could go on but this replica does not serve its agent, or is draining; else "" (undo it)."""
     if await state.redis.exists(CANCELLED_KEY.format(invocation_id)):
         return ""  # cancelled by its client: undone, not carried on (it would stop at once, unjournaled)
+    if await state.events.ended(invocation_id):
+        return ""  # its clients were told it ended (its run failed, its journal unwritten): undone to match
     origin = await state.events.first(invocation_id) or {}
     record = await state.journal.run(lambda j: j.invocation(invocation_id))
     if record is None:

@@ -147,6 +147,10 @@ class EventLog:
     async def exists(self, invocation_id: str) -> bool:
         return bool(await self.client.exists(EVENTS_KEY.format(invocation_id)))
 
+    async def ended(self, invocation_id: str) -> bool:
+        """Whether the invocation's stream has told its end."""
+        return bool(await self.client.exists(END_KEY.format(invocation_id)))
+
     async def unended(self, invocation_ids: list[str]) -> list[str]:
         """Those of `invocation_ids` whose stream exists and has not told its end (one round trip)."""
         async with self.client.pipeline(transaction=False) as pipe:

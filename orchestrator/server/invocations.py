@@ -171,7 +171,8 @@ class Invocations:
         last: list[asyncio.Future[Any] | None] = [None]  # the call event written last
         tasks: dict[str, str] = {}  # each tool call's task, by call id, for its progress events
         # An adopted invocation's calls were told of up to where its first replica died: a call
-        # re-attached to (or a compensation sent again) is not told queued or started twice.
+        # re-attached to (or a compensation sent again) is not told queued or started twice, nor a
+        # call its replay concludes again (one a failed batch never ran) told finished twice.
         told = await self.events.told(invocation_id) if run.adopting else set()
 
         async def wrap_up() -> None:  # before the last event: the conversation, then the call events
@@ -245,7 +246,9 @@ class Invocations:
                             await add(invocation_id, progress_event(event, task_id))
                         elif isinstance(event, ToolExecuted):
                             await _settle(pending)  # after the call's queued and started, in order
-                            await add(invocation_id, finished_event(event))
+                            ended = finished_event(event)
+                            if ("tool_call.finished", str(ended["call_id"])) not in told:
+                                await add(invocation_id, ended)  # (an adopted run replays some)
                         elif isinstance(event, ApprovalRequested):
                             await add(invocation_id, approval_event(event))
                         elif isinstance(event, InvocationResumed):

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from orchestrator.messages import UserMessage
-from orchestrator.result import CompleteResponse
+from orchestrator.result import CompleteResponse, ToolExecuted
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
 from orchestrator.server.invocations import Invocations, Run
 from workers.calls.invocation import Invocation, InvocationContext
+from workers.protocol import ToolExecution, ToolExecutionRequest
 
 
 class RecordedLog:
@@ -197,3 +198,45 @@ def test_an_invocation_failing_after_its_answer_was_journaled_ends_with_that_ans
     ending = asyncio.run(scenario())[-1][1]
     assert (ending["type"], ending["content"]) == ("invocation.completed", "42")
     assert isinstance(told[-1], CompleteResponse) and told[-1].result.content == "42"
+
+
+class AdoptedLog(RecordedLog):
+    """The event log of an invocation adopted after its first run told the end of call `c1`."""
+
+    async def told(self, invocation_id: str) -> set[tuple[str, str]]:
+        return {("tool_call.finished", "c1")}
+
+    async def take(self, invocation_id: str, runner: str) -> None:
+        pass
+
+
+class Replaying:
+    """An adopted invocation whose replay concludes `c1` again (a call its failed batch never ran),
+    then runs `c2`."""
+
+    def stream_adopted(self, *args: Any, **kwargs: Any) -> AsyncIterator[object]:
+        async def events() -> AsyncIterator[object]:
+            for call_id in ("c1", "c2"):
+                request = ToolExecutionRequest(call_id, "book", "{}")
+                yield ToolExecuted(ToolExecution(request=request, result="not run", status="not_run"))
+
+        return events()
+
+
+def test_an_adopted_run_does_not_tell_again_the_end_of_a_call_its_first_run_told() -> None:
+    async def scenario() -> list[tuple[str, dict[str, Any]]]:
+        log = AdoptedLog()
+        invocations = Invocations(cast(Any, NoCancel()), cast(Any, log))
+        run = Run(
+            "inv-4", "clerk", cast(Any, Replaying()), UserMessage("hi"), cast(Any, None), None, adopting=True
+        )
+
+        async def finish() -> None:
+            pass
+
+        await invocations.start(run, finish, on_end=lambda: None)
+        await asyncio.gather(*invocations.running.values(), return_exceptions=True)
+        return log.added
+
+    told = [(e["type"], e.get("call_id")) for _, e in asyncio.run(scenario())]
+    assert ("tool_call.finished", "c2") in told and ("tool_call.finished", "c1") not in told

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from orchestrator import AiMessage, AiService, LocalExecutor
 from orchestrator.cli import main
+from orchestrator.errors import InvocationTakenOverError
 from orchestrator.executors.base import Settled
 from orchestrator.saga.journal import Journal, invocations, utc_now
 from orchestrator.saga.recovery import recover
@@ -140,7 +141,15 @@ def test_an_owner_whose_invocation_was_taken_over_does_not_write_its_end(journal
     # given: an invocation whose booking holds
     desk, executor = Desk(), LocalExecutor()
     service = booking_service(desk, journal, executor)
-    runner = threading.Thread(target=service.chat, args=("book",))
+    ended: list[BaseException] = []
+
+    def chat() -> None:
+        try:
+            service.chat("book")
+        except BaseException as exc:
+            ended.append(exc)
+
+    runner = threading.Thread(target=chat)
     runner.start()
     try:
         assert desk.started.wait(10)
@@ -153,10 +162,12 @@ def test_an_owner_whose_invocation_was_taken_over_does_not_write_its_end(journal
         runner.join(30)
         executor.close()
 
-    # then: the journal is the recoverer's: not `succeeded` over its record
+    # then: the journal is the recoverer's: not `succeeded` over its record; and this process's caller
+    # is not handed an answer as the invocation's
     after = journal.invocation(record.id)
     assert after is not None
     assert (after.state, after.owner, after.finished_at) == ("compensating", ELSEWHERE, None)
+    assert [type(exc) for exc in ended] == [InvocationTakenOverError]
 
 
 class HandedOverExecutor(SettledExecutor):
