@@ -21,6 +21,9 @@ with the original kept as `__cause__`.
         ├── SchemaError                 the database's schema cannot be brought up to date
         ├── ModelSpecError              a `--model` naming no known provider (also a `ValueError`)
         ├── SetupError                  `toolfleet chat` cannot start
+        ├── InvocationTakenOverError    a run ended after another process took its invocation over
+        ├── UnknownFleetToolError       no live worker serves a tool a `FleetClient` was asked to call
+        ├── JsonRpcError                an A2A request `toolfleet serve` refuses (`code`, JSON-RPC's shape)
         └── ApiError                    a request `toolfleet serve` refuses (`status`, OpenAI's shape)
 
 Errors aimed at the model (`SystemToolError`, `VisibleRemoteToolError`) also derive from
@@ -40,6 +43,7 @@ __all__ = [
     "HallucinatedToolNameError",
     "InvocationTakenOverError",
     "JournalKeyError",
+    "JsonRpcError",
     "ModelAuthenticationError",
     "ModelConnectionError",
     "ModelError",
@@ -56,6 +60,7 @@ __all__ = [
     "ScriptExhaustedError",
     "SetupError",
     "SystemToolError",
+    "UnknownFleetToolError",
     "UnknownToolError",
     "UnsupportedContentError",
     "VisibleRemoteToolError",
@@ -167,6 +172,19 @@ class ApprovalConflictError(ApprovalError):
 class InvocationTakenOverError(OrchestratorError):
     """The invocation ended here after another process had taken it over (this one was taken for dead
     and its invocation adopted or recovered): its end here is not the invocation's, the other's is."""
+
+
+class UnknownFleetToolError(OrchestratorError):
+    """No live worker (of the client's pools) serves a tool of that name."""
+
+
+class JsonRpcError(OrchestratorError):
+    """An A2A request refused, as JSON-RPC tells it: its `code` and message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 class JournalKeyError(OrchestratorError):

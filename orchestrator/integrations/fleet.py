@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import UnknownFleetToolError
 from orchestrator.executors import CeleryExecutor
 from orchestrator.executors._progress import observe_progress
 from orchestrator.loop.catalog_tools import LiveCatalogTools
@@ -40,11 +40,7 @@ from workers.telemetry.tracing import span
 from workers.tenants import TENANT_PARAMETER
 from workers.tools import ToolDefinition
 
-__all__ = ["FleetCall", "FleetClient", "UnknownFleetTool"]
-
-
-class UnknownFleetTool(OrchestratorError):
-    """No live worker of the client's pools serves a tool of that name."""
+__all__ = ["FleetCall", "FleetClient", "UnknownFleetToolError"]
 
 
 @dataclass(frozen=True)
@@ -82,12 +78,12 @@ class FleetClient:
         return sorted((d for d in served if self.pools is None or d.pool in self.pools), key=lambda d: d.name)
 
     def tool(self, name: str) -> ToolDefinition:
-        """The definition of tool `name`; `UnknownFleetTool` when no live worker serves it."""
+        """The definition of tool `name`; `UnknownFleetToolError` when no live worker serves it."""
         for definition in self.tools():
             if definition.name == name:
                 return definition
         where = "" if self.pools is None else f" of the pools {', '.join(sorted(self.pools))}"
-        raise UnknownFleetTool(f"no live worker{where} serves a tool named {name!r}")
+        raise UnknownFleetToolError(f"no live worker{where} serves a tool named {name!r}")
 
     async def call(
         self,
@@ -103,7 +99,7 @@ class FleetClient:
 
         `progress` is told each report of the call (from another thread); cancelling the awaiting
         task abandons the call on its worker. A tool's failure is a `FleetCall` with `is_error`; an
-        unknown tool is `UnknownFleetTool`."""
+        unknown tool is `UnknownFleetToolError`."""
         definition = definition or self.tool(name)
         text = arguments if isinstance(arguments, str) else json.dumps(dict(arguments or {}))
         call_id = call_id or f"call_{uuid.uuid4().hex[:16]}"

@@ -37,7 +37,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from orchestrator.integrations.fleet import FleetClient, UnknownFleetTool
+from orchestrator.errors import UnknownFleetToolError
+from orchestrator.integrations.fleet import FleetClient
 from orchestrator.integrations.paused_calls import Approved, PausedCalls
 from orchestrator.server.tenants import ApiKey, matching_key
 from workers.calls.progress import ProgressReport
@@ -104,7 +105,7 @@ class FleetMcpServer:
         name, arguments = params.name, dict(params.arguments or {})
         try:
             definition = await asyncio.to_thread(self.fleet.tool, name)
-        except UnknownFleetTool as exc:
+        except UnknownFleetToolError as exc:
             return _error(str(exc))
         except Exception as exc:  # the catalog unreadable: Redis away
             return _error(f"the fleet's catalog cannot be read: {exc}")

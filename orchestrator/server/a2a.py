@@ -27,7 +27,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from orchestrator.errors import ApiError
+from orchestrator.errors import ApiError, JsonRpcError
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.server.conversations import start_turn
@@ -52,12 +52,6 @@ _STATES = {
     "invocation.cancelled": "canceled",
     "invocation.paused": "input-required",
 }
-
-
-class RpcError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
 
 
 @router.get(CARD_PATH)
@@ -85,17 +79,17 @@ async def rpc(name: str, request: Request) -> Response:
         try:
             call = json.loads(raw)
         except ValueError as exc:
-            raise RpcError(PARSE_ERROR, f"the body is not JSON: {exc}") from None
+            raise JsonRpcError(PARSE_ERROR, f"the body is not JSON: {exc}") from None
         if (
             not isinstance(call, dict)
             or call.get("jsonrpc") != "2.0"
             or not isinstance(call.get("method"), str)
         ):
-            raise RpcError(INVALID_REQUEST, "not a JSON-RPC 2.0 request")
+            raise JsonRpcError(INVALID_REQUEST, "not a JSON-RPC 2.0 request")
         request_id = call.get("id")
         params = call.get("params") or {}
         if not isinstance(params, dict):
-            raise RpcError(INVALID_PARAMS, "params must be an object")
+            raise JsonRpcError(INVALID_PARAMS, "params must be an object")
         method = call["method"]
         if method == "message/stream":
             task_id = await _start(request, state, name, params)
@@ -109,9 +103,9 @@ async def rpc(name: str, request: Request) -> Response:
         elif method == "tasks/cancel":
             result = await _cancel(request, state, params)
         else:
-            raise RpcError(METHOD_NOT_FOUND, f"no method {method!r}")
+            raise JsonRpcError(METHOD_NOT_FOUND, f"no method {method!r}")
         return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
-    except RpcError as exc:
+    except JsonRpcError as exc:
         error = {"code": exc.code, "message": exc.message}
         return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error})
     except ApiError as exc:  # refused as any request would be (budget, capacity, a busy conversation)
@@ -152,17 +146,17 @@ async def _start(request: Request, state: ServiceState, name: str, params: dict[
     """Start the invocation the message asks for; its id (the task's)."""
     message = params.get("message")
     if not isinstance(message, dict) or message.get("role") not in (None, "user"):
-        raise RpcError(INVALID_PARAMS, "params.message must be the user's message")
+        raise JsonRpcError(INVALID_PARAMS, "params.message must be the user's message")
     text = "\n".join(
         str(part.get("text") or "")
         for part in message.get("parts") or []
         if isinstance(part, dict) and part.get("kind", "text") == "text"
     ).strip()
     if not text:
-        raise RpcError(INVALID_PARAMS, "the message has no text part")
+        raise JsonRpcError(INVALID_PARAMS, "the message has no text part")
     context = message.get("contextId") or str(uuid.uuid4())
     if not isinstance(context, str) or len(context) > 200:
-        raise RpcError(INVALID_PARAMS, "contextId must be a string of at most 200 characters")
+        raise JsonRpcError(INVALID_PARAMS, "contextId must be a string of at most 200 characters")
     service = state.agents[name]
     tenant = viewer_of(request).tenant
     invocation_id = str(uuid.uuid4())
@@ -190,12 +184,12 @@ async def _known(request: Request, state: ServiceState, params: dict[str, Any]) 
     try:
         task_id = checked_id(str(given))
     except ApiError:
-        raise RpcError(TASK_NOT_FOUND, f"no task {given!r}") from None
+        raise JsonRpcError(TASK_NOT_FOUND, f"no task {given!r}") from None
     viewer = viewer_of(request)
     if not await state.events.exists(task_id) or not await sees_invocation(
         viewer, state.events, state.journal, task_id
     ):
-        raise RpcError(TASK_NOT_FOUND, f"no task {task_id}")
+        raise JsonRpcError(TASK_NOT_FOUND, f"no task {task_id}")
     return task_id
 
 
@@ -205,7 +199,7 @@ async def _cancel(request: Request, state: ServiceState, params: dict[str, Any])
     task_id = await _known(request, state, params)
     last = await state.events.last(task_id) or {}
     if last.get("type") in TERMINAL_TYPES:
-        raise RpcError(TASK_NOT_CANCELABLE, f"task {task_id} has ended ({_STATES[last['type']]})")
+        raise JsonRpcError(TASK_NOT_CANCELABLE, f"task {task_id} has ended ({_STATES[last['type']]})")
     if not await cancel_paused_invocation(state, task_id):
         await state.invocations.cancel(task_id)
     return await _task(state, task_id, wait=True)

@@ -11,10 +11,10 @@ from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.saga.journal import owner_id
 from orchestrator.server.conversations import start_turn
+from orchestrator.server.events import tell_settled
 from orchestrator.server.invocations import Run
 from orchestrator.server.replicas import ADOPTED, ELSEWHERE
 from orchestrator.server.state import ServiceState
-from orchestrator.server.unended import tell_settled
 from workers.protocol import CANCELLED_KEY
 
 __all__ = ["adopt_in_background"]

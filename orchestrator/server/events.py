@@ -33,6 +33,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from orchestrator.saga.async_journal import JournalRunner
+
 _T = TypeVar("_T")
 
 __all__ = [
@@ -42,8 +44,10 @@ __all__ = [
     "KEEPALIVE_S",
     "TERMINAL_TYPES",
     "EventLog",
+    "call_finished",
     "sse",
     "stream_position",
+    "tell_settled",
 ]
 
 EVENTS_KEY = "toolfleet:events:{}"
@@ -280,3 +284,41 @@ async def once_journaled(
         await asyncio.sleep(0.1)
         found = await read()
     return found
+
+
+def call_finished(
+    call_id: str | None,
+    tool: str,
+    pool: str | None,
+    worker: str | None,
+    task_id: str | None,
+    outcome: str | None,
+    elapsed_s: float | None,
+) -> dict[str, Any]:
+    """A tool call's end, as the stream tells it (`tool_call.finished`), whoever learnt it: the run
+    that made the call, or the recovery that settled it."""
+    return {
+        "type": "tool_call.finished",
+        "call_id": call_id,
+        "tool": tool,
+        "pool": pool,
+        "worker": worker,
+        "task_id": task_id,
+        "outcome": outcome,
+        "elapsed_ms": None if elapsed_s is None else round(elapsed_s * 1000, 1),
+    }
+
+
+async def tell_settled(journal: JournalRunner, events: EventLog, invocation_id: str) -> None:
+    """Tell the stream the end of each call the journal knows (recovery learnt it, or the dead replica
+    knew but did not tell): `tool_call.finished`, as a run tells it, before the invocation's end."""
+    calls = await journal.run(lambda j: j.calls(invocation_id))
+    told = await events.told(invocation_id)
+    for call in calls:
+        if call.outcome is None or call.call_id is None or ("tool_call.finished", call.call_id) in told:
+            continue
+        elapsed = None if call.finished_at is None else (call.finished_at - call.started_at).total_seconds()
+        end = call_finished(
+            call.call_id, call.tool, call.pool, call.worker, call.task_id, call.outcome, elapsed
+        )
+        await events.add(invocation_id, end)

@@ -38,13 +38,13 @@ from orchestrator.result import (
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.server.answers import journaled_answer
 from orchestrator.server.error_shape import invocation_failure
-from orchestrator.server.events import EVENTS_TTL_S, EventLog
+from orchestrator.server.events import EVENTS_TTL_S, EventLog, call_finished, tell_settled
 from orchestrator.server.tenants import DEFAULT_TENANT
 from orchestrator.service import AiService
 from orchestrator.telemetry.metrics import SERVED_ENDED, SERVED_STARTED
 from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY, COMPENSATION_PREFIX
 
-__all__ = ["Invocations", "Run", "call_finished"]
+__all__ = ["Invocations", "Run"]
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,14 @@ class Invocations:
         """Ask whichever replica runs the invocation to cancel it."""
         await self.client.set(CANCELLED_KEY.format(invocation_id), b"1", ex=EVENTS_TTL_S)
         await self.client.publish(CANCEL_CHANNEL, invocation_id)
+
+    async def _tell_settled(self, invocation_id: str) -> None:
+        """Before an end that cut the run short: the ends of calls settled as it stopped, from the journal."""
+        if self.journal is not None:
+            try:
+                await tell_settled(self.journal, self.events, invocation_id)
+            except Exception as exc:  # the end goes on being told
+                log.warning("invocation %s: its calls' ends not told: %s", invocation_id, exc)
 
     async def _cancelled_before(self, invocation_id: str) -> bool:
         """Whether a cancel came before the run began; unknown while Redis does not answer, then not
@@ -264,6 +272,7 @@ class Invocations:
                             tell(event)
         except asyncio.CancelledError as exc:
             await wrap_up()
+            await self._tell_settled(invocation_id)
             await add(invocation_id, {"type": "invocation.cancelled", "invocation_id": invocation_id})
             SERVED_ENDED.labels(run.agent, run.tenant, "cancelled").inc()
             tell(exc)
@@ -276,6 +285,7 @@ class Invocations:
                 SERVED_ENDED.labels(run.agent, run.tenant, "completed").inc()
                 tell(answered)
                 return
+            await self._tell_settled(invocation_id)
             await add(invocation_id, {"type": "invocation.failed", "error": failure.message})
             SERVED_ENDED.labels(run.agent, run.tenant, "failed").inc()
             tell(failure)
@@ -347,29 +357,6 @@ def finished_event(event: ToolExecuted) -> dict[str, Any]:
         execution.status,
         execution.duration_s,
     )
-
-
-def call_finished(
-    call_id: str | None,
-    tool: str,
-    pool: str | None,
-    worker: str | None,
-    task_id: str | None,
-    outcome: str | None,
-    elapsed_s: float | None,
-) -> dict[str, Any]:
-    """A tool call's end, as the stream tells it (`tool_call.finished`), whoever learnt it: the run
-    that made the call, or the recovery that settled it."""
-    return {
-        "type": "tool_call.finished",
-        "call_id": call_id,
-        "tool": tool,
-        "pool": pool,
-        "worker": worker,
-        "task_id": task_id,
-        "outcome": outcome,
-        "elapsed_ms": None if elapsed_s is None else round(elapsed_s * 1000, 1),
-    }
 
 
 def approval_event(event: ApprovalRequested) -> dict[str, Any]:

@@ -29,8 +29,7 @@ from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import owner_id
 from orchestrator.saga.recovery import Recovered, recover
 from orchestrator.saga.states import InvocationState
-from orchestrator.server.events import EventLog
-from orchestrator.server.unended import tell_settled
+from orchestrator.server.events import EventLog, tell_settled
 
 __all__ = ["ADOPTED", "ELSEWHERE", "RECOVERY_LOCK_KEY", "REPLICAS_KEY", "REPLICA_KEY", "ReplicaWatch"]
 

@@ -18,16 +18,14 @@ from orchestrator.errors import ApiError
 from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory
 from orchestrator.messages import AiMessage, ChatMessage, UserMessage
 from orchestrator.saga._journal_records import utc_now
-from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import InvocationRecord
 from orchestrator.saga.states import InvocationState
 from orchestrator.server.conversations import conversation_key
-from orchestrator.server.events import EventLog
-from orchestrator.server.invocations import call_finished
+from orchestrator.server.events import tell_settled
 from orchestrator.server.state import ServiceState
 from orchestrator.server.turns import take_turn
 
-__all__ = ["LOOK_BACK_S", "tell_settled", "tell_unended"]
+__all__ = ["LOOK_BACK_S", "tell_unended"]
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +51,6 @@ async def tell_unended(state: ServiceState, owner: str) -> int:
         await tell_settled(state.journal, state.events, record.id)
         await state.events.add(record.id, _end(record))
     return left
-
-
-async def tell_settled(journal: AsyncJournal, events: EventLog, invocation_id: str) -> None:
-    """Tell the stream the end of each call the journal knows (recovery learnt it, or the dead replica
-    knew but did not tell): `tool_call.finished`, as a run tells it, before the invocation's end."""
-    calls = await journal.run(lambda j: j.calls(invocation_id))
-    told = await events.told(invocation_id)
-    for call in calls:
-        if call.outcome is None or call.call_id is None or ("tool_call.finished", call.call_id) in told:
-            continue
-        elapsed = None if call.finished_at is None else (call.finished_at - call.started_at).total_seconds()
-        end = call_finished(
-            call.call_id, call.tool, call.pool, call.worker, call.task_id, call.outcome, elapsed
-        )
-        await events.add(invocation_id, end)
 
 
 async def _turn_saved(state: ServiceState, record: InvocationRecord) -> bool:

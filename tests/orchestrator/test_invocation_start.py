@@ -16,7 +16,7 @@ from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
 from orchestrator.server.invocations import Invocations, Run
 from workers.calls.invocation import Invocation, InvocationContext
-from workers.protocol import ToolExecution, ToolExecutionRequest
+from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
 
 
 class RecordedLog:
@@ -240,3 +240,55 @@ def test_an_adopted_run_does_not_tell_again_the_end_of_a_call_its_first_run_told
 
     told = [(e["type"], e.get("call_id")) for _, e in asyncio.run(scenario())]
     assert ("tool_call.finished", "c2") in told and ("tool_call.finished", "c1") not in told
+
+
+class ToldLog(RecordedLog):
+    async def told(self, invocation_id: str) -> set[tuple[str, str]]:
+        return {(e["type"], str(e.get("call_id"))) for _, e in self.added if e.get("call_id")}
+
+
+class CancelledAfterACall:
+    """A service whose invocation is cancelled once its call's end is journaled, before the run told it."""
+
+    def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[object]:
+        async def events() -> AsyncIterator[object]:
+            raise asyncio.CancelledError
+            yield  # an async generator
+
+        return events()
+
+
+def test_a_cancelled_run_tells_the_ends_of_the_calls_it_settled_before_its_own(
+    journal_file: Path, journal: Journal
+) -> None:
+    # given: an invocation whose call's end is journaled, not told, when the invocation is cancelled
+    context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="m", user_message="hi")
+    invocation_id = str(context.invocation_id)
+    journal.start_invocation(context, Invocation(context).to_json())
+    row = journal.record_intent(
+        invocation_id,
+        1,
+        ToolExecutionRequest("c1", "book", "{}"),
+        pool="p",
+        compensable=True,
+        idempotency_key="k",
+    )
+    journal.record_outcome(row, ToolOutcome(OutcomeKind.SUCCESS, "booked"), "booked")
+
+    async def scenario() -> list[tuple[str, dict[str, Any]]]:
+        log = ToldLog()
+        invocations = Invocations(cast(Any, NoCancel()), cast(Any, log), AsyncJournal(journal))
+        run = Run(
+            invocation_id, "clerk", cast(Any, CancelledAfterACall()), UserMessage("hi"), cast(Any, None), None
+        )
+
+        async def finish() -> None:
+            pass
+
+        await invocations.start(run, finish, on_end=lambda: None)
+        await asyncio.gather(*invocations.running.values(), return_exceptions=True)
+        return log.added
+
+    # then: the call's end, then the invocation's
+    told = [(e["type"], e.get("call_id")) for _, e in asyncio.run(scenario())]
+    assert told[-2:] == [("tool_call.finished", "c1"), ("invocation.cancelled", None)]
