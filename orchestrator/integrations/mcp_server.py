@@ -15,6 +15,8 @@ pool (`FleetClient`): its deadline, its retries, its worker; nothing before it t
   person decides and the client calls again.
 - Over HTTP (streamable HTTP at `/mcp`), each request needs a bearer key of `TOOLFLEET_API_KEYS`
   when keys are configured, and the key's tenant is the call's (`tenant` invocation parameter).
+  `/metrics` has the gateway's Prometheus metrics (its calls per tool, pool and outcome, their
+  durations), as a replica's has.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -41,6 +44,7 @@ from orchestrator.errors import UnknownFleetToolError
 from orchestrator.integrations.fleet import FleetClient
 from orchestrator.integrations.paused_calls import Approved, PausedCalls
 from orchestrator.server.tenants import ApiKey, matching_key
+from orchestrator.telemetry.metrics import exposition
 from workers.calls.progress import ProgressReport
 from workers.tools import ToolDefinition
 
@@ -184,18 +188,24 @@ class FleetMcpServer:
                 finally:
                     watching.cancel()
 
-        app = Starlette(routes=[Route(PATH, endpoint=StreamableHTTPASGIApp(manager))], lifespan=lifespan)
+        async def metrics(request: Request) -> Response:
+            body, content_type = exposition()
+            return Response(body, media_type=content_type)
+
+        routes = [Route(PATH, endpoint=StreamableHTTPASGIApp(manager)), Route("/metrics", endpoint=metrics)]
+        app = Starlette(routes=routes, lifespan=lifespan)
         return _BearerKeys(app, tuple(keys))
 
 
 class _BearerKeys:
-    """Requests to `PATH` need one of `keys` (none configured: anyone); the key's tenant is kept."""
+    """Requests to `PATH` need one of `keys` (none configured: anyone); the key's tenant is kept.
+    `/metrics` is open, as a replica's is: it is scraped from inside the network."""
 
     def __init__(self, app: ASGIApp, keys: tuple[ApiKey, ...]) -> None:
         self.app, self.keys = app, keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.keys:
+        if scope["type"] == "http" and self.keys and scope.get("path") == PATH:
             presented = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
             scheme, _, token = presented.partition(" ")
             key = matching_key(self.keys, token.strip()) if scheme.lower() == "bearer" else None

@@ -22,7 +22,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from orchestrator.errors import ApiError
+from orchestrator.errors import ApiError, InvocationTakenOverError
 from orchestrator.memory import ChatMemory
 from orchestrator.models.base import PartialResponse
 from orchestrator.result import CompleteResponse
@@ -163,6 +163,14 @@ class Heard:
     def _refusal(self, error: BaseException) -> ApiError:
         if isinstance(error, ApiError):
             return error
+        if isinstance(error, InvocationTakenOverError):  # this replica was taken for dead
+            return ApiError(
+                503,
+                f"the invocation {self.invocation_id} goes on in another replica: send the request "
+                "again (with its Idempotency-Key) to hear its end",
+                code="service_unavailable",
+                headers={"Retry-After": "1"},
+            )
         if self.invocations.past_grace.is_set():
             return ApiError(
                 503,
@@ -193,13 +201,20 @@ async def _chunks(told: Told, head: tuple[str, str], include_usage: bool) -> Asy
     invocation is cancelled (unless the request has an Idempotency-Key)."""
     try:
         yield _sse(openai_wire.delta_chunk(*head, {"role": "assistant", "content": ""}))
+        streamed: list[str] = []
         try:
             async for event in told.events():
                 if isinstance(event, PartialResponse) and event.text:
+                    streamed.append(event.text)
                     yield _sse(openai_wire.delta_chunk(*head, {"content": event.text}))
                 elif isinstance(event, Quiet):
                     yield KEEPALIVE  # a comment line: clients skip it, proxies see the stream alive
                 elif isinstance(event, Ending):
+                    # the answer's rest, when its text stopped streaming before its end was known (its
+                    # replica failed as it told it, the journal having it whole)
+                    sent, whole = "".join(streamed), event.content or ""
+                    if event.waiting is None and len(whole) > len(sent) and whole.startswith(sent):
+                        yield _sse(openai_wire.delta_chunk(*head, {"content": whole[len(sent) :]}))
                     yield from_the_end(head, event, include_usage)
         except ApiError as exc:
             yield _sse(api_error_body(exc))

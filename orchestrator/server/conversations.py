@@ -11,8 +11,11 @@ are configured: no key of one tenant is another's)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+
+import sqlalchemy as sa
 
 from orchestrator.errors import ApiError
 from orchestrator.memory import ChatMemory, InMemoryChatMemoryStore, MessageWindowChatMemory
@@ -34,6 +37,8 @@ __all__ = [
 ]
 
 MAX_CONVERSATION_ID = 200
+SAVE_OUTAGE_S = 15.0  # a turn's save is tried again this long while the database does not answer
+SAVE_RETRY_S = 0.25
 
 
 @dataclass
@@ -85,12 +90,29 @@ async def save_conversation(state: ServiceState, conversation: Conversation) -> 
     the next turn of the conversation goes on."""
     try:
         if conversation.key is not None:
-            saving = state.memory_store.aupdate_messages(conversation.key, conversation.memory.messages())
-            _, cancelled = await to_the_end(saving)
+            key, messages = conversation.key, conversation.memory.messages()
+            _, cancelled = await to_the_end(
+                _through_outage(lambda: state.memory_store.aupdate_messages(key, messages))
+            )
             if cancelled:
                 raise asyncio.CancelledError
     finally:
         await close_conversation(conversation)
+
+
+async def _through_outage(save: Callable[[], Awaitable[None]]) -> None:
+    """`save()`, tried again while the database does not answer (a restart, a proxy before it), for up to
+    `SAVE_OUTAGE_S`: the turn is written whole, so writing it again is harmless, and the conversation's
+    next turn waits for it meanwhile."""
+    deadline = time.monotonic() + SAVE_OUTAGE_S
+    while True:
+        try:
+            await save()
+            return
+        except sa.exc.OperationalError:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(SAVE_RETRY_S)
 
 
 async def close_conversation(conversation: Conversation) -> None:

@@ -26,6 +26,7 @@ import asyncio
 import json
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -66,16 +67,27 @@ _MAX_ID_PART = 2**64 - 1  # each part of a Redis stream id is an unsigned 64-bit
 FOLLOW_OUTAGE_S = 60.0  # a followed stream waits this long for an unreachable Redis, then fails
 FOLLOW_RETRY_S = 0.5  # ... trying again this often
 ADD_OUTAGE_S = 15.0  # an event is tried again this long while Redis does not answer
+RETRY_LOOK_BACK = 200  # the latest entries an event sent again is looked for among
 
 # Fenced and ended once: a superseded run's events are dropped, and nothing lands after a terminal event.
+# Written once: an event sent again after its first write's answer was lost (Redis restarting) is found
+# by its token among the stream's latest entries, and not written twice.
 _ADD = """
+if ARGV[7] == '1' then
+  for _, entry in ipairs(redis.call('xrevrange', KEYS[1], '+', '-', 'COUNT', ARGV[8])) do
+    local fields = entry[2]
+    for i = 1, #fields, 2 do
+      if fields[i] == 't' and fields[i + 1] == ARGV[6] then return entry[1] end
+    end
+  end
+end
 if ARGV[4] ~= '' then
   local current = redis.call('get', KEYS[2])
   if current and current ~= ARGV[4] then return false end
 end
 if redis.call('exists', KEYS[3]) == 1 then return false end
 if ARGV[5] == '1' then redis.call('set', KEYS[3], '1', 'EX', ARGV[3]) end
-local id = redis.call('xadd', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'event', ARGV[1])
+local id = redis.call('xadd', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'event', ARGV[1], 't', ARGV[6])
 redis.call('expire', KEYS[1], ARGV[3])
 return id
 """
@@ -127,9 +139,18 @@ class EventLog:
         a stream tells one end, whoever else tries to write one (a recovery, a superseded run), and
         nothing after it. Tried again while Redis restarts (for `ADD_OUTAGE_S`): an invocation's end
         written as Redis comes back is not lost, nor told twice."""
-        return await _through_outage(lambda: self._add_once(invocation_id, event, runner))
+        token, tries = uuid.uuid4().hex[:16], 0
 
-    async def _add_once(self, invocation_id: str, event: dict[str, Any], runner: str | None) -> str | None:
+        def once() -> Awaitable[str | None]:
+            nonlocal tries
+            tries += 1
+            return self._add_once(invocation_id, event, runner, token, again=tries > 1)
+
+        return await _through_outage(once)
+
+    async def _add_once(
+        self, invocation_id: str, event: dict[str, Any], runner: str | None, token: str, *, again: bool
+    ) -> str | None:
         entry_id = await self._add(
             keys=[
                 EVENTS_KEY.format(invocation_id),
@@ -142,6 +163,9 @@ class EventLog:
                 EVENTS_TTL_S,
                 runner or "",
                 1 if event.get("type") in TERMINAL_TYPES else 0,
+                token,
+                1 if again else 0,
+                RETRY_LOOK_BACK,
             ],
         )
         if entry_id is None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from orchestrator.errors import ApiError
+from orchestrator.errors import ApiError, InvocationTakenOverError
 from orchestrator.executors import CallEvent, observe_calls
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
@@ -275,6 +275,12 @@ class Invocations:
             await self._tell_settled(invocation_id)
             await add(invocation_id, {"type": "invocation.cancelled", "invocation_id": invocation_id})
             SERVED_ENDED.labels(run.agent, run.tenant, "cancelled").inc()
+            tell(exc)
+        except InvocationTakenOverError as exc:
+            # another process carries it on (this replica was taken for dead): its end and its
+            # conversation are that process's; this run tells and saves nothing (its turn let go)
+            log.warning("invocation %s: %s", invocation_id, exc)
+            await _settle(pending)
             tell(exc)
         except Exception as exc:
             failure = exc if isinstance(exc, ApiError) else invocation_failure(exc, invocation_id)

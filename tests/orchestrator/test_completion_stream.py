@@ -9,8 +9,9 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+from orchestrator.errors import InvocationTakenOverError
 from orchestrator.messages import AiMessage
-from orchestrator.models.base import ChatResponse, FinishReason
+from orchestrator.models.base import ChatResponse, FinishReason, PartialResponse
 from orchestrator.result import CompleteResponse, Result
 from orchestrator.server.completions import Heard, _chunks
 
@@ -85,3 +86,28 @@ def test_a_client_that_leaves_cancels_the_invocation() -> None:
         return running.cancelled()
 
     assert asyncio.run(scenario()) is True
+
+
+def test_an_answer_whose_text_stopped_streaming_before_its_end_is_sent_whole() -> None:
+    async def scenario() -> list[str]:
+        heard = Heard(Replica(), "1")  # type: ignore[arg-type]
+        heard.put(PartialResponse("done: o"))
+        heard.put(complete("done: ok | ok"))  # its end, as the journal had it after the run failed
+        return await read(heard)
+
+    told = data(asyncio.run(scenario()))
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in told[:-1] if c["choices"])
+
+    assert text == "done: ok | ok"
+
+
+def test_a_run_taken_over_by_another_replica_asks_its_client_to_send_again() -> None:
+    async def scenario() -> list[str]:
+        heard = Heard(Replica(), "1")  # type: ignore[arg-type]
+        heard.put(InvocationTakenOverError("invocation 1 was taken over by vm:2"))
+        return await read(heard)
+
+    told = data(asyncio.run(scenario()))
+
+    assert told[-2]["error"]["code"] == "service_unavailable"
+    assert "goes on in another replica" in told[-2]["error"]["message"]

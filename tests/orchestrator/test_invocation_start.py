@@ -10,7 +10,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
+from orchestrator.errors import InvocationTakenOverError
 from orchestrator.messages import UserMessage
+from orchestrator.models.base import PartialResponse
 from orchestrator.result import CompleteResponse, ToolExecuted
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
@@ -292,3 +294,51 @@ def test_a_cancelled_run_tells_the_ends_of_the_calls_it_settled_before_its_own(
     # then: the call's end, then the invocation's
     told = [(e["type"], e.get("call_id")) for _, e in asyncio.run(scenario())]
     assert told[-2:] == [("tool_call.finished", "c1"), ("invocation.cancelled", None)]
+
+
+class TakenOver:
+    """A service whose invocation another process took over, as this run ended."""
+
+    def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[object]:
+        async def events() -> AsyncIterator[object]:
+            yield PartialResponse("half an answer")
+            raise InvocationTakenOverError(
+                "invocation inv-5 was taken over by vm:2: its end is that process's"
+            )
+
+        return events()
+
+
+def test_a_run_whose_invocation_was_taken_over_tells_no_end_and_saves_no_conversation() -> None:
+    told: list[object] = []
+    steps: list[str] = []
+
+    async def scenario() -> list[tuple[str, dict[str, Any]]]:
+        log = RecordedLog()
+        invocations = Invocations(cast(Any, NoCancel()), cast(Any, log))
+        run = Run(
+            "inv-5",
+            "clerk",
+            cast(Any, TakenOver()),
+            UserMessage("hi"),
+            cast(Any, None),
+            None,
+            listener=told.append,
+        )
+
+        async def finish() -> None:
+            steps.append("saved")
+
+        async def let_go() -> None:
+            steps.append("let go")
+
+        await invocations.start(run, finish, on_end=lambda: None, let_go=let_go)
+        await asyncio.gather(*invocations.running.values(), return_exceptions=True)
+        await asyncio.sleep(0.05)  # the turn let go, in the background
+        return log.added
+
+    types = [e["type"] for _, e in asyncio.run(scenario())]
+
+    assert types == ["invocation.started", "text.delta"]  # the other process tells the end
+    assert steps == ["let go"]  # its conversation is the other's to save
+    assert isinstance(told[-1], InvocationTakenOverError)

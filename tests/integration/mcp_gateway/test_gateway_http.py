@@ -257,3 +257,14 @@ def test_clients_are_told_when_a_pool_starts_serving_tools(
 
     assert any(isinstance(m, types.ToolListChangedNotification) for m in heard)
     assert (before, after) == ("add,refuse,walk,whose,wire", "add,late,refuse,walk,whose,wire")
+
+
+def test_the_gateways_calls_are_in_its_metrics(gateway: Gateway) -> None:
+    async def scenario() -> None:
+        async with session(gateway) as client:
+            await client.call_tool("add", {"a": 1, "b": 2})
+
+    run(scenario)
+    scraped = httpx.get(gateway.url.removesuffix("/mcp") + "/metrics", timeout=5).text
+
+    assert 'toolfleet_tool_calls_total{outcome="success",pool="gateway",tool="add"}' in scraped
