@@ -183,8 +183,12 @@ class Saga:
                     self.invocation_id, [rows[s.call_row] for s in steps if s.call_row in rows], reason
                 )
 
+            try:
+                await self.journal.run(plan)
+            except BaseException:  # nothing planned (the database away): still owed, to undo later
+                self.steps = list(reversed(steps))
+                raise
             self._planned = True
-            await self.journal.run(plan)
         undone: list[SagaStep] = []
         for step in steps:
             request = step.execution.request

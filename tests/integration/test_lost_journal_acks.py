@@ -8,18 +8,19 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
 
 import tests.integration.cancel_tools as ct
-from orchestrator import AiService, CeleryExecutor, Journal, ScriptedChatModel
+from orchestrator import AiService, CeleryExecutor, Journal, LocalExecutor, ScriptedChatModel
 from orchestrator.saga._journal_writes import Write, Written
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import tool_calls
 from tests.integration.scripts import ask, call
 from tests.integration.side_effects import process_client
+from workers import compensate_for, tool
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -80,3 +81,65 @@ def test_a_call_written_though_its_write_failed_is_settled_as_its_invocation_fai
     assert record is not None and record.state == "failed"
     assert [(c.call_id, str(c.state)) for c in reader.calls(invocation_id)] == [("r1", "abandoned")]
     assert not process_client().get(f"cancel:{ns}:booked")
+
+
+UNDONE: list[str] = []
+
+
+class Desk:
+    @tool("Books a seat")
+    def book(self, seat: str) -> str:
+        return f"booked {seat}"
+
+    @compensate_for("book")
+    def unbook(self, seat: str) -> None:
+        UNDONE.append(seat)
+
+
+DOWN: list[bool] = []  # set: the journal's next transaction meets the database restarting
+
+
+@tool("Refuses, always")
+def refuse() -> str:
+    DOWN.append(True)  # the next transaction, planning the undo, meets the restart
+    raise ValueError("refused")
+
+
+class DownOnce(AsyncJournal):
+    """A journal whose database is away for one transaction once `DOWN` is set."""
+
+    async def run(self, fn: Callable[[Journal], _T]) -> _T:
+        if DOWN:
+            DOWN.clear()
+            raise sa.exc.OperationalError("BEGIN", {}, ConnectionRefusedError("connection refused"))
+        return await super().run(fn)
+
+
+def test_what_a_failed_batch_owes_is_undone_though_its_plan_met_a_database_restart(tmp_path: Path) -> None:
+    # given: a booking, then a refusal whose undoing meets the database restarting
+    UNDONE.clear()
+    DOWN.clear()
+    journal = DownOnce(Journal(f"sqlite:///{tmp_path / 'journal.db'}"))
+
+    def model(request: Any) -> Any:
+        results = [m for m in request.messages if getattr(m, "tool_name", None)]
+        if not results:
+            return ask(call("b1", "book", seat="4A"))
+        if len(results) == 1:
+            return ask(call("r1", "refuse"))
+        return "done"
+
+    service = AiService(
+        chat_model=ScriptedChatModel(model),
+        tools=[Desk(), refuse],
+        executor=LocalExecutor(),
+        journal=journal,
+        compensate_on_tool_errors=True,
+    )
+
+    # when: the invocation runs
+    with pytest.raises(sa.exc.OperationalError):
+        service.chat("book, then refuse")
+
+    # then: the booking is undone all the same, once
+    assert UNDONE == ["4A"]
