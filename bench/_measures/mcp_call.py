@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from statistics import median
 
-import httpx
 import mcp.types as types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -20,9 +17,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from bench import agents
 from bench._context import Bench
-from bench._replica import free_port
 from bench._timing import Measure, cpu_json, ms, summarize, walls
-from bench._worker import REPO, log_tail, spawn, stop_group
+from bench._worker import REPO
+from orchestrator.cli.demo_mcp import running_gateway
 
 RATIO_TARGET = 1.5
 WARMUP = 30  # pairs
@@ -33,31 +30,13 @@ PAIRS = 40  # per round
 @contextlib.contextmanager
 def _gateway() -> Iterator[str]:
     """`toolfleet mcp serve --pool bench` as a subprocess, with the benchmark's environment; its URL."""
-    port = free_port()
     with tempfile.TemporaryDirectory(prefix="toolfleet-bench-mcp-") as directory:
-        log_path = Path(directory) / "gateway.log"
-        env = {
-            k: v for k, v in os.environ.items() if k not in ("TOOLFLEET_API_KEYS", "TOOLFLEET_API_KEYS_FILE")
-        }
+        keys = ("TOOLFLEET_API_KEYS", "TOOLFLEET_API_KEYS_FILE")
+        env = {k: v for k, v in os.environ.items() if k not in keys}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
         env["TOOLFLEET_DATABASE_URL"] = f"sqlite:///{Path(directory) / 'gateway.db'}"
-        command = [sys.executable, "-m", "orchestrator.cli", "mcp", "serve", "--pool", "bench"]
-        process = spawn([*command, "--port", str(port)], env, log_path)
-        url = f"http://127.0.0.1:{port}/mcp"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"toolfleet mcp serve exited{log_tail(log_path, 'gateway')}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.post(url, json={}, timeout=2).status_code < 500:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"toolfleet mcp serve did not answer{log_tail(log_path, 'gateway')}")
-                time.sleep(0.1)
+        with running_gateway(env, Path(directory) / "gateway.log", ["bench"]) as url:
             yield url
-        finally:
-            stop_group(process, 10)
 
 
 @contextlib.asynccontextmanager

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -19,7 +19,7 @@ import httpx
 
 from orchestrator.errors import OrchestratorError
 
-__all__ = ["MCP_POOL", "MCP_STORY", "mcp_story"]
+__all__ = ["MCP_POOL", "MCP_STORY", "mcp_story", "running_gateway"]
 
 MCP_POOL = "io"
 MCP_STORY = "Any agent: an MCP client calls the io pool's fare search"
@@ -33,23 +33,18 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _gateway(environment: Mapping[str, str], log_path: Path) -> Iterator[str]:
-    """`toolfleet mcp serve --pool io` in a process of its own, without keys (loopback); its URL."""
-    port = _free_port()
-    env = {k: v for k, v in environment.items() if k not in ("TOOLFLEET_API_KEYS", "TOOLFLEET_API_KEYS_FILE")}
-    command = [
-        sys.executable,
-        "-m",
-        "orchestrator.cli",
-        "mcp",
-        "serve",
-        "--pool",
-        MCP_POOL,
-        "--port",
-        str(port),
-    ]
+def running_gateway(
+    env: Mapping[str, str], log_path: Path, pools: Sequence[str], *, port: int | None = None
+) -> Iterator[str]:
+    """`toolfleet mcp serve --pool P ...` in a process (and session) of its own with the environment
+    `env`, once it answers; its URL. Stopped (SIGTERM, then SIGKILL) when the block ends."""
+    port = port or _free_port()
+    command = [sys.executable, "-m", "orchestrator.cli", "mcp", "serve", "--port", str(port)]
+    command += [part for pool in pools for part in ("--pool", pool)]
     with log_path.open("wb") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, env=dict(env), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -57,7 +52,7 @@ def _gateway(environment: Mapping[str, str], log_path: Path) -> Iterator[str]:
             if process.poll() is not None:
                 raise OrchestratorError(f"toolfleet mcp serve stopped: {log_path.read_text()[-2000:]}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.post(url, json={}, timeout=2).status_code < 500:
+                if httpx.post(url, json={}, timeout=2).status_code < 500:  # up (401: asking for a key)
                     break
             if time.monotonic() > deadline:
                 raise OrchestratorError(f"toolfleet mcp serve did not answer in {START_TIMEOUT_S:g} s")
@@ -98,7 +93,10 @@ async def _client(out: TextIO, url: str) -> None:
 def mcp_story(out: TextIO, environment: Mapping[str, str], scratch: str) -> None:
     """Run the story: the gateway started, the client's calls shown, the gateway stopped."""
     began = time.monotonic()
-    with _gateway({**os.environ, **environment}, Path(scratch) / "mcp-gateway.log") as url:
+    env = {**os.environ, **environment}
+    for name in ("TOOLFLEET_API_KEYS", "TOOLFLEET_API_KEYS_FILE"):  # no keys: it listens on loopback
+        env.pop(name, None)
+    with running_gateway(env, Path(scratch) / "mcp-gateway.log", [MCP_POOL]) as url:
         out.write(f"  toolfleet mcp serve --pool {MCP_POOL}: {url}\n")
         asyncio.run(_client(out, url))
     out.write(f"  ({time.monotonic() - began:.2f} s, the gateway started and stopped included)\n\n")

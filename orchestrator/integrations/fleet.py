@@ -134,6 +134,7 @@ class FleetClient:
         *,
         tenant: str | None = None,
         call_id: str | None = None,
+        definition: ToolDefinition | None = None,
     ) -> AsyncIterator[ProgressReport | FleetCall]:
         """`call`, as what it tells in order on the caller's event loop: each progress report the tool
         makes (not the heartbeats), then the `FleetCall` it ended with. Leaving the iteration early
@@ -146,7 +147,7 @@ class FleetClient:
                 loop.call_soon_threadsafe(reports.put_nowait, report)
 
         calling = asyncio.ensure_future(
-            self.call(name, arguments, progress=heard, tenant=tenant, call_id=call_id)
+            self.call(name, arguments, progress=heard, tenant=tenant, call_id=call_id, definition=definition)
         )
         try:
             while not calling.done():

@@ -41,11 +41,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.errors import UnknownFleetToolError
-from orchestrator.integrations.fleet import FleetClient
+from orchestrator.integrations.fleet import FleetCall, FleetClient
 from orchestrator.integrations.paused_calls import Approved, PausedCalls
 from orchestrator.server.tenants import ApiKey, matching_key
 from orchestrator.telemetry.metrics import exposition
-from workers.calls.progress import ProgressReport
 from workers.tools import ToolDefinition
 
 __all__ = ["PATH", "WATCH_S", "FleetMcpServer"]
@@ -128,10 +127,7 @@ class FleetMcpServer:
             arguments = decided.arguments if isinstance(decided, Approved) else decided
         call = None
         try:
-            async with _progress_to(ctx) as progress:
-                call = await self.fleet.call(
-                    name, arguments, progress=progress, tenant=tenant, definition=definition
-                )
+            call = await _called(ctx, self.fleet, definition, arguments, tenant)
         finally:
             if approved is not None:  # journaled however it ended (a cancel: failed)
                 with anyio.CancelScope(shield=True):
@@ -236,35 +232,28 @@ def _tenant(ctx: ServerRequestContext) -> str | None:
     return state.get(TENANT_KEY) if isinstance(state, dict) else None
 
 
-@contextlib.asynccontextmanager
-async def _progress_to(ctx: ServerRequestContext) -> AsyncIterator[Any]:
-    """A progress observer of the call (told from the executor's thread) that sends each report to the
-    client as `notifications/progress`, in order, when the client asked for progress; None if not."""
-    token = (ctx.meta or {}).get("progress_token")
-    if token is None:
-        yield None
-        return
-    loop = asyncio.get_running_loop()
-    reports: asyncio.Queue[ProgressReport | None] = asyncio.Queue()
-
-    async def send() -> None:
-        sent = 0.0
-        while (report := await reports.get()) is not None:
-            if report.seq == 0:
-                continue  # a heartbeat, not progress
-            done = report.fraction if report.fraction is not None else float(report.seq)
-            sent = max(sent, done)  # progress only grows
-            total = 1.0 if report.fraction is not None else None
-            with contextlib.suppress(Exception):  # a client gone: the call goes on
-                await ctx.session.report_progress(sent, total, report.message)
-
-    sending = asyncio.create_task(send())
-    try:
-        yield lambda report: loop.call_soon_threadsafe(reports.put_nowait, report)
-    finally:
-        reports.put_nowait(None)
-        with anyio.CancelScope(shield=True):
-            await sending
+async def _called(
+    ctx: ServerRequestContext,
+    fleet: FleetClient,
+    definition: ToolDefinition,
+    arguments: dict[str, Any],
+    tenant: str | None,
+) -> FleetCall:
+    """The fleet call, its progress sent to the client as `notifications/progress` (out of 1 when the
+    tool gives a fraction, growing only) when the client asked for progress."""
+    if (ctx.meta or {}).get("progress_token") is None:
+        return await fleet.call(definition.name, arguments, tenant=tenant, definition=definition)
+    sent, call = 0.0, None
+    async for told in fleet.stream(definition.name, arguments, tenant=tenant, definition=definition):
+        if isinstance(told, FleetCall):
+            call = told
+            continue
+        sent = max(sent, told.fraction if told.fraction is not None else float(told.seq))
+        total = 1.0 if told.fraction is not None else None
+        with contextlib.suppress(Exception):  # a client gone: the call goes on
+            await ctx.session.report_progress(sent, total, told.message)
+    assert call is not None  # a stream ends with its call
+    return call
 
 
 def _can_ask(ctx: ServerRequestContext) -> bool:

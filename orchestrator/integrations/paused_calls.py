@@ -39,10 +39,10 @@ class Approved:
 
     async def ended(self, call: FleetCall | None) -> None:
         """Journal the call's end (None: it never ended, cancelled or failing on its way)."""
-        failed = call is None or call.is_error
-        state = InvocationState.FAILED if failed else InvocationState.SUCCEEDED
-        error = ("the call did not end" if call is None else call.text) if failed else None
-        answer = None if failed or call is None else call.text
+        if call is None or call.is_error:
+            state, error, answer = InvocationState.FAILED, call.text if call else "the call did not end", None
+        else:
+            state, error, answer = InvocationState.SUCCEEDED, None, call.text
         await self.journal.run(
             lambda j: j.set_invocation_state(
                 self.invocation_id, state, error, final_answer=answer, owner=owner_id()

@@ -30,6 +30,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from orchestrator.errors import ApiError, JsonRpcError
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
+from orchestrator.server.approvals import cancel_paused_invocation
 from orchestrator.server.conversations import start_turn
 from orchestrator.server.events import TERMINAL_TYPES
 from orchestrator.server.invocations import Run
@@ -194,8 +195,6 @@ async def _known(request: Request, state: ServiceState, params: dict[str, Any]) 
 
 
 async def _cancel(request: Request, state: ServiceState, params: dict[str, Any]) -> dict[str, Any]:
-    from orchestrator.server.approvals import cancel_paused_invocation
-
     task_id = await _known(request, state, params)
     last = await state.events.last(task_id) or {}
     if last.get("type") in TERMINAL_TYPES:

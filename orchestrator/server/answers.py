@@ -12,10 +12,11 @@ from orchestrator.messages import AiMessage
 from orchestrator.models.base import ChatResponse, FinishReason, TokenUsage
 from orchestrator.result import CompleteResponse, Result
 from orchestrator.saga.async_journal import AsyncJournal
+from orchestrator.saga.journal import InvocationRecord
 from orchestrator.saga.states import InvocationState
 from orchestrator.server import openai_wire
 
-__all__ = ["Ending", "Quiet", "Told", "journaled_answer"]
+__all__ = ["Ending", "Quiet", "Told", "answer_of", "journaled_answer"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,11 @@ async def journaled_answer(journal: AsyncJournal | None, invocation_id: str) -> 
         return None
     if record is None or record.state is not InvocationState.SUCCEEDED:
         return None
+    return answer_of(record)
+
+
+def answer_of(record: InvocationRecord) -> CompleteResponse:
+    """A succeeded invocation's answer as the journal keeps it (its text; usage is not kept)."""
     reason = FinishReason.STOP if record.final_answer is not None else FinishReason.TOOL_EXECUTION
-    result = Result(record.final_answer, finish_reason=reason, invocation_id=invocation_id)
+    result = Result(record.final_answer, finish_reason=reason, invocation_id=record.id)
     return CompleteResponse(ChatResponse(AiMessage(record.final_answer), reason), result)

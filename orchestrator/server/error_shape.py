@@ -15,7 +15,7 @@ from orchestrator.errors import ApiError, ModelError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["api_error_body", "error_body", "invocation_failure"]
+__all__ = ["api_error_body", "error_body", "failure_text", "invocation_failure"]
 
 # status -> (OpenAI error type, code)
 _KINDS: dict[int, tuple[str, str | None]] = {
@@ -56,4 +56,9 @@ def invocation_failure(exc: Exception, invocation_id: str) -> ApiError:
         log.warning("invocation %s: the agent's model failed: %s", invocation_id, exc)
         return ApiError(502, f"the agent's model failed (invocation {invocation_id})")
     log.error("invocation %s failed", invocation_id, exc_info=exc)
-    return ApiError(500, f"the invocation {invocation_id} failed; the service's log has the details")
+    return ApiError(500, failure_text(invocation_id))
+
+
+def failure_text(invocation_id: str) -> str:
+    """What a client is told of an invocation that failed (the service's log has why)."""
+    return f"the invocation {invocation_id} failed; the service's log has the details"

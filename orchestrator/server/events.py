@@ -23,6 +23,7 @@ entry once Redis answers again (within `FOLLOW_OUTAGE_S`).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 import time
@@ -68,6 +69,8 @@ FOLLOW_OUTAGE_S = 60.0  # a followed stream waits this long for an unreachable R
 FOLLOW_RETRY_S = 0.5  # ... trying again this often
 ADD_OUTAGE_S = 15.0  # an event is tried again this long while Redis does not answer
 RETRY_LOOK_BACK = 200  # the latest entries an event sent again is looked for among
+_PROCESS = uuid.uuid4().hex[:8]  # with a count of this process's writes, each write's token
+_WRITES = itertools.count()
 
 # Fenced and ended once: a superseded run's events are dropped, and nothing lands after a terminal event.
 # Written once: an event sent again after its first write's answer was lost (Redis restarting) is found
@@ -139,7 +142,7 @@ class EventLog:
         a stream tells one end, whoever else tries to write one (a recovery, a superseded run), and
         nothing after it. Tried again while Redis restarts (for `ADD_OUTAGE_S`): an invocation's end
         written as Redis comes back is not lost, nor told twice."""
-        token, tries = uuid.uuid4().hex[:16], 0
+        token, tries = f"{_PROCESS}{next(_WRITES)}", 0
 
         def once() -> Awaitable[str | None]:
             nonlocal tries

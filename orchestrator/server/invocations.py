@@ -44,7 +44,7 @@ from orchestrator.service import AiService
 from orchestrator.telemetry.metrics import SERVED_ENDED, SERVED_STARTED
 from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY, COMPENSATION_PREFIX
 
-__all__ = ["Invocations", "Run"]
+__all__ = ["Invocations", "Run", "completed_event"]
 
 log = logging.getLogger(__name__)
 

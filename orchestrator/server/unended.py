@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 from orchestrator.errors import ApiError
 from orchestrator.memory import InMemoryChatMemoryStore, MessageWindowChatMemory
@@ -20,8 +21,11 @@ from orchestrator.messages import AiMessage, ChatMessage, UserMessage
 from orchestrator.saga._journal_records import utc_now
 from orchestrator.saga.journal import InvocationRecord
 from orchestrator.saga.states import InvocationState
+from orchestrator.server.answers import answer_of
 from orchestrator.server.conversations import conversation_key
+from orchestrator.server.error_shape import failure_text
 from orchestrator.server.events import tell_settled
+from orchestrator.server.invocations import completed_event
 from orchestrator.server.state import ServiceState
 from orchestrator.server.turns import take_turn
 
@@ -92,17 +96,10 @@ def _holds(messages: list[ChatMessage], question: str, answer: str) -> bool:
     return False
 
 
-def _end(record: InvocationRecord) -> dict[str, object]:
+def _end(record: InvocationRecord) -> dict[str, Any]:
     """The invocation's last event, as the journal has its end."""
     if record.state is InvocationState.SUCCEEDED:
-        reason = "stop" if record.final_answer is not None else "tool_execution"
-        return {
-            "type": "invocation.completed",
-            "content": record.final_answer,
-            "finish_reason": reason,
-            "usage": None,
-        }
+        return completed_event(answer_of(record), 0.0)
     if record.state is InvocationState.CANCELLED:
         return {"type": "invocation.cancelled", "invocation_id": record.id}
-    failed = f"the invocation {record.id} failed; the service's log has the details"
-    return {"type": "invocation.failed", "error": failed}
+    return {"type": "invocation.failed", "error": failure_text(record.id)}

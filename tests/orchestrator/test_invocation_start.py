@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, cast
 
 from orchestrator.errors import InvocationTakenOverError
@@ -154,6 +153,41 @@ class NoCancel:
         return 0
 
 
+def ran(
+    run: Run,
+    log: RecordedLog,
+    journal: Journal | None = None,
+    steps: list[str] | None = None,
+) -> list[tuple[str, dict[str, Any]]]:
+    """What `run` writes to `log`, run to its end as a replica runs it (its journal read through
+    `journal`); `steps` says how its conversation ended: "saved", or "let go"."""
+
+    async def scenario() -> list[tuple[str, dict[str, Any]]]:
+        invocations = Invocations(
+            cast(Any, NoCancel()), cast(Any, log), None if journal is None else AsyncJournal(journal)
+        )
+
+        async def finish() -> None:
+            (steps if steps is not None else []).append("saved")
+
+        async def let_go() -> None:
+            (steps if steps is not None else []).append("let go")
+
+        await invocations.start(run, finish, on_end=lambda: None, let_go=let_go)
+        await asyncio.gather(*invocations.running.values(), return_exceptions=True)
+        await asyncio.sleep(0.05)  # a turn let go, in the background
+        return log.added
+
+    return asyncio.run(scenario())
+
+
+def journaled(journal: Journal) -> str:
+    """A new invocation's id, its row in `journal`."""
+    context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="m", user_message="hi")
+    journal.start_invocation(context, Invocation(context).to_json())
+    return str(context.invocation_id)
+
+
 class AnsweredThenBroken:
     """A service whose invocation fails after the journal had its answer (a Redis or network error
     on the way out)."""
@@ -167,37 +201,17 @@ class AnsweredThenBroken:
 
 
 def test_an_invocation_failing_after_its_answer_was_journaled_ends_with_that_answer(
-    journal_file: Path, journal: Journal
+    journal: Journal,
 ) -> None:
     # given: the journal has the invocation answered; its run then fails
-    context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="m", user_message="hi")
-    invocation_id = str(context.invocation_id)
-    journal.start_invocation(context, Invocation(context).to_json())
+    invocation_id = journaled(journal)
     journal.set_invocation_state(invocation_id, "succeeded", final_answer="42")
     told: list[object] = []
-
-    async def scenario() -> list[tuple[str, dict[str, Any]]]:
-        log = RecordedLog()
-        invocations = Invocations(cast(Any, NoCancel()), cast(Any, log), AsyncJournal(journal))
-        run = Run(
-            invocation_id,
-            "clerk",
-            cast(Any, AnsweredThenBroken()),
-            UserMessage("hi"),
-            cast(Any, None),
-            None,
-            listener=told.append,
-        )
-
-        async def finish() -> None:
-            pass
-
-        await invocations.start(run, finish, on_end=lambda: None)
-        await asyncio.gather(*invocations.running.values(), return_exceptions=True)
-        return log.added
+    broken = cast(Any, AnsweredThenBroken())
+    run = Run(invocation_id, "clerk", broken, UserMessage("hi"), cast(Any, None), None, listener=told.append)
 
     # then: its stream ends with the journal's answer, and so does what its request hears
-    ending = asyncio.run(scenario())[-1][1]
+    ending = ran(run, RecordedLog(), journal)[-1][1]
     assert (ending["type"], ending["content"]) == ("invocation.completed", "42")
     assert isinstance(told[-1], CompleteResponse) and told[-1].result.content == "42"
 
@@ -226,21 +240,10 @@ class Replaying:
 
 
 def test_an_adopted_run_does_not_tell_again_the_end_of_a_call_its_first_run_told() -> None:
-    async def scenario() -> list[tuple[str, dict[str, Any]]]:
-        log = AdoptedLog()
-        invocations = Invocations(cast(Any, NoCancel()), cast(Any, log))
-        run = Run(
-            "inv-4", "clerk", cast(Any, Replaying()), UserMessage("hi"), cast(Any, None), None, adopting=True
-        )
+    replaying = cast(Any, Replaying())
+    run = Run("inv-4", "clerk", replaying, UserMessage("hi"), cast(Any, None), None, adopting=True)
 
-        async def finish() -> None:
-            pass
-
-        await invocations.start(run, finish, on_end=lambda: None)
-        await asyncio.gather(*invocations.running.values(), return_exceptions=True)
-        return log.added
-
-    told = [(e["type"], e.get("call_id")) for _, e in asyncio.run(scenario())]
+    told = [(e["type"], e.get("call_id")) for _, e in ran(run, AdoptedLog())]
     assert ("tool_call.finished", "c2") in told and ("tool_call.finished", "c1") not in told
 
 
@@ -261,38 +264,18 @@ class CancelledAfterACall:
 
 
 def test_a_cancelled_run_tells_the_ends_of_the_calls_it_settled_before_its_own(
-    journal_file: Path, journal: Journal
+    journal: Journal,
 ) -> None:
     # given: an invocation whose call's end is journaled, not told, when the invocation is cancelled
-    context = InvocationContext(invocation_id=uuid.uuid4(), memory_id="m", user_message="hi")
-    invocation_id = str(context.invocation_id)
-    journal.start_invocation(context, Invocation(context).to_json())
-    row = journal.record_intent(
-        invocation_id,
-        1,
-        ToolExecutionRequest("c1", "book", "{}"),
-        pool="p",
-        compensable=True,
-        idempotency_key="k",
-    )
+    invocation_id = journaled(journal)
+    request = ToolExecutionRequest("c1", "book", "{}")
+    row = journal.record_intent(invocation_id, 1, request, pool="p", compensable=True, idempotency_key="k")
     journal.record_outcome(row, ToolOutcome(OutcomeKind.SUCCESS, "booked"), "booked")
-
-    async def scenario() -> list[tuple[str, dict[str, Any]]]:
-        log = ToldLog()
-        invocations = Invocations(cast(Any, NoCancel()), cast(Any, log), AsyncJournal(journal))
-        run = Run(
-            invocation_id, "clerk", cast(Any, CancelledAfterACall()), UserMessage("hi"), cast(Any, None), None
-        )
-
-        async def finish() -> None:
-            pass
-
-        await invocations.start(run, finish, on_end=lambda: None)
-        await asyncio.gather(*invocations.running.values(), return_exceptions=True)
-        return log.added
+    cancelled = cast(Any, CancelledAfterACall())
+    run = Run(invocation_id, "clerk", cancelled, UserMessage("hi"), cast(Any, None), None)
 
     # then: the call's end, then the invocation's
-    told = [(e["type"], e.get("call_id")) for _, e in asyncio.run(scenario())]
+    told = [(e["type"], e.get("call_id")) for _, e in ran(run, ToldLog(), journal)]
     assert told[-2:] == [("tool_call.finished", "c1"), ("invocation.cancelled", None)]
 
 
@@ -312,32 +295,17 @@ class TakenOver:
 def test_a_run_whose_invocation_was_taken_over_tells_no_end_and_saves_no_conversation() -> None:
     told: list[object] = []
     steps: list[str] = []
+    run = Run(
+        "inv-5",
+        "clerk",
+        cast(Any, TakenOver()),
+        UserMessage("hi"),
+        cast(Any, None),
+        None,
+        listener=told.append,
+    )
 
-    async def scenario() -> list[tuple[str, dict[str, Any]]]:
-        log = RecordedLog()
-        invocations = Invocations(cast(Any, NoCancel()), cast(Any, log))
-        run = Run(
-            "inv-5",
-            "clerk",
-            cast(Any, TakenOver()),
-            UserMessage("hi"),
-            cast(Any, None),
-            None,
-            listener=told.append,
-        )
-
-        async def finish() -> None:
-            steps.append("saved")
-
-        async def let_go() -> None:
-            steps.append("let go")
-
-        await invocations.start(run, finish, on_end=lambda: None, let_go=let_go)
-        await asyncio.gather(*invocations.running.values(), return_exceptions=True)
-        await asyncio.sleep(0.05)  # the turn let go, in the background
-        return log.added
-
-    types = [e["type"] for _, e in asyncio.run(scenario())]
+    types = [e["type"] for _, e in ran(run, RecordedLog(), steps=steps)]
 
     assert types == ["invocation.started", "text.delta"]  # the other process tells the end
     assert steps == ["let go"]  # its conversation is the other's to save

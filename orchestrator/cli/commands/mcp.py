@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import os
 import sys
 from typing import Any
@@ -49,6 +48,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     except ImportError as exc:  # the SDK is the `mcp` extra's
         return refuse("mcp serve", ToolfleetError(f"the MCP SDK is missing ({exc}): install toolfleet[mcp]"))
     from orchestrator.saga.async_journal import AsyncJournal
+    from orchestrator.server.settings import is_loopback
     from orchestrator.server.tenants import configured_keys
 
     try:
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if args.transport == "stdio":
             asyncio.run(server.run_stdio())
             return 0
-        if not keys and not _loopback(args.host):
+        if not keys and not is_loopback(args.host):
             return refuse(
                 "mcp serve",
                 ToolfleetError(
@@ -82,12 +82,3 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     finally:
         fleet.close()
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -4,17 +4,13 @@ as a process of its own (streamable HTTP), with a bearer key of tenant `acme`.""
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import pytest
 
-from tests._cli import TOOLFLEET
+from orchestrator.cli.demo_mcp import running_gateway
 from tests._ports import free_port
-from tests._waiting import wait_for
 from tests.integration.mcp_gateway import tools
 from tests.integration.worker_processes import REPO_ROOT, tool_worker
 from workers.runtime.process import WorkerProcess
@@ -41,13 +37,8 @@ def gateway_env(redis_url: str, database_url: str) -> dict[str, str]:
 
 @dataclass
 class Gateway:
-    process: subprocess.Popen[bytes]
     url: str
-    log_path: Path
     database_url: str  # its journal, where calls that require approval wait
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
 
 @pytest.fixture(scope="module")
@@ -66,32 +57,9 @@ def gateway(
     redis_url: str, gateway_worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
     """`toolfleet mcp serve --pool gateway --pool gateway-late` on a port of its own."""
-    port = free_port()
     where = tmp_path_factory.mktemp("gateway")
     log_path, database_url = where / "gateway.log", f"sqlite:///{where / 'journal.db'}"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [TOOLFLEET, "mcp", "serve", "--pool", tools.POOL, "--pool", tools.LATE_POOL, "--port", str(port)],
-            env=gateway_env(redis_url, database_url),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}/mcp"
-    running = Gateway(process, url, log_path, database_url)
-
-    def answering() -> bool:
-        assert process.poll() is None, running.log()
-        try:
-            return httpx.get(url, timeout=1).status_code == 401  # up, and asking for a key
-        except httpx.HTTPError:
-            return False
-
-    wait_for(answering, timeout_s=30, what="the MCP gateway answering")
-    yield running
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    env = gateway_env(redis_url, database_url)
+    pools = [tools.POOL, tools.LATE_POOL]
+    with running_gateway(env, log_path, pools, port=free_port()) as url:
+        yield Gateway(url, database_url)

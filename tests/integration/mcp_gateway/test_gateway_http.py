@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -97,7 +98,7 @@ def test_a_call_runs_on_a_worker_of_its_pool_and_a_failure_is_an_error_result(
 
     assert (_text(added), added.is_error) == (f"5 (on {gateway_worker.pid})", False)
     assert refused.is_error and "refused: no" in _text(refused)
-    assert wrong.is_error and "a" in _text(wrong)  # the worker's validation of the arguments
+    assert (wrong.is_error, _text(wrong)) == (True, 'Argument "a" is not convertable to int, got str: <two>')
     assert unknown.is_error
     assert (
         _text(unknown) == "no live worker of the pools gateway, gateway-late serves a tool named 'elsewhere'"
@@ -139,7 +140,7 @@ def test_a_client_cancelling_its_call_stops_it_on_its_worker(gateway: Gateway) -
     wait_for(lambda: redis.get(f"gateway:{ns}:stopped"), timeout_s=10, what="the walk stopped on its worker")
     steps = int(redis.get(f"gateway:{ns}:steps") or 0)
     assert 0 < steps < 100
-    wait_for(lambda: True, timeout_s=1)
+    time.sleep(1.0)  # ten more steps, had it gone on
     assert int(redis.get(f"gateway:{ns}:steps") or 0) == steps  # it walks no more
 
 
@@ -233,38 +234,39 @@ def test_a_request_without_a_valid_key_is_refused(gateway: Gateway) -> None:
         assert response.headers["WWW-Authenticate"] == "Bearer"
 
 
-def test_clients_are_told_when_a_pool_starts_serving_tools(
+def test_clients_are_told_when_a_pool_starts_and_stops_serving_tools(
     gateway: Gateway, redis_url: str, tmp_path: Path
 ) -> None:
     heard: list[object] = []
 
+    def changes() -> int:
+        return sum(isinstance(m, types.ToolListChangedNotification) for m in heard)
+
+    async def told(count: int) -> None:
+        for _ in range(150):  # up to 15 s: a stopped worker leaves the catalog once its beat expires
+            if changes() >= count:
+                return
+            await asyncio.sleep(0.1)
+
     async def scenario() -> list[str]:
         async with session(gateway, heard=heard) as client:
-            before = [t.name for t in (await client.list_tools()).tools]
+            listed = [",".join(t.name for t in (await client.list_tools()).tools)]
             worker = tool_worker(redis_url, [tools.LATE_POOL], [MODULE], tmp_path / "late.log", "late@test")
             try:
                 await asyncio.to_thread(worker.wait_ready, 60)
-                for _ in range(100):  # up to 10 s
-                    if any(isinstance(m, types.ToolListChangedNotification) for m in heard):
-                        break
-                    await asyncio.sleep(0.1)
-                after = [t.name for t in (await client.list_tools()).tools]
+                await told(1)
+                listed.append(",".join(t.name for t in (await client.list_tools()).tools))
             finally:
                 await asyncio.to_thread(worker.stop)
-            return [",".join(before), ",".join(after)]
+            await told(2)
+            listed.append(",".join(t.name for t in (await client.list_tools()).tools))
+            return listed
 
-    before, after = run(scenario)
+    listed = run(scenario)
 
-    assert any(isinstance(m, types.ToolListChangedNotification) for m in heard)
-    assert (before, after) == ("add,refuse,walk,whose,wire", "add,late,refuse,walk,whose,wire")
-
-
-def test_the_gateways_calls_are_in_its_metrics(gateway: Gateway) -> None:
-    async def scenario() -> None:
-        async with session(gateway) as client:
-            await client.call_tool("add", {"a": 1, "b": 2})
-
-    run(scenario)
-    scraped = httpx.get(gateway.url.removesuffix("/mcp") + "/metrics", timeout=5).text
-
-    assert 'toolfleet_tool_calls_total{outcome="success",pool="gateway",tool="add"}' in scraped
+    assert changes() == 2
+    assert listed == [
+        "add,refuse,walk,whose,wire",
+        "add,late,refuse,walk,whose,wire",
+        "add,refuse,walk,whose,wire",
+    ]

@@ -68,23 +68,18 @@ def inspect(command: Sequence[str], *args: str, home: Path) -> dict[str, Any]:
     return answer
 
 
+def _add(a: int, b: int) -> list[str]:
+    """The Inspector's arguments for a call of `add`."""
+    return ["--method", "tools/call", "--tool-name", "add", "--tool-args-json", json.dumps({"a": a, "b": b})]
+
+
 def test_the_inspector_lists_and_calls_over_http_with_a_key(
     inspector: list[str], gateway: Gateway, gateway_worker: WorkerProcess, tmp_path: Path
 ) -> None:
     target = [gateway.url, "--transport", "http", "--header", f"Authorization: Bearer {KEY}"]
 
     listed = inspect(inspector, *target, "--method", "tools/list", home=tmp_path)
-    called = inspect(
-        inspector,
-        *target,
-        "--method",
-        "tools/call",
-        "--tool-name",
-        "add",
-        "--tool-args-json",
-        '{"a": 2, "b": 3}',
-        home=tmp_path,
-    )
+    called = inspect(inspector, *target, *_add(2, 3), home=tmp_path)
 
     assert sorted(t["name"] for t in listed["tools"]) == ["add", "refuse", "walk", "whose", "wire"]
     assert called["isError"] is False
@@ -95,23 +90,10 @@ def test_the_inspector_starts_a_stdio_gateway_and_calls_through_it(
     inspector: list[str], gateway_worker: WorkerProcess, redis_url: str, tmp_path: Path
 ) -> None:
     env = gateway_env(redis_url, f"sqlite:///{tmp_path / 'journal.db'}")
-    passed = [
-        f"-e {name}={env[name]}" for name in sorted(env) if name.startswith(("TOOLFLEET_", "PYTHONPATH"))
-    ]
+    passed = sorted(name for name in env if name.startswith(("TOOLFLEET_", "PYTHONPATH")))
+    options = [part for name in passed for part in ("-e", f"{name}={env[name]}")]
     server = ["--", TOOLFLEET, "mcp", "serve", "--transport", "stdio", "--pool", tools.POOL]
-    options = [part for item in passed for part in item.split(" ", 1)]
 
-    called = inspect(
-        inspector,
-        *options,
-        "--method",
-        "tools/call",
-        "--tool-name",
-        "add",
-        "--tool-args-json",
-        '{"a": 20, "b": 22}',
-        *server,
-        home=tmp_path,
-    )
+    called = inspect(inspector, *options, *_add(20, 22), *server, home=tmp_path)
 
     assert called["content"] == [{"type": "text", "text": f"42 (on {gateway_worker.pid})"}]
