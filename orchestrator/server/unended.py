@@ -34,7 +34,7 @@ __all__ = ["LOOK_BACK_S", "tell_unended"]
 log = logging.getLogger(__name__)
 
 LOOK_BACK_S = 600.0  # how long before its recovery a dead replica's ended invocations are looked at
-TURN_WAIT_S = 1.0  # a conversation still held (its lease not lapsed) is looked at again next time
+TURN_WAIT_S = 0.0  # a conversation still held is looked at again next time: the watch never waits on it
 
 
 async def tell_unended(state: ServiceState, owner: str) -> int:
