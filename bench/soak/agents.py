@@ -34,11 +34,10 @@ APPROVAL_TIMEOUT_S = 30.0  # an approval nobody decides expires (rejected) after
 
 
 def _effect(tool_name: str, ref: str, identity: ToolCallIdentity) -> str:
-    ledger.record(
-        "effect",
+    ledger.effect(
+        identity.idempotency_key,
         tool=tool_name,
         ref=ref,
-        key=identity.idempotency_key,
         invocation=str(identity.invocation_id),
         call=identity.call_id,
     )
@@ -46,9 +45,7 @@ def _effect(tool_name: str, ref: str, identity: ToolCallIdentity) -> str:
 
 
 def _undo(tool_name: str, ref: str, identity: ToolCallIdentity) -> None:
-    ledger.record(
-        "undo", tool=tool_name, ref=ref, key=identity.idempotency_key, invocation=str(identity.invocation_id)
-    )
+    ledger.undo(identity.idempotency_key, tool=tool_name, ref=ref, invocation=str(identity.invocation_id))
 
 
 class Desk:

@@ -4,17 +4,24 @@ a JSON line appended to one file (`SOAK_LEDGER`) that nothing of the fleet reads
 Each line is written with one `write` on a descriptor opened `O_APPEND`, so lines of concurrent
 writers (threads, prefork children, workers in other namespaces: they share the filesystem) never
 interleave, and a line written before its process is SIGKILLed stays (it is in the kernel's cache).
+
+The ledger is the outside world the tools change, so an undo behaves as a real one does (a refund of
+a charge by its idempotency key): it undoes what was made under its key, and when nothing was (a call
+undone in doubt, its worker lost before the effect), it is noted as `undo_nothing`, changing nothing.
+An effect marks its key (a file beside the ledger) before its line is written, so an undo that finds
+no mark finds no line either.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LEDGER_ENV", "read", "record"]
+__all__ = ["LEDGER_ENV", "effect", "read", "record", "undo"]
 
 LEDGER_ENV = "SOAK_LEDGER"
 
@@ -27,6 +34,23 @@ def record(kind: str, **fields: Any) -> None:
         os.write(descriptor, (line + "\n").encode())
     finally:
         os.close(descriptor)
+
+
+def _mark(key: str) -> Path:
+    marks = Path(os.environ[LEDGER_ENV] + ".keys")
+    marks.mkdir(exist_ok=True)
+    return marks / hashlib.sha256(key.encode()).hexdigest()
+
+
+def effect(key: str, **fields: Any) -> None:
+    """A side effect made under idempotency key `key`."""
+    _mark(key).touch()
+    record("effect", key=key, **fields)
+
+
+def undo(key: str, **fields: Any) -> None:
+    """Undo what was made under `key`: an `undo` entry if something was, else `undo_nothing`."""
+    record("undo" if _mark(key).exists() else "undo_nothing", key=key, **fields)
 
 
 def read(path: Path) -> list[dict[str, Any]]:

@@ -166,7 +166,9 @@ class Client:
                     return
             except openai.APIError as exc:  # told in the stream, after its headers
                 self._failed(record, f"{type(exc).__name__}: {exc.message}")
-                if exc.code != "idempotency_key_in_use":
+                # sent again when the service says so: the key is busy, or the invocation went on
+                # in another replica (this one was taken for dead)
+                if exc.code not in ("idempotency_key_in_use", "service_unavailable"):
                     return
             finally:
                 client.close()

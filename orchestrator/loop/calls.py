@@ -220,7 +220,6 @@ def conclude(
     *,
     searched: bool = False,
     finished_at: datetime | None = None,
-    told: bool = True,
 ) -> None:
     """What the call's `outcome` makes of it: its status, execution and result message (the edge's
     handler deciding what the model reads of a failure); the stream is `told` of it."""
@@ -257,7 +256,7 @@ def conclude(
         (finished_at - started_at).total_seconds() * 1000,
         f" on {outcome.worker}" if outcome.worker else "",
     )
-    if told and state.emit is not None:
+    if state.emit is not None:
         state.emit(ToolExecuted(call.execution))
 
 

@@ -79,9 +79,10 @@ def adopted_state(
 
 
 def replayed_batch(config: LoopConfig, state: RunState, replayed: Replayed) -> list[Call]:
-    """The calls of a journaled turn: those whose outcome is journaled concluded from it (the stream
-    is not told again), those sent and not finished to be re-attached to, those a person rejected
-    (or let expire) told as such, the rest (an approved one with its approved arguments) to be run."""
+    """The calls of a journaled turn: those whose outcome is journaled concluded from it (told to the
+    stream, which passes over what it told already: the run that died may have journaled an end it
+    never told), those sent and not finished to be re-attached to, those a person rejected (or let
+    expire) told as such, the rest (an approved one with its approved arguments) to be run."""
     batch = []
     for index, request in enumerate(replayed.message.tool_execution_requests):
         call = Call(index, request)
@@ -102,7 +103,6 @@ def replayed_batch(config: LoopConfig, state: RunState, replayed: Replayed) -> l
                     _journaled_outcome(row),
                     row.started_at,
                     finished_at=row.finished_at,
-                    told=False,
                 )
             else:
                 call.published_at = row.started_at

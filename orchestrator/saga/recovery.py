@@ -205,9 +205,26 @@ async def cancel_paused(
 ) -> Recovered | None:
     """Cancel an invocation paused for approvals: its waiting calls never run, its successful
     compensable calls are undone latest first, and the journal says `cancelled` (`compensating` while
-    a compensation is owed). None when it is not paused, or another process took it first."""
+    a compensation is owed). Its owner meanwhile, it beats as an invocation does (the executor's
+    settings), so that no recovery takes it for abandoned. None when it is not paused, or another
+    process took it first, or took it over (its end is that process's to tell)."""
     if not await journal.run(lambda j: j.cancel_paused(invocation_id, owner_id())):
         return None
+    settings = getattr(executor, "settings", None)
+    settings = settings if isinstance(settings, Settings) else Settings.from_env()
+    beat = beating(journal, invocation_id, settings.invocation_heartbeat_s)
+    try:
+        return await _cancel_taken(journal, executor, invocation_id, definitions)
+    finally:
+        beat.cancel()
+
+
+async def _cancel_taken(
+    journal: JournalRunner,
+    executor: ToolExecutor,
+    invocation_id: str,
+    definitions: dict[str, ToolDefinition] | None,
+) -> Recovered | None:
     record = await journal.run(lambda j: j.invocation(invocation_id))
     assert record is not None
     report = Recovered(invocation_id)
@@ -222,13 +239,12 @@ async def cancel_paused(
         await _compensate(journal, executor, definitions or {}, todo, invocation, report)
     owed = f"; compensations still owed: {', '.join(report.failed)}" if report.failed else ""
     state = InvocationState.COMPENSATING if report.failed else InvocationState.CANCELLED
-    await _write_end(journal, invocation_id, state, reason + owed)
-    return report
+    return report if await _write_end(journal, invocation_id, state, reason + owed) else None
 
 
-async def _write_end(journal: JournalRunner, invocation_id: str, state: InvocationState, error: str) -> None:
+async def _write_end(journal: JournalRunner, invocation_id: str, state: InvocationState, error: str) -> bool:
     """Write how a recovery ended, only over what it claimed: the invocation still `compensating` and
-    this process's (another recoverer that took it over since writes its own end)."""
+    this process's (another recoverer that took it over since writes its own end); whether it did."""
     owner = owner_id()
 
     def write(j: Journal) -> bool:
@@ -241,6 +257,8 @@ async def _write_end(journal: JournalRunner, invocation_id: str, state: Invocati
             "invocation %s: another process took it over during its recovery; its end is theirs",
             invocation_id,
         )
+        return False
+    return True
 
 
 async def _compensate(

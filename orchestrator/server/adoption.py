@@ -5,6 +5,7 @@ rest of their events through to their end), their conversation written back when
 from __future__ import annotations
 
 import logging
+import uuid
 
 from orchestrator.loop.adopting import adoptable, claim_adoption
 from orchestrator.memory import ChatMemory
@@ -47,8 +48,17 @@ async def adopt_in_background(
         return ""
     here = owner_id()
     log.warning("replica %s stopped: its invocation %s goes on here", dead, invocation_id)
+    # The stream is this adoption's from now on: a run taken for dead yet still going writes no more
+    # (its run here may start later, once the conversation is free: it would write meanwhile).
+    token = uuid.uuid4().hex
+    runner: str | None = token
+    try:
+        await state.events.take(invocation_id, token)
+    except Exception as exc:  # Redis away: the run takes it as it starts
+        log.warning("invocation %s: its stream not taken at adoption: %s", invocation_id, exc)
+        runner = None
     adopted = {"type": "invocation.adopted", "invocation_id": invocation_id, "replica": here, "from": dead}
-    await state.events.add(invocation_id, adopted)
+    await state.events.add(invocation_id, adopted, runner=runner)
     # the calls its dead replica journaled the end of without telling it: the run goes on past them
     await tell_settled(state.journal, state.events, invocation_id)
     conversation_id = origin.get("conversation_id")
@@ -65,6 +75,7 @@ async def adopt_in_background(
             conversation_id,
             tenant=record.tenant,
             adopting=True,
+            runner=runner,
         )
 
     await start_turn(state, state.admit_adopted(), agent, conversation_id, [], run, tenant=record.tenant)

@@ -46,6 +46,7 @@ __all__ = [
     "KEEPALIVE_S",
     "TERMINAL_TYPES",
     "EventLog",
+    "Retold",
     "call_finished",
     "sse",
     "stream_position",
@@ -119,6 +120,25 @@ async def _through_outage(step: Callable[[], Awaitable[_T]]) -> _T:
             if time.monotonic() >= deadline:
                 raise
             await asyncio.sleep(FOLLOW_RETRY_S)
+
+
+class Retold:
+    """What an adopting run's stream has told already: each call's and compensation's events, by
+    (type, call id), and the text at its end that no later step followed (the answer its superseded
+    run had begun to stream, its turn not journaled). The adopter's answer skips that much of its own
+    text when it begins the same (`text`); one that differs is told as it comes."""
+
+    def __init__(self, calls: set[tuple[str, str]] | None = None, text: str = "") -> None:
+        self.calls = calls or set()
+        self._text = text
+
+    def text(self, text: str) -> str:
+        """What of the adopter's next piece of text is not told yet."""
+        told, self._text = self._text, ""
+        if told.startswith(text):
+            self._text = told[len(text) :]
+            return ""
+        return text[len(told) :] if text.startswith(told) else text
 
 
 class EventLog:
@@ -207,9 +227,22 @@ class EventLog:
     async def told(self, invocation_id: str) -> set[tuple[str, str]]:
         """The (type, call id) of every call and compensation event written so far: what an adopter
         of the invocation does not tell again. Read again while Redis restarts (for `ADD_OUTAGE_S`)."""
+        return (await self.retold(invocation_id)).calls
+
+    async def retold(self, invocation_id: str) -> Retold:
+        """What a run adopting the invocation need not tell again (`Retold`), read once it took the
+        stream (`take`): nothing its superseded run writes lands after that."""
         entries: Any = await _through_outage(lambda: self.client.xrange(EVENTS_KEY.format(invocation_id)))
-        events = (json.loads(fields[b"event"]) for _, fields in entries)
-        return {(str(e["type"]), str(e["call_id"])) for e in events if e.get("call_id") is not None}
+        calls, tail = set(), []
+        for _, fields in entries:
+            event = json.loads(fields[b"event"])
+            if event.get("call_id") is not None:
+                calls.add((str(event["type"]), str(event["call_id"])))
+            if event.get("type") == "text.delta":
+                tail.append(str(event.get("text") or ""))
+            elif event.get("type") != "invocation.adopted":
+                tail = []  # text before a later step was a journaled turn's
+        return Retold(calls, "".join(tail))
 
     async def last(self, invocation_id: str) -> dict[str, Any] | None:
         """The invocation's latest event, or None."""

@@ -38,7 +38,7 @@ from orchestrator.result import (
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.server.answers import journaled_answer
 from orchestrator.server.error_shape import invocation_failure
-from orchestrator.server.events import EVENTS_TTL_S, EventLog, call_finished, tell_settled
+from orchestrator.server.events import EVENTS_TTL_S, EventLog, Retold, call_finished, tell_settled
 from orchestrator.server.tenants import DEFAULT_TENANT
 from orchestrator.service import AiService
 from orchestrator.telemetry.metrics import SERVED_ENDED, SERVED_STARTED
@@ -64,6 +64,7 @@ class Run:
     tenant: str = DEFAULT_TENANT  # whose it is (the request's key's): told in its first event
     resuming: bool = False  # go on with a paused invocation whose calls are all decided
     adopting: bool = False  # carry on an invocation this replica adopted from a dead one
+    runner: str | None = None  # the stream's runner token its adoption took (`EventLog.take`)
     # Told every event of the stream as it comes, then how the invocation ended: its CompleteResponse
     # (once the conversation is saved), or the exception it ended with (CancelledError when cancelled).
     listener: Callable[[object], None] | None = None
@@ -154,13 +155,13 @@ class Invocations:
             log.warning("invocation %s: whether it was cancelled is unknown: %s", invocation_id, exc)
             return False
 
-    async def _fenced(self, invocation_id: str, *, take: bool) -> Callable[..., Awaitable[str | None]]:
+    async def _fenced(self, run: Run) -> Callable[..., Awaitable[str | None]]:
         """How this run writes its events: with a runner token of its own, taking the stream from any
-        earlier run (`take`: an adopting or resuming run; a fresh invocation has no earlier one, and
-        its token is accepted until another run takes the stream, at no extra write); unfenced if
-        Redis does not take the claim."""
-        runner = uuid.uuid4().hex
-        if not take:
+        earlier run (an adopting or resuming one: an adoption took it as it claimed the invocation; a
+        fresh invocation has no earlier run, and its token is accepted until another run takes the
+        stream, at no extra write); unfenced if Redis does not take the claim."""
+        invocation_id, runner = run.invocation_id, run.runner or uuid.uuid4().hex
+        if run.runner or not (run.adopting or run.resuming):
             return functools.partial(self.events.add, runner=runner)
         try:
             await self.events.take(invocation_id, runner)
@@ -171,7 +172,7 @@ class Invocations:
 
     async def _run(self, run: Run, finish: Callable[[], Awaitable[None]]) -> None:
         invocation_id = run.invocation_id
-        add = await self._fenced(invocation_id, take=run.adopting or run.resuming)
+        add = await self._fenced(run)
         tell = run.listener or (lambda _: None)
         loop = asyncio.get_running_loop()
         started = time.monotonic()
@@ -181,7 +182,7 @@ class Invocations:
         # An adopted invocation's calls were told of up to where its first replica died: a call
         # re-attached to (or a compensation sent again) is not told queued or started twice, nor a
         # call its replay concludes again (one a failed batch never ran) told finished twice.
-        told = await self.events.told(invocation_id) if run.adopting else set()
+        told = await self.events.retold(invocation_id) if run.adopting else Retold()
 
         async def wrap_up() -> None:  # before the last event: the conversation, then the call events
             # saved first: the journal has the invocation ended, and a replica dying from here on
@@ -200,7 +201,7 @@ class Invocations:
                 return
             if (
                 payload["type"].endswith((".queued", ".started"))
-                and (payload["type"], str(payload["call_id"])) in told
+                and (payload["type"], str(payload["call_id"])) in told.calls
             ):
                 return
 
@@ -247,15 +248,15 @@ class Invocations:
                     async for event in stream:
                         if not isinstance(event, CompleteResponse):
                             tell(event)
-                        if isinstance(event, PartialResponse) and event.text:
-                            await add(invocation_id, {"type": "text.delta", "text": event.text})
+                        if isinstance(event, PartialResponse) and (text := told.text(event.text)):
+                            await add(invocation_id, {"type": "text.delta", "text": text})
                         elif isinstance(event, ToolProgress):
                             task_id = None if event.request_id is None else tasks.get(event.request_id)
                             await add(invocation_id, progress_event(event, task_id))
                         elif isinstance(event, ToolExecuted):
                             await _settle(pending)  # after the call's queued and started, in order
                             ended = finished_event(event)
-                            if ("tool_call.finished", str(ended["call_id"])) not in told:
+                            if ("tool_call.finished", str(ended["call_id"])) not in told.calls:
                                 await add(invocation_id, ended)  # (an adopted run replays some)
                         elif isinstance(event, ApprovalRequested):
                             await add(invocation_id, approval_event(event))

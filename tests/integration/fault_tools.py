@@ -110,5 +110,15 @@ class FaultTools:
     def undo_heavy_book(self, key: str, group: str, undo_seconds: float) -> None:
         _undo(key, group, undo_seconds)
 
+    @tool("Books at once on the prefork pool, then holds for `seconds`", pool=HEAVY_POOL, timeout=20)
+    def heavy_hold(self, key: str, seconds: float) -> str:
+        booked = _book(key)
+        time.sleep(seconds)
+        return booked
+
+    @compensate_for("heavy_hold")
+    def undo_heavy_hold(self, key: str, seconds: float) -> None:
+        _undo(key, "")
+
 
 tools = FaultTools()

@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, UserMessage
-from orchestrator.loop.adopting import adoptable
+from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel, ToolExecuted, UserMessage
+from orchestrator.loop.adopting import adoptable, claim_adoption
 from orchestrator.messages import message_to_json
 from orchestrator.saga._journal_checkpoints import turn_rows, turn_write
 from orchestrator.saga._journal_tables import approvals, turns
+from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.coordinator import rollback_reason
 from orchestrator.saga.journal import Intent, Journal, invocations, tool_calls, utc_now
 from tests.orchestrator._databases import KINDS, fresh_database
@@ -211,6 +212,34 @@ def test_an_adopted_invocation_goes_on_from_its_checkpoints(journal: Journal) ->
     ]
     # ... and adopting it again takes nothing
     assert asyncio.run(service.aadopt(invocation_id, stale_after_s=30)) is None
+
+
+def test_a_stream_carried_on_tells_the_end_of_each_call_its_journal_ended(
+    journal: Journal, journal_file: Path
+) -> None:
+    # given: an invocation a dead orchestrator left, its first call's end journaled (perhaps never
+    # told: it died as it would have), claimed here
+    invocation_id, _, _ = _left_by_a_dead_owner(journal)
+    model = ScriptedChatModel(lambda request: "done")
+    service = AiService(
+        chat_model=model,
+        tools=[Counter()],
+        executor=CheckingExecutor(journal),
+        journal=journal,
+        name="counting",
+    )
+
+    async def carried_on() -> list[Any]:
+        assert await claim_adoption(AsyncJournal(f"sqlite:///{journal_file}"), invocation_id, 30)
+        return [event async for event in service.stream_adopted(invocation_id)]
+
+    # when: its stream is carried on here
+    events = asyncio.run(carried_on())
+
+    # then: it tells both calls' ends, the journaled one too (a server's stream passes over those it
+    # told already)
+    ended = [e.execution.request.id for e in events if isinstance(e, ToolExecuted)]
+    assert ended == ["c1", "c2"]
 
 
 def test_exactly_one_of_many_adopters_takes_an_invocation_and_never_a_live_or_undone_one(

@@ -15,6 +15,7 @@ from orchestrator.models.base import PartialResponse
 from orchestrator.result import CompleteResponse, ToolExecuted
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
+from orchestrator.server.events import Retold
 from orchestrator.server.invocations import Invocations, Run
 from workers.calls.invocation import Invocation, InvocationContext
 from workers.protocol import OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
@@ -217,10 +218,11 @@ def test_an_invocation_failing_after_its_answer_was_journaled_ends_with_that_ans
 
 
 class AdoptedLog(RecordedLog):
-    """The event log of an invocation adopted after its first run told the end of call `c1`."""
+    """The event log of an invocation adopted after its first run told the end of call `c1`, and had
+    begun to stream its answer ("do")."""
 
-    async def told(self, invocation_id: str) -> set[tuple[str, str]]:
-        return {("tool_call.finished", "c1")}
+    async def retold(self, invocation_id: str) -> Retold:
+        return Retold({("tool_call.finished", "c1")}, "do")
 
     async def take(self, invocation_id: str, runner: str) -> None:
         pass
@@ -235,16 +237,21 @@ class Replaying:
             for call_id in ("c1", "c2"):
                 request = ToolExecutionRequest(call_id, "book", "{}")
                 yield ToolExecuted(ToolExecution(request=request, result="not run", status="not_run"))
+            for piece in ("do", "ne"):  # the answer, streamed again from its start
+                yield PartialResponse(piece)
 
         return events()
 
 
-def test_an_adopted_run_does_not_tell_again_the_end_of_a_call_its_first_run_told() -> None:
+def test_an_adopted_run_does_not_tell_again_what_its_first_run_told() -> None:
     replaying = cast(Any, Replaying())
     run = Run("inv-4", "clerk", replaying, UserMessage("hi"), cast(Any, None), None, adopting=True)
 
-    told = [(e["type"], e.get("call_id")) for _, e in ran(run, AdoptedLog())]
+    events = [e for _, e in ran(run, AdoptedLog())]
+    told = [(e["type"], e.get("call_id")) for e in events]
     assert ("tool_call.finished", "c2") in told and ("tool_call.finished", "c1") not in told
+    # the answer's beginning its first run streamed is not streamed twice
+    assert [e["text"] for e in events if e["type"] == "text.delta"] == ["ne"]
 
 
 class ToldLog(RecordedLog):

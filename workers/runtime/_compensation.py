@@ -15,6 +15,7 @@ import redis
 from celery import Task
 
 from workers._failures import failure_for
+from workers.calls.doubt import undo_key
 from workers.calls.invocation import Invocation
 from workers.calls.retry import backoff_s, call_state_ttl_s, compensation_timeout_s
 from workers.calls.runner import call_identity, run_compensation
@@ -175,7 +176,7 @@ def run_compensation_task(
     """
     execution, invocation = envelope.execution, envelope.invocation
     key, deadline = envelope.idempotency_key, envelope.deadline
-    lock = compensation_lock_key(key)
+    lock = compensation_lock_key(undo_key(key, execution))
     lock_ttl = int((definition.timeout or settings.default_tool_timeout_s) + 30)
     mine = f"{task.request.hostname}|{os.getpid()}|{uuid.uuid4().hex}"
     bookkeeping_until = (deadline or time.time()) + settings.retry_backoff_max_s

@@ -30,9 +30,10 @@ log = logging.getLogger(__name__)
 _UNACKED = "unacked"  # kombu's Redis transport: messages delivered to a worker, not yet acknowledged
 
 
-def in_broker(dispatcher: Dispatcher, task_id: str, pool: str) -> bool | None:
-    """Whether the task's message waits in `pool`'s queue (any priority) or is held by a worker
-    unacknowledged, on a Redis broker; None when the broker is not Redis (it cannot be looked into)."""
+def in_broker(dispatcher: Dispatcher, task_id: str, pool: str, *, held: bool = True) -> bool | None:
+    """Whether the task's message waits in `pool`'s queue (any priority) or (`held`) is held by a
+    worker unacknowledged, on a Redis broker; None when the broker is not Redis (it cannot be looked
+    into)."""
     url = dispatcher.settings.broker_url
     if not url.startswith(("redis://", "rediss://", "unix://")):
         return None
@@ -42,7 +43,7 @@ def in_broker(dispatcher: Dispatcher, task_id: str, pool: str) -> bool | None:
         for queue in redis_lists(pool):
             if any(needle in message for message in client.lrange(queue, 0, -1)):
                 return True
-        return any(needle in message for message in client.hvals(_UNACKED))
+        return held and any(needle in message for message in client.hvals(_UNACKED))
     finally:
         client.close()
 

@@ -20,7 +20,7 @@ from orchestrator.executors._call_events import CallEvent
 from orchestrator.executors._outcomes import failed_outcome
 from orchestrator.executors.base import Settled, execute_batch, idempotency_key
 from orchestrator.executors.celery._attach import deadline_of, in_broker, uncertain_outcome
-from orchestrator.executors.celery._compensation import compensate
+from orchestrator.executors.celery._compensation import compensate, undo_in_doubt
 from orchestrator.executors.celery._dispatch import Dispatcher
 from orchestrator.executors.celery._pools import CATALOG_CACHE_S, CATALOG_RECHECK_S, Pools
 from orchestrator.executors.celery._settle import settle
@@ -158,6 +158,8 @@ class CeleryExecutor:
             abandon_atomically=late,
         )
         outcome_known(outcome)
+        if late and outcome.kind is OutcomeKind.WORKER_LOST:
+            await undo_in_doubt(self._dispatcher, definition, request, invocation, outcome)
         return outcome
 
     async def attach(
@@ -197,6 +199,8 @@ class CeleryExecutor:
             publish=not waiting,
         )
         outcome_known(outcome)
+        if late and outcome.kind is OutcomeKind.WORKER_LOST:
+            await undo_in_doubt(dispatcher, definition, request, invocation, outcome)
         return outcome
 
     async def compensate(
