@@ -157,6 +157,28 @@ def test_an_effect_left_standing_after_a_failed_batch_is_a_violation() -> None:
     assert _invariants(evidence) == []
 
 
+def test_an_undo_tried_again_is_a_violation_unless_its_call_was_in_doubt() -> None:
+    # given: a booking its invocation's failure undid, and whose undo was then tried again (finding
+    # nothing left: the first took it away)
+    evidence = _clean()
+    evidence.invocations[INVOCATION]["state"] = "failed"
+    key = evidence.ledger[0]["key"]
+    evidence.ledger.append({"kind": "undo", "tool": "book", "ref": "p1.0.0", "key": key})
+    evidence.ledger.append({"kind": "undo_nothing", "tool": "book", "ref": "p1.0.0", "key": key})
+    evidence.events[INVOCATION][-1] = ("3-0", {"type": "invocation.failed"})
+    evidence.requests[0].update(answer=None, error="the invocation failed")
+    evidence.told_ok = set()
+    # then: a call whose outcome is known was undone twice
+    evidence.calls[0].update(state="compensated")
+    assert "compensated once" in _invariants(evidence)
+    # ... but a call in doubt (its worker lost) is undone at once and again if it finishes after all
+    evidence.calls[0].update(state="abandoned", outcome="worker_lost")
+    assert "compensated once" not in _invariants(evidence)
+    # ... once more, not twice
+    evidence.ledger.append({"kind": "undo_nothing", "tool": "book", "ref": "p1.0.0", "key": key})
+    assert "compensated once" in _invariants(evidence)
+
+
 def test_the_report_tells_the_violations_with_the_faults_near_them(tmp_path: Path) -> None:
     evidence = _clean()
     evidence.ledger.append(dict(evidence.ledger[0]))

@@ -90,6 +90,9 @@ def compensated(evidence: Evidence) -> Iterator[Violation]:
     did not end a kept success; an effect kept is never undone; what the model was told succeeded
     happened."""
     undos = Counter(e["key"] for e in evidence.ledger if e["kind"] == "undo")
+    # an undo that found nothing: one more is allowed for a call in doubt (its worker lost), undone at
+    # once and again if its worker, only stopped, finishes it after all
+    tried_again = Counter(e["key"] for e in evidence.ledger if e["kind"] == "undo_nothing")
     calls = {(c["invocation_id"], c["call_id"]): c for c in evidence.calls}
     effects = {e["ref"]: e for e in evidence.ledger if e["kind"] == "effect"}
     for entry in effects.values():
@@ -99,8 +102,15 @@ def compensated(evidence: Evidence) -> Iterator[Violation]:
         state = (evidence.invocations.get(invocation_id) or {}).get("state")
         call = calls.get((invocation_id, entry["call"]))
         kept = call is not None and call["state"] in ("succeeded", "kept")
+        in_doubt = call is not None and call["outcome"] == "worker_lost"
         if times > 1:
             yield Violation("compensated once", invocation_id, f"{entry['tool']} {ref} undone {times} times")
+        elif tried_again[entry["key"]] > (1 if in_doubt else 0):
+            yield Violation(
+                "compensated once",
+                invocation_id,
+                f"{entry['tool']} {ref} undone, then tried {tried_again[entry['key']]} more times",
+            )
         elif state in ("failed", "cancelled") and times != 1:
             yield Violation(
                 "compensated once",

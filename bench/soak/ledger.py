@@ -6,10 +6,11 @@ writers (threads, prefork children, workers in other namespaces: they share the 
 interleave, and a line written before its process is SIGKILLed stays (it is in the kernel's cache).
 
 The ledger is the outside world the tools change, so an undo behaves as a real one does (a refund of
-a charge by its idempotency key): it undoes what was made under its key, and when nothing was (a call
-undone in doubt, its worker lost before the effect), it is noted as `undo_nothing`, changing nothing.
-An effect marks its key (a file beside the ledger) before its line is written, so an undo that finds
-no mark finds no line either.
+a charge by its idempotency key): it undoes what stands under its key, and when nothing does (a call
+undone in doubt before its worker made the effect, or after another undo), it is noted as
+`undo_nothing`, changing nothing. An effect marks its key (a file beside the ledger) before its line
+is written, and an undo takes the mark away, so an undo that finds no mark finds nothing standing.
+The checks still count every undo tried: more than one for a call not in doubt is a violation.
 """
 
 from __future__ import annotations
@@ -49,8 +50,14 @@ def effect(key: str, **fields: Any) -> None:
 
 
 def undo(key: str, **fields: Any) -> None:
-    """Undo what was made under `key`: an `undo` entry if something was, else `undo_nothing`."""
-    record("undo" if _mark(key).exists() else "undo_nothing", key=key, **fields)
+    """Undo what was made under `key`: an `undo` entry if something stands (its mark taken away, at
+    most one undo takes it), else `undo_nothing`."""
+    try:
+        _mark(key).unlink()
+    except FileNotFoundError:
+        record("undo_nothing", key=key, **fields)
+        return
+    record("undo", key=key, **fields)
 
 
 def read(path: Path) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ FAST_POOL_SIZE = 4
 CONNECT_TIMEOUT_S = 10  # a server that does not answer fails the write, it does not hang it
 CONNECT_RETRY_S = 5.0  # a refused connection is tried again this long (a restart, a proxy between)
 CONNECT_RETRY_EVERY_S = 0.25
+RESEND_S = 15.0  # a write that may be sent again is, this long, while its connection keeps dropping
 
 
 class _Connections:
@@ -104,17 +105,30 @@ class FastWrites:
         self._lock = threading.Lock()
 
     async def execute(self, write: Write) -> Written:
-        """Run `write` in autocommit: its returned rows and its row count."""
+        """Run `write` in autocommit: its returned rows and its row count. A write that may be sent
+        again (`Write.again`) whose connection dropped (the server or a proxy restarting) is, on a
+        fresh connection, for up to `RESEND_S`."""
         compiled = self._compile(write)
         sql, params = str(compiled), compiled.construct_params(write.params)
         connections = await self._connections()
-        try:
-            async with connections.connection() as connection:
-                cursor = await connection.execute(sql, params)
-                rows = await cursor.fetchall() if cursor.description is not None else []
-                return Written([tuple(row) for row in rows], cursor.rowcount)
-        except psycopg.Error as exc:
-            raise sa.exc.DBAPIError.instance(sql, params, exc, psycopg.Error, hide_parameters=True) from exc
+        give_up = time.monotonic() + RESEND_S
+        while True:
+            try:
+                async with connections.connection() as connection:
+                    cursor = await connection.execute(sql, params)
+                    rows = await cursor.fetchall() if cursor.description is not None else []
+                    return Written([tuple(row) for row in rows], cursor.rowcount)
+            except psycopg.OperationalError as exc:
+                if write.again and time.monotonic() < give_up:
+                    await asyncio.sleep(CONNECT_RETRY_EVERY_S)
+                    continue
+                raise sa.exc.DBAPIError.instance(
+                    sql, params, exc, psycopg.Error, hide_parameters=True
+                ) from exc
+            except psycopg.Error as exc:
+                raise sa.exc.DBAPIError.instance(
+                    sql, params, exc, psycopg.Error, hide_parameters=True
+                ) from exc
 
     def _compile(self, write: Write) -> Compiled:
         key = (id(write.statement), frozenset(write.params))

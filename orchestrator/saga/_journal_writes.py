@@ -57,10 +57,12 @@ class Intent:
 
 @dataclass(frozen=True)
 class Write:
-    """One statement of the journal and its parameters."""
+    """One statement of the journal and its parameters; `again`: written twice, it leaves what written
+    once does, so a write whose connection dropped is sent again."""
 
     statement: sa.Insert | sa.Update
     params: dict[str, Any]
+    again: bool = False
 
 
 @dataclass(frozen=True)
@@ -186,4 +188,5 @@ def outcome_write(
             "wait_reason": outcome.wait_reason,
             "finished_at": utc_now(),
         },
+        again=True,
     )

@@ -177,22 +177,32 @@ async def settle_left(
     still pending (it ended as it paused), and calls `dispatched` its run lost track of (a journal
     write that failed as it was made, the row written all the same):
     each one's outcome journaled (one not finished is abandoned: its worker undoes it if it still
-    finishes), and, when `compensating`, those that succeeded undone, latest first. Whether
-    compensations were planned."""
+    finishes), and, when `compensating`, every success the journal has standing undone, latest
+    first: those, and any whose outcome the run never heard (its write landed, its answer lost).
+    Whether compensations were planned."""
     if await journal.run(lambda j: j.cancel_approvals(invocation_id)):
         log.warning("invocation %s ended as it paused: its approvals are cancelled", invocation_id)
     calls = await journal.run(lambda j: j.calls(invocation_id))
     left = [call for call in calls if call.state == CallState.DISPATCHED]
-    if not left:
+    standing = [call for call in calls if call.compensable and call.state == CallState.SUCCEEDED]
+    if not left and not (compensating and standing):
         return False
     report = Recovered(invocation_id)
     for call in left:
         definition = definitions.get(call.tool) or executor.definition(call.tool)
         await _settle(journal, executor, call, definition, report)
-    log.warning("invocation %s ended with calls left in flight, settled: %s", invocation_id, report)
+    if left:
+        log.warning("invocation %s ended with calls left in flight, settled: %s", invocation_id, report)
     if not compensating:
         return False
-    todo = await journal.run(lambda j: _plan(j, invocation_id, "the invocation failed"))
+
+    def plan(j: Journal) -> list[CallRecord]:
+        todo = [c for c in j.calls(invocation_id) if c.compensable and c.state == CallState.SUCCEEDED]
+        todo.sort(key=lambda c: c.sequence, reverse=True)
+        j.plan_compensations(invocation_id, todo, "the invocation failed")
+        return todo
+
+    todo = await journal.run(plan)
     await _compensate(journal, executor, definitions, todo, invocation, report)
     return bool(todo)
 

@@ -41,6 +41,7 @@ from orchestrator.server.unended import tell_unended
 from orchestrator.server.visibility import VIEWER_SCOPE_KEY
 from orchestrator.service import AiService
 from orchestrator.telemetry.metrics import watch_approvals
+from orchestrator.telemetry.queues import watch_queues
 from workers.settings import Settings
 
 __all__ = ["create_app"]
@@ -98,6 +99,7 @@ def create_app(
         stop_counting_approvals = watch_approvals(
             lambda: Journal(settings.database_url, keys=settings.journal_keys)
         )
+        stop_reading_queues = watch_queues(settings)  # the pools' autoscaling signals, on /metrics
         try:
             yield
         finally:
@@ -110,6 +112,7 @@ def create_app(
             if recovery_executor.cache_info().currsize:
                 recovery_executor().close()
             stop_counting_approvals()
+            await asyncio.to_thread(stop_reading_queues)
             await state.journal.dispose()
             await memory_store.adispose()
             await client.aclose()

@@ -94,7 +94,11 @@ async def chat_completions(request: Request) -> Response:
         return StreamingResponse(
             _chunks(told, head, include_usage), media_type="text/event-stream", headers=headers
         )
-    ending = await _ending(told)
+    try:
+        ending = await _ending(told)
+    except ApiError as refused:  # its client is told which invocation failed, as for an answer
+        refused.headers.update(headers)
+        raise
     payload = openai_wire.completion(*head, ending.text(), ending.finish, ending.usage)
     if ending.waiting is not None:
         headers["X-Invocation-State"] = PAUSED

@@ -143,3 +143,46 @@ def test_what_a_failed_batch_owes_is_undone_though_its_plan_met_a_database_resta
 
     # then: the booking is undone all the same, once
     assert UNDONE == ["4A"]
+
+
+class OutcomeAnswerLost(AsyncJournal):
+    """A journal whose first write of a call's outcome is made, then answered by a dropped connection
+    (a write whose every try meets it: sent again, it would land the same)."""
+
+    lost = False
+
+    async def execute(self, write: Write) -> Written:
+        written = await super().execute(write)
+        if not self.lost and "outcome" in write.params:
+            self.lost = True
+            error = ConnectionError("server closed the connection unexpectedly")
+            raise sa.exc.OperationalError("UPDATE toolfleet_tool_calls", {}, error)
+        return written
+
+
+def test_a_success_journaled_though_its_write_failed_is_undone_as_its_invocation_fails(
+    tmp_path: Path,
+) -> None:
+    # given: a booking whose success is journaled, its write answered by a dropped connection
+    UNDONE.clear()
+    journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
+    journal = OutcomeAnswerLost(Journal(journal_url))
+    service = AiService(
+        chat_model=ScriptedChatModel([ask(call("b1", "book", seat="s1")), "done"]),
+        tools=[Desk()],
+        executor=LocalExecutor(),
+        journal=journal,
+        compensate_on_tool_errors=True,
+    )
+    invocation_id = str(uuid.uuid4())
+
+    # when: the invocation runs, and fails on it
+    with pytest.raises(sa.exc.OperationalError):
+        asyncio.run(service.achat("book", invocation_id=invocation_id))
+
+    # then: the booking the journal has standing is undone, though the run never heard it succeeded
+    assert journal.lost and UNDONE == ["s1"]
+    reader = Journal(journal_url)
+    record = reader.invocation(invocation_id)
+    assert record is not None and record.state == "failed"
+    assert [(c.call_id, str(c.state)) for c in reader.calls(invocation_id)] == [("b1", "compensated")]

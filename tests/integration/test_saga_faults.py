@@ -7,9 +7,7 @@ read back from counters that the test, the workers and the orchestrator subproce
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import json
 import os
 import signal
 import time
@@ -38,9 +36,6 @@ from tests.integration.saga_driver import booking_keys
 from tests.integration.scripts import ask, call, saga_service
 from tests.integration.worker_processes import tool_worker
 from tests.otlp_receiver import OtlpReceiver
-from workers import ToolExecution, ToolExecutionRequest
-from workers.calls.invocation import Invocation
-from workers.priorities import redis_lists
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
@@ -431,99 +426,6 @@ def test_compensation_whose_worker_is_killed_completes_on_another_worker(
     assert counts(heavy_saga.client, key) == {"runs": 1, "done": 1, "comp_starts": 2, "comps": 1}
     assert owner_of(int(heavy_saga.client.get(k(key, "comp_pid")) or 0), workers) is survivor
     assert heavy_saga.client.get(k(key, "effect")) is None
-
-
-def test_a_call_whose_worker_died_after_its_effect_is_undone_in_doubt(
-    start_heavy: Callable[[int], list[WorkerProcess]], heavy_saga: HeavySaga
-) -> None:
-    # Given: a prefork worker (one child) running a booking that holds 20 s after it booked
-    [worker] = start_heavy(1)
-    key = unique("doubt")
-    model = ScriptedChatModel([ask(call("hold-1", "heavy_hold", key=key, seconds=20.0)), "told"])
-    running = Background(
-        lambda: saga_service(model, heavy_saga.executor, heavy_saga.journal, [fault_tools.tools]).chat("hold")
-    )
-    assert wait_until(lambda: heavy_saga.client.get(k(key, "effect")) == "booked", 20.0)
-    [child] = worker.child_pids()
-
-    # When: its pool child is SIGKILLed before it could tell how the call ended
-    os.kill(child, signal.SIGKILL)
-
-    # Then: the model is told the call lost its worker, and the booking, which stood, is undone once
-    result = running.join(30.0)
-    [held] = result.tool_executions
-    assert held.has_failed and held.status == "worker_lost", held
-    assert wait_until(lambda: count(heavy_saga.client, key, "comps") >= 1, 20.0), counts(
-        heavy_saga.client, key
-    )
-    assert heavy_saga.client.get(k(key, "effect")) is None
-    time.sleep(1.0)  # a non-event (no second undo): waited out, there is nothing to await
-    assert counts(heavy_saga.client, key) == {"runs": 1, "done": 1, "comp_starts": 1, "comps": 1}
-
-
-def test_an_undo_in_doubt_does_not_stop_the_undo_of_a_late_finish(
-    faults_worker: WorkerProcess, celery_executor: CeleryExecutor, text_client: redis.Redis
-) -> None:
-    # Given: a booking undone in doubt (its worker was declared lost: the undo found nothing yet)
-    key = unique("both")
-    request = ToolExecutionRequest(
-        "book-1", "fault_book", json.dumps({"key": key, "group": "", "undo_seconds": 0})
-    )
-    invocation = Invocation()
-    definition = celery_executor.definition("fault_book")
-    assert definition is not None
-    in_doubt = ToolExecution(request=request, result="lost", has_failed=True, status="worker_lost")
-    first = asyncio.run(celery_executor.compensate(definition, in_doubt, invocation))
-    assert not first.is_error, first
-
-    # When: the call finishes after all (its worker had only stopped) and is undone as a late finish
-    finished = ToolExecution(request=request, result=f"booked {key}", status="success")
-    second = asyncio.run(celery_executor.compensate(definition, finished, invocation))
-
-    # Then: that undo ran too, under the call's own key: the first one's did not stand for it
-    assert not second.is_error and second.text != "Already compensated", second
-    assert count(text_client, key, "comps") == 2
-    # ... and the call's own undo is still done once, whatever the deliveries
-    third = asyncio.run(celery_executor.compensate(definition, finished, invocation))
-    assert not third.is_error and count(text_client, key, "comps") == 2
-
-
-def test_a_compensation_whose_message_was_lost_is_sent_again(
-    start_heavy: Callable[[int], list[WorkerProcess]], heavy_saga: HeavySaga, celery_executor: CeleryExecutor
-) -> None:
-    # Given: a prefork worker stopped for a moment (still in the catalog), as the undo of a booking is
-    # sent to its pool's queue
-    [worker] = start_heavy(1)
-    key = unique("lost")
-    booking = ToolExecutionRequest(
-        "book-1", "heavy_book", json.dumps({"key": key, "group": "", "undo_seconds": 0})
-    )
-    definition = celery_executor.definition("heavy_book")
-    assert definition is not None
-    booked = ToolExecution(request=booking, result=f"booked {key}", status="success")
-    broker = redis.Redis.from_url(celery_executor.settings.broker_url)
-    queues = redis_lists(HEAVY_POOL)
-    warming = {"key": f"{key}-warm", "group": "", "undo_seconds": 0}  # the executor's first undo
-    warm = dataclasses.replace(
-        booked, request=ToolExecutionRequest("book-0", "heavy_book", json.dumps(warming))
-    )
-    assert not asyncio.run(celery_executor.compensate(definition, warm, Invocation())).is_error
-    os.kill(worker.pid, signal.SIGSTOP)
-    try:
-        undoing = Background(
-            lambda: asyncio.run(celery_executor.compensate(definition, booked, Invocation()))
-        )
-        assert wait_until(lambda: sum(broker.llen(queue) for queue in queues) >= 1, 1.0)
-
-        # When: its message is lost (as when the worker that took it lost Redis, and its return failed)
-        broker.delete(*queues)
-    finally:
-        os.kill(worker.pid, signal.SIGCONT)
-
-    # Then: no worker having it, nor its queue, it is sent again, and runs once
-    outcome = undoing.join(40.0)
-    assert not outcome.is_error, outcome
-    assert counts(heavy_saga.client, key) == {"runs": 0, "done": 0, "comp_starts": 1, "comps": 1}
 
 
 # -- 4. a compensation that kept failing is listed by `toolfleet sagas --failed` -----------------

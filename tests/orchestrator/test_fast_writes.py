@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -152,3 +153,82 @@ def test_the_journals_engines_replace_a_connection_dropped_while_idle(postgres_u
             await ajournal.dispose()
 
     asyncio.run(story())
+
+
+def _terminate_waiting(url: str) -> int:
+    """End the connections of the test's database that wait for a lock (their statement cut off)."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return len(
+                connection.execute(
+                    sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                        "current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                    )
+                ).all()
+            )
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("again", [True, False], ids=["may-be-sent-again", "may-not"])
+def test_a_write_cut_off_midway_is_sent_again_only_when_that_is_harmless(
+    postgres_url: str, again: bool
+) -> None:
+    # given: a call's row, locked by another session, so that its outcome's write waits on it
+    context = InvocationContext(memory_id="m1", user_message="hi")
+    invocation_id = str(context.invocation_id)
+    request = call("count", "c1", what="a")
+    locker = sa.create_engine(postgres_url)
+
+    async def story() -> str | None:
+        journal = AsyncJournal(postgres_url, keys=[])
+        try:
+            await journal.execute(start_write(journal.cipher, context, Invocation(context).to_json(), None))
+            intents = [Intent(1, request, "p", False, f"{invocation_id}:c1")]
+            turn = message_to_json(AiMessage(tool_execution_requests=[request]))
+            [row] = turn_rows(
+                intents, (await journal.execute(turn_write(invocation_id, 1, turn, intents))).rows
+            )
+            write = outcome_write(row, ToolOutcome(OutcomeKind.SUCCESS, "counted a"), "counted a", None)
+            write = Write(write.statement, write.params, again=again)
+            with locker.connect() as held:
+                held.execute(
+                    sa.text("SELECT id FROM toolfleet_tool_calls WHERE id = :row FOR UPDATE"), {"row": row}
+                )
+                writing = asyncio.ensure_future(journal.execute(write))
+                # when: the waiting write's connection is ended midway (a server or proxy restart)
+                for _ in range(100):
+                    if await asyncio.to_thread(_terminate_waiting, postgres_url):
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("the write never waited on the lock")
+                await asyncio.sleep(0.3)
+                held.rollback()  # the lock is let go
+            try:
+                await writing
+            except sa.exc.OperationalError as exc:
+                assert isinstance(exc.orig, psycopg.OperationalError)  # AdminShutdown: terminated
+                return "failed"
+            return None
+        finally:
+            await journal.dispose()
+
+    try:
+        failed = asyncio.run(story())
+    finally:
+        locker.dispose()
+    # then: an outcome (the same row written again leaves the same row) is sent again and lands; a
+    # write that may not be sent again fails as its connection did
+    if again:
+        assert failed is None
+        journal = Journal(postgres_url, keys=[])
+        try:
+            [row] = journal.calls(invocation_id)
+            assert (row.state, row.result) == ("succeeded", "counted a")
+        finally:
+            journal.engine.dispose()
+    else:
+        assert failed == "failed"

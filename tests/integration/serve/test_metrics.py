@@ -85,3 +85,13 @@ def test_the_approvals_waiting_are_counted_by_tool_and_pool(
     finally:
         journal.cancel_paused(invocation_id, "test")
         journal.engine.dispose()
+
+
+def test_a_replica_exports_the_pools_queue_signals(replicas: tuple[Replica, Replica]) -> None:
+    # given: the replicas' pool, served by a live worker that keeps its queue empty
+    # then: each replica exports its depth and its oldest call's age, from its background sample
+    for replica in replicas:
+        samples = scrape(f"{replica.root}/metrics")
+        assert total(samples, "toolfleet_pool_queue_depth", pool="serve") == 0
+        assert total(samples, "toolfleet_pool_oldest_wait_seconds", pool="serve") == 0
+        assert ("toolfleet_pool_queue_depth", frozenset({("pool", "serve")})) in samples, samples
