@@ -132,13 +132,13 @@ class Saga:
 
     async def abandon(self, call_rows: Sequence[int]) -> None:
         """Mark calls given up in flight (their invocation cancelled) abandoned, so that no row is left
-        `dispatched`: a worker that still finishes one undoes it, as after a deadline."""
+        `dispatched`: a worker that still finishes one undoes it, as after a deadline. A row whose
+        outcome was journaled meanwhile keeps it (a success is undone with the invocation's end)."""
         if self.journal is None or not call_rows:
             return
 
         def write(journal: Journal) -> None:
-            for row in call_rows:
-                journal.set_call_state(row, CallState.ABANDONED)
+            journal.abandon_in_flight(call_rows)
 
         await to_the_end(self.journal.run(write))
 

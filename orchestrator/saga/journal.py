@@ -225,6 +225,15 @@ class Journal(JournalApprovals, JournalCheckpoints):
         with self._tx() as tx:
             tx.execute(sa.update(tool_calls).where(tool_calls.c.id == call_row).values(state=value))
 
+    def abandon_in_flight(self, call_rows: Sequence[int]) -> None:
+        """Mark abandoned those of `call_rows` still `dispatched` (their outcome never journaled)."""
+        with self._tx() as tx:
+            tx.execute(
+                sa.update(tool_calls)
+                .where(tool_calls.c.id.in_(list(call_rows)), tool_calls.c.state == CallState.DISPATCHED.value)
+                .values(state=CallState.ABANDONED.value)
+            )
+
     def calls(self, invocation_id: str) -> list[CallRecord]:
         with self._read() as connection:
             rows = connection.execute(

@@ -293,7 +293,10 @@ class Invocations:
                 tell(answered)
                 return
             await self._tell_settled(invocation_id)
-            await add(invocation_id, {"type": "invocation.failed", "error": failure.message})
+            if await add(invocation_id, {"type": "invocation.failed", "error": failure.message}) is None:
+                # not its stream's end (another run took it, or told an end): its client hears that one
+                tell(InvocationTakenOverError(f"invocation {invocation_id}: its stream is another run's"))
+                return
             SERVED_ENDED.labels(run.agent, run.tenant, "failed").inc()
             tell(failure)
 

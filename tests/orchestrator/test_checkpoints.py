@@ -23,7 +23,7 @@ from orchestrator.messages import message_to_json
 from orchestrator.saga._journal_checkpoints import turn_rows, turn_write
 from orchestrator.saga._journal_tables import approvals, turns
 from orchestrator.saga.async_journal import AsyncJournal
-from orchestrator.saga.coordinator import rollback_reason
+from orchestrator.saga.coordinator import Saga, rollback_reason
 from orchestrator.saga.journal import Intent, Journal, invocations, tool_calls, utc_now
 from tests.orchestrator._databases import KINDS, fresh_database
 from tests.orchestrator._service import call, calls
@@ -414,3 +414,20 @@ def test_an_invocation_whose_loop_ended_owing_compensations_is_recovered_not_car
         invocation_id, "compensating", "cancelled; 1 compensation(s) owed", owner="dead-host:1"
     )
     assert not adoptable(journal, invocation_id)
+
+
+def test_calls_given_up_with_their_invocation_keep_an_outcome_journaled_meanwhile(
+    journal: Journal, journal_file: Path
+) -> None:
+    # given: an invocation's two calls, the first's success journaled, the second still in flight
+    invocation_id, row_a, row_b = _left_by_a_dead_owner(journal)
+
+    # when: its cancel gives both up (the first's outcome came as the cancel did)
+    saga = Saga(LocalExecutor(), AsyncJournal(f"sqlite:///{journal_file}"), invocation_id)
+    asyncio.run(saga.abandon([row_a, row_b]))
+
+    # then: the success stands as journaled (undone with the invocation's end), the other is abandoned
+    assert [(c.call_id, str(c.state)) for c in journal.calls(invocation_id)] == [
+        ("c1", "succeeded"),
+        ("c2", "abandoned"),
+    ]

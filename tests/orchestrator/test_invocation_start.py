@@ -317,3 +317,38 @@ def test_a_run_whose_invocation_was_taken_over_tells_no_end_and_saves_no_convers
     assert types == ["invocation.started", "text.delta"]  # the other process tells the end
     assert steps == ["let go"]  # its conversation is the other's to save
     assert isinstance(told[-1], InvocationTakenOverError)
+
+
+class TakenLog(RecordedLog):
+    """The stream of an invocation another run took: this run's end is not written."""
+
+    async def take(self, invocation_id: str, runner: str) -> None:
+        pass
+
+    async def add(
+        self, invocation_id: str, event: dict[str, Any], *, runner: str | None = None
+    ) -> str | None:
+        if event["type"] == "invocation.failed":
+            return None
+        return await super().add(invocation_id, event, runner=runner)
+
+
+def test_a_run_whose_failure_is_not_its_streams_end_tells_its_client_to_ask_again() -> None:
+    # given: a run that fails, its stream another run's by then (it was taken for dead)
+    told: list[object] = []
+    run = Run(
+        "inv-6",
+        "clerk",
+        cast(Any, Failing()),
+        UserMessage("hi"),
+        cast(Any, None),
+        None,
+        resuming=True,
+        listener=told.append,
+    )
+
+    # when: it ends
+    ran(run, TakenLog())
+
+    # then: its client hears that another run has the invocation (sent again, it hears that run's end)
+    assert isinstance(told[-1], InvocationTakenOverError), told
