@@ -90,8 +90,10 @@ def test_the_hot_path_writes_the_rows_without_sqlalchemys_engine(postgres_url: s
         journal.engine.dispose()
 
 
-def _drop_connections(url: str) -> int:
-    """Another session ends every other connection to the test's database (a server restart); how many."""
+def _drop_connections(url: str, waiting: bool = False) -> int:
+    """Another session ends every other connection to the test's database (a server restart), or
+    (`waiting`) those waiting for a lock, their statement cut off midway; how many."""
+    only = " AND wait_event_type = 'Lock'" if waiting else ""
     engine = sa.create_engine(url)
     try:
         with engine.connect() as connection:
@@ -99,7 +101,7 @@ def _drop_connections(url: str) -> int:
                 connection.execute(
                     sa.text(
                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        f"WHERE datname = current_database() AND pid <> pg_backend_pid(){only}"
                     )
                 ).all()
             )
@@ -155,23 +157,6 @@ def test_the_journals_engines_replace_a_connection_dropped_while_idle(postgres_u
     asyncio.run(story())
 
 
-def _terminate_waiting(url: str) -> int:
-    """End the connections of the test's database that wait for a lock (their statement cut off)."""
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as connection:
-            return len(
-                connection.execute(
-                    sa.text(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
-                        "current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-                    )
-                ).all()
-            )
-    finally:
-        engine.dispose()
-
-
 @pytest.mark.parametrize("again", [True, False], ids=["may-be-sent-again", "may-not"])
 def test_a_write_cut_off_midway_is_sent_again_only_when_that_is_harmless(
     postgres_url: str, again: bool
@@ -200,7 +185,7 @@ def test_a_write_cut_off_midway_is_sent_again_only_when_that_is_harmless(
                 writing = asyncio.ensure_future(journal.execute(write))
                 # when: the waiting write's connection is ended midway (a server or proxy restart)
                 for _ in range(100):
-                    if await asyncio.to_thread(_terminate_waiting, postgres_url):
+                    if await asyncio.to_thread(_drop_connections, postgres_url, True):
                         break
                     await asyncio.sleep(0.05)
                 else:

@@ -60,7 +60,13 @@ async def compensate(
     locked = undo_key(key, execution)
     reopen(dispatcher.redis, locked)
     outcome = await _dispatch_until(
-        dispatcher, definition, execution, invocation, key, deadline, timeout_s, on_call
+        dispatcher,
+        definition,
+        CompensationTask(execution, invocation, key),
+        locked,
+        deadline,
+        timeout_s,
+        on_call,
     )
     if not outcome.is_error:
         return outcome
@@ -71,17 +77,15 @@ async def compensate(
 async def _dispatch_until(
     dispatcher: Dispatcher,
     definition: ToolDefinition,
-    execution: ToolExecution,
-    invocation: Invocation,
-    key: str,
+    envelope: CompensationTask,
+    locked: str,
     deadline: float,
     timeout_s: float,
     on_call: Callable[[CallEvent], None] | None,
 ) -> ToolOutcome:
     settings = dispatcher.settings
     lost = waits = 0
-    locked = undo_key(key, execution)
-    task_id, envelope = compensation_task_id(locked), CompensationTask(execution, invocation, key)
+    key, task_id = envelope.idempotency_key, compensation_task_id(locked)
     while True:
         resending = asyncio.ensure_future(
             _resend_if_lost(dispatcher, definition, task_id, envelope, locked, deadline)
@@ -184,8 +188,8 @@ async def undo_in_doubt(
     timeout_s = compensation_timeout_s(definition, settings)
     envelope = CompensationTask(execution, invocation, key, deadline=time.time() + timeout_s)
     task_id = compensation_task_id(undo_key(key, execution))
-    give_up = time.monotonic() + timeout_s
-    for attempt in range(1_000_000):
+    give_up, attempt = time.monotonic() + timeout_s, 0
+    while True:
         try:
             dispatcher.publish(
                 compensation_task_name(definition.name),
@@ -197,6 +201,7 @@ async def undo_in_doubt(
             )
         except OperationalError as exc:
             pause = backoff_s(attempt, settings.retry_backoff_s, WAIT_MAX_S)
+            attempt += 1
             if time.monotonic() + pause < give_up:
                 await asyncio.sleep(pause)
                 continue
