@@ -13,7 +13,7 @@ WITH_REDIS := $(BIN)/python -m workers._devredis --
 # The unit tests: no worker processes (nothing of tests/integration, nothing marked integration).
 UNIT_TESTS := tests --ignore=tests/integration -m 'not integration'
 
-.PHONY: setup compiled test test-fast lint lock demo bench soak clean
+.PHONY: setup compiled test test-fast lint lock demo bench soak capacity clean
 
 $(VENV)/.uv-$(UV_VERSION):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,10 @@ SOAK_SEED ?= 1
 SOAK_REPORT ?= bench/results/soak.json
 soak: compiled
 	$(BIN)/python -m bench.soak --minutes $(SOAK_MINUTES) --seed $(SOAK_SEED) --report $(SOAK_REPORT)
+
+# Calls/s against replicas and workers (1-4 each) and the costs of one call: docs/SCALING.md.
+capacity: compiled
+	$(BIN)/python -m bench.capacity
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import redis
 
+from workers.redis_client import connect as connect_redis
 from workers.settings import redact_url
 
 __all__ = ["Subscription", "on_message", "subscription"]
@@ -78,7 +79,7 @@ class _Listener(threading.Thread):
     def run(self) -> None:
         pause = RETRY_FIRST_S
         while True:
-            client = redis.Redis.from_url(self.redis_url, health_check_interval=30)
+            client = connect_redis(self.redis_url, health_check_interval=30)
             try:
                 pubsub = subscription(client, ignore_subscribe_messages=True)
                 subscribed: set[str] = set()

@@ -8,13 +8,21 @@ publisher. The harness keeps only what tells it where its servers are, and sets 
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 import pytest
 import redis
 
-__all__ = ["HARNESS_PREFIX", "HARNESS_VARIABLES", "emptied_redis", "integration_redis_url", "make_hermetic"]
+__all__ = [
+    "BROKER_VARIABLE",
+    "HARNESS_PREFIX",
+    "HARNESS_VARIABLES",
+    "broker_environment",
+    "emptied_redis",
+    "integration_redis_url",
+    "make_hermetic",
+]
 
 # Read by the harness to find its servers and choose its databases: kept.
 HARNESS_VARIABLES = frozenset({"TOOLFLEET_REDIS_URL"})
@@ -23,6 +31,9 @@ HARNESS_PREFIX = "TOOLFLEET_TEST_"
 _PRODUCT_PREFIXES = ("TOOLFLEET_", "FLOWER_")
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+# Another broker for the tests marked `broker` (`amqp://…` for RabbitMQ): their executors publish there
+# and their workers consume from there; results, catalog and events stay in the test Redis.
+BROKER_VARIABLE = "TOOLFLEET_TEST_BROKER_URL"
 DEFAULT_TEST_REDIS_DB = "13"
 
 
@@ -37,6 +48,13 @@ def integration_redis_url(
     base = environ.get("TOOLFLEET_REDIS_URL") or DEFAULT_REDIS_URL
     db = environ.get(db_variable) or default_db
     return base.rsplit("/", 1)[0] + "/" + db if base.count("/") >= 3 else base + "/" + db
+
+
+def broker_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """`TOOLFLEET_BROKER_URL` set to the broker of `TOOLFLEET_TEST_BROKER_URL`, or nothing when none is
+    given (the broker is then the test Redis)."""
+    url = environ.get(BROKER_VARIABLE)
+    return {"TOOLFLEET_BROKER_URL": url} if url else {}
 
 
 def emptied_redis(url: str, needed_by: str) -> redis.Redis:

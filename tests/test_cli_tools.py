@@ -79,7 +79,8 @@ def test_tools_lists_the_live_worker_and_its_tools(redis_url: str, worker: Worke
     assert [line.split() for line in lines if HOSTNAME in line] == [[HOSTNAME, "io", "threads", "4"]]
     row = next(line.split() for line in lines if line.strip().startswith("get_weather"))
     assert row[:7] == ["get_weather", "io", "10", "s", "yes", "no", "1"]
-    assert " ".join(row[7:]) == "Returns the weather forecast for a given city"
+    assert len(row[7]) == 12 and int(row[7], 16) >= 0  # its version: the digest of its definition
+    assert " ".join(row[8:]) == "Returns the weather forecast for a given city"
 
 
 @pytest.mark.integration

@@ -19,7 +19,8 @@ from celery.signals import worker_init
 
 from workers.errors import ToolfleetError, ToolModuleError
 from workers.priorities import MAX_PRIORITY, PRIORITY_STEPS
-from workers.settings import Settings
+from workers.redis_client import celery_url, is_sentinel
+from workers.settings import Settings, is_amqp
 from workers.telemetry.logs import configure_logging
 from workers.tools import check_compensations
 from workers.tools.registry import ToolRegistry
@@ -33,12 +34,41 @@ __all__ = [
 ]
 
 
-def _base_config(settings: Settings) -> dict[str, Any]:
-    transport = {}
+def _broker_config(settings: Settings) -> dict[str, Any]:
+    """What the broker's kind asks for: toolfleet's Redis transport, or RabbitMQ's queues as configured.
+
+    On RabbitMQ each pool's queue is declared `quorum` (replicated over the cluster's nodes, the kind
+    RabbitMQ recommends where a queue must survive a node) unless `TOOLFLEET_BROKER_QUEUE_TYPE=classic`.
+    Quorum queues refuse `x-max-priority` (classic queues order by it) and global QoS: Celery sees the
+    quorum queues and sets each consumer's prefetch instead. Their exchanges are `topic`, so a delayed
+    retry travels through RabbitMQ's native delayed delivery rather than waiting in a worker's memory.
+    Every publish waits for the broker's confirm, so a call the broker did not take is an error.
+    """
     if settings.broker_url.startswith(("redis://", "rediss://")):
-        transport = {"broker_transport": "workers.runtime._transport:Transport"}
+        return {"broker_transport": "workers.runtime._transport:Transport"}
+    if is_sentinel(settings.broker_url):
+        return {
+            "broker_transport": "workers.runtime._transport:SentinelTransport",
+            "broker_transport_options": {
+                "priority_steps": list(PRIORITY_STEPS),
+                **celery_url(settings.broker_url)[1],
+            },
+        }
+    if not is_amqp(settings.broker_url):
+        return {}
+    quorum = settings.broker_queue_type == "quorum"
     return {
-        **transport,
+        "task_default_queue_type": settings.broker_queue_type,
+        "task_create_missing_queue_type": settings.broker_queue_type,
+        "task_default_exchange_type": "topic" if quorum else "direct",
+        "task_create_missing_queue_exchange_type": "topic" if quorum else None,
+        "task_queue_max_priority": None if quorum else MAX_PRIORITY,
+        "broker_transport_options": {"confirm_publish": True},
+    }
+
+
+def _base_config(settings: Settings) -> dict[str, Any]:
+    return {
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
@@ -51,10 +81,11 @@ def _base_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_max_retries": 3,
         "broker_connection_timeout": 4,
         "enable_utc": True,
-        # Priorities (`workers.priorities`): RabbitMQ declares each queue with `x-max-priority`; the
-        # Redis transport keeps one list per priority.
+        # Priorities (`workers.priorities`): a classic RabbitMQ queue is declared with `x-max-priority`;
+        # the Redis transport keeps one list per priority.
         "task_queue_max_priority": MAX_PRIORITY,
         "broker_transport_options": {"priority_steps": list(PRIORITY_STEPS)},
+        **_broker_config(settings),
     }
 
 
@@ -90,13 +121,19 @@ def result_retries(settings: Settings, registry: ToolRegistry | None) -> int:
 
 def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: str = "toolfleet") -> Celery:
     """The worker-side app: result backend on, task events on, one task per tool of `registry`."""
-    app = Celery(name, broker=settings.broker_url, backend=settings.result_backend, set_as_current=False)
+    backend_url, backend_options = celery_url(settings.result_backend)
+    app = Celery(name, broker=celery_url(settings.broker_url)[0], backend=backend_url, set_as_current=False)
     if settings.result_backend.startswith(("redis://", "rediss://")):
         from workers.runtime._backend import ResultBackend
 
         app.backend_cls = ResultBackend  # Celery's Redis backend, one round trip per stored state
+    elif is_sentinel(settings.result_backend):
+        from workers.runtime._backend import SentinelResultBackend
+
+        app.backend_cls = SentinelResultBackend
+    base = _base_config(settings)
     app.conf.update(
-        _base_config(settings),
+        base,
         # A result written while Redis is down waits for it, retried every half second at most, so
         # it is stored within a fraction of a second of Redis answering again (Celery's default
         # backoff grows to 10 s, which let results reach the backend seconds after their deadline).
@@ -116,14 +153,14 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
         # the orchestrator, keeps the short limit so calls fail fast instead).
         broker_connection_max_retries=None,
         broker_transport_options={
-            "priority_steps": list(PRIORITY_STEPS),
+            **base["broker_transport_options"],
             "visibility_timeout": visibility_timeout_s(settings, registry),
             # Look for messages past their visibility timeout every 10 s (kombu scans only on
             # every tenth 10 s tick by default: up to 100 s late).
             "unacked_restore_interval": 10,
             "unacked_restore_throttle": 1,
         },
-        result_backend_transport_options={"retry_policy": {"timeout": 5.0}},
+        result_backend_transport_options={"retry_policy": {"timeout": 5.0}, **backend_options},
     )
     _worker_apps.add(app)
     if registry is not None:
@@ -160,7 +197,10 @@ def make_publisher(settings: Settings) -> Celery:
     every task's channel too and leave unread messages piling up in Redis.
     """
     app = Celery(
-        "toolfleet-publisher", broker=settings.broker_url, backend="disabled://", set_as_current=False
+        "toolfleet-publisher",
+        broker=celery_url(settings.broker_url)[0],
+        backend="disabled://",
+        set_as_current=False,
     )
     app.conf.update(_base_config(settings), task_ignore_result=True)
     return app

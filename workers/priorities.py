@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from workers.redis_client import is_redis
+
 __all__ = [
     "DEFAULT_PRIORITY",
     "MAX_PRIORITY",
@@ -57,7 +59,7 @@ def priority_of(parameters: Mapping[str, Any]) -> int:
 
 def broker_priority(priority: int, broker_url: str) -> int:
     """The message priority the broker at `broker_url` reads as `priority` (Redis's scale turned over)."""
-    if broker_url.startswith(("redis://", "rediss://", "unix://")):
+    if is_redis(broker_url):
         return MAX_PRIORITY - priority
     return priority
 

@@ -6,8 +6,8 @@ wrapped in the keyword arguments of a task (`CallTask` for `tool.<name>`, `Compe
 serve, all re-exported here), with ids derived from the call's idempotency key (`call_task_id`,
 `compensation_task_id`). What it leaves in Redis: the result backend's `celery-task-meta-<task id>`, the
 per-call state (`call_state_key`: `abandoned` by the orchestrator or `finished` by the worker), the
-compensation lock and done mark (`compensation_lock_key`), and the catalog (`WORKER_KEY`, `POOL_KEY`,
-`POOLS_KEY`). Nothing else spells out a task's keyword names or a Redis key.
+compensation lock and done mark (`compensation_lock_key`), and the catalog (`WORKER_KEY`, `WORKERS_KEY`,
+`POOL_KEY`, `POOLS_KEY`). Nothing else spells out a task's keyword names or a Redis key.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ __all__ = [
     "PROGRESS_STATE",
     "SENT_AT_HEADER",
     "TASK_PREFIX",
+    "WORKERS_KEY",
     "WORKER_KEY",
     "CallTask",
     "CompensationTask",
@@ -87,6 +88,7 @@ COMPENSATION_ABANDONED = "abandoned"
 WORKER_KEY = "toolfleet:worker:{}"  # a live worker's catalog entry, by hostname (JSON, expiring)
 POOL_KEY = "toolfleet:pool:{}"  # a pool's live workers: hostname -> expiry time (sorted set)
 POOLS_KEY = "toolfleet:pools"  # every pool a worker ever announced (set)
+WORKERS_KEY = "toolfleet:workers"  # every worker's hostname -> its entry's expiry time (sorted set)
 # The module a failed task's exception class belongs to (`exc_module` in the stored state): its classes
 # are named after the tool's exception and carry the outcome (`workers._failures`).
 FAILURE_MODULE = "workers._failures"

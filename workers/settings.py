@@ -12,9 +12,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from redis.connection import parse_url
 
 from workers.errors import SettingsError
+from workers.redis_client import SENTINEL_SCHEME, URL_LIST, is_sentinel, parse_sentinel_url
 from workers.telemetry.logs import LOG_FORMATS
+from workers.tools.versions import check_build_id
 
-__all__ = ["ENVIRONMENT", "Settings", "redact_url"]
+__all__ = ["ENVIRONMENT", "Settings", "is_amqp", "redact_url"]
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -45,6 +47,8 @@ class Settings:
     log_format: str = "text"  # `text`, or `json`: one JSON object per line
     trace_content: bool = False  # spans carry tool arguments and results (never secrets' parameters)
     pool_concurrency: int | None = None  # a worker's `--pool-concurrency` when it gives none
+    build_id: str | None = None  # a worker's `--build-id` when it gives none: part of its tools' versions
+    broker_queue_type: str = "quorum"  # a RabbitMQ broker's queues: `quorum` (replicated) or `classic`
 
     def __post_init__(self) -> None:
         """Refuse values out of range here, so every process edge (and code) refuses them alike."""
@@ -58,6 +62,19 @@ class Settings:
                 "than they expire"
             )
         _check_redis_url(self.redis_url)
+        for name in ("broker_url", "result_backend"):
+            if is_sentinel(getattr(self, name)):
+                _check_redis_url(getattr(self, name), name)
+        if self.build_id is not None:
+            try:
+                check_build_id(self.build_id, ENVIRONMENT["build_id"])
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from None
+        if self.broker_queue_type not in QUEUE_TYPES:
+            raise SettingsError(
+                f"{ENVIRONMENT['broker_queue_type']} must be one of {', '.join(QUEUE_TYPES)}, "
+                f"got {self.broker_queue_type!r}"
+            )
         if self.log_format not in LOG_FORMATS:
             raise SettingsError(
                 f"{ENVIRONMENT['log_format']} must be one of {', '.join(LOG_FORMATS)}, "
@@ -93,6 +110,14 @@ class Settings:
 ENVIRONMENT: dict[str, str] = {item.name: f"TOOLFLEET_{item.name.upper()}" for item in fields(Settings)}
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
+QUEUE_TYPES = ("quorum", "classic")
+
+
+def is_amqp(broker_url: str) -> bool:
+    """Whether the broker at `broker_url` is RabbitMQ (an AMQP 0-9-1 URL, or several `;`-separated)."""
+    return broker_url.startswith(AMQP_SCHEMES)
+
 
 # The smallest value of each numeric setting, and whether it is allowed itself; none has a maximum,
 # and none may be infinite or NaN. `visibility_timeout_s` may also be unset (derived), and so may
@@ -115,15 +140,18 @@ _LOWER_BOUNDS: dict[str, tuple[float, bool]] = {
 _INTEGERS = frozenset(item.name for item in fields(Settings) if "int" in str(item.type))
 
 
-def _check_redis_url(url: str) -> None:
-    reason = f"it must start with {', '.join(REDIS_SCHEMES)}"
-    if url.startswith(REDIS_SCHEMES):
+def _check_redis_url(url: str, name: str = "redis_url") -> None:
+    reason = f"it must start with {', '.join((*REDIS_SCHEMES, SENTINEL_SCHEME))}"
+    if url.startswith((*REDIS_SCHEMES, SENTINEL_SCHEME)):
         try:
-            parse_url(url)  # type: ignore[no-untyped-call]
+            if is_sentinel(url):
+                parse_sentinel_url(url)
+            else:
+                parse_url(url)  # type: ignore[no-untyped-call]
             return
         except ValueError as exc:
             reason = str(exc)
-    raise SettingsError(f"{ENVIRONMENT['redis_url']}={redact_url(url)!r} is not a Redis URL: {reason}")
+    raise SettingsError(f"{ENVIRONMENT[name]}={redact_url(url)!r} is not a Redis URL: {reason}")
 
 
 def _check_bound(name: str, value: object, minimum: float, inclusive: bool) -> None:
@@ -166,9 +194,13 @@ _SECRET_QUERY_KEYS = frozenset({"password", "pass", "pwd", "secret", "token", "k
 
 
 def redact_url(url: str) -> str:
-    """`url` with its password (in the netloc or the query string) replaced by `***`, for logs."""
+    """`url` with its password (in the netloc or the query string) replaced by `***`, for logs; each
+    part of a `;`-separated list of URLs (Sentinel's) alike."""
     if "://" not in url:
         return url
+    listed = URL_LIST.split(url)
+    if len(listed) > 1:
+        return ";".join(redact_url(part) for part in listed)
     parts = urlsplit(url)
     netloc = parts.netloc
     if "@" in netloc:

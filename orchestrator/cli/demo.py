@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-import redis
 from cryptography.fernet import Fernet
 
 from orchestrator.cli.commands._journal_source import DEFAULT_DATABASE_URL
@@ -40,6 +39,7 @@ from orchestrator.saga.journal import Journal
 from orchestrator.service import AiService
 from workers.examples.teller import teller, teller_script, transfer_asked
 from workers.protocol import ToolExecutionRequest
+from workers.redis_client import connect as connect_redis
 from workers.runtime.catalog import Catalog
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
@@ -201,7 +201,7 @@ def _summary(out: TextIO, title: str, result: Result, journal: Journal) -> None:
 @contextlib.contextmanager
 def _pools(settings: Settings, logs: str, out: TextIO) -> Iterator[list[str]]:
     """The demo's worker pools: those already live (a deployed stack), else two started here."""
-    catalog = Catalog(redis.Redis.from_url(settings.redis_url))
+    catalog = Catalog(connect_redis(settings.redis_url))
     live = {pool: catalog.live_workers(pool) for pool in ("io", "heavy")}
     if all(live.values()):
         out.write(

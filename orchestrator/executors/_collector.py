@@ -34,11 +34,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import redis
 from redis.exceptions import RedisError
 
 from orchestrator._subscription import subscription
 from workers.protocol import META_PREFIX, POOL_KEY, PROGRESS_STATE, WORKER_KEY
+from workers.redis_client import connect as connect_redis
 
 __all__ = ["FINAL_STATES", "LOST", "MAX_REDISPATCHES", "NO_WORKER", "ResultCollector"]
 
@@ -97,7 +97,7 @@ class ResultCollector:
         self._heartbeat_ttl_s = heartbeat_ttl_s
         self._connected = True
         self._trust_liveness_after = 0.0
-        self._client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=2)
+        self._client = connect_redis(redis_url, socket_timeout=5, socket_connect_timeout=2)
         self._pubsub = subscription(self._client)
         self._pending: dict[str, _Pending] = {}
         self._lock = threading.Lock()

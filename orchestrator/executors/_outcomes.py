@@ -4,6 +4,7 @@ carried, a lost worker, a revoked or time-limited task, or any other exception."
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.executors._collector import LOST, NO_WORKER
@@ -107,6 +108,29 @@ def no_worker_outcome(definition: ToolDefinition) -> ToolOutcome:
         f"No live worker serves pool '{definition.pool}' of tool '{definition.name}'",
         "NoWorkerError",
     )
+
+
+def version_mismatch_outcome(
+    definition: ToolDefinition, wanted: str, served: Mapping[str, int]
+) -> ToolOutcome:
+    """A call whose tool the pool's live workers serve, none at the version the model was given."""
+    present = ", ".join(f"{version} ({n} worker{'' if n == 1 else 's'})" for version, n in served.items())
+    return failed_outcome(
+        OutcomeKind.NO_WORKER,
+        f"No live worker of pool '{definition.pool}' serves tool '{definition.name}' at version {wanted}; "
+        f"its live workers serve version{'' if len(served) == 1 else 's'} {present}",
+        "NoWorkerError",
+    )
+
+
+def timed_out_outcome(definition: ToolDefinition, timeout_s: float, task_id: str, pool: str) -> ToolOutcome:
+    """A call abandoned at its deadline."""
+    outcome = failed_outcome(
+        OutcomeKind.TIMED_OUT,
+        f"Tool '{definition.name}' did not finish within {seconds_text(timeout_s)} s",
+        "TimeoutError",
+    )
+    return dataclasses.replace(outcome, task_id=task_id, pool=pool)
 
 
 def _not_registered(definition: ToolDefinition, result: Any) -> ToolOutcome:

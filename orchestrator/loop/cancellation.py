@@ -22,6 +22,7 @@ import redis
 
 from orchestrator._subscription import on_message
 from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY
+from workers.redis_client import connect as connect_redis
 
 __all__ = [
     "CANCEL_TTL_S",
@@ -111,7 +112,7 @@ def cancel_here(invocation_id: str) -> bool:
 def cancel_requested(redis_url: str, invocation_id: str) -> bool:
     """Whether a cancel of the invocation was requested through Redis (`CANCELLED_KEY`), perhaps
     before it ran here; False when Redis does not answer (a cancel published later still reaches it)."""
-    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    client = connect_redis(redis_url, socket_timeout=5)
     try:
         return bool(client.exists(CANCELLED_KEY.format(invocation_id)))
     except redis.RedisError as exc:
@@ -132,7 +133,7 @@ def cancel_invocation(invocation_id: str, redis_url: str | None) -> bool:
 
 def request_cancel(redis_url: str, invocation_id: str) -> int:
     """Ask every process to cancel invocation `invocation_id`; how many listeners heard it."""
-    client = redis.Redis.from_url(redis_url)
+    client = connect_redis(redis_url)
     try:
         client.set(CANCELLED_KEY.format(invocation_id), b"1", ex=CANCEL_TTL_S)
         return int(client.publish(CANCEL_CHANNEL, invocation_id))

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, TypeAlias
 
-import redis
-
 from orchestrator.approvals import DEFAULT_APPROVAL_TIMEOUT_S, ApprovalPolicy
 from orchestrator.budgets import Budget, TenantBudgets
 from orchestrator.errors import OrchestratorError
@@ -38,6 +36,7 @@ from orchestrator.saga.journal import Journal
 from orchestrator.search import ToolSearchStrategy
 from workers.priorities import check_priority
 from workers.protocol import ToolExecutionRequest
+from workers.redis_client import connect as connect_redis
 from workers.settings import Settings
 from workers.tools.specification import ToolSpecification
 
@@ -214,7 +213,7 @@ def _tenant_budgets(budgets: Mapping[str, Budget], redis_url: str | None) -> Ten
             "daily_budgets need an executor on worker pools (CeleryExecutor): their counters are kept "
             "in its Redis, shared by every orchestrator"
         )
-    return TenantBudgets(budgets, redis.Redis.from_url(redis_url))
+    return TenantBudgets(budgets, connect_redis(redis_url))
 
 
 def _redis_url_of(executor: ToolExecutor) -> str | None:

@@ -36,6 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.saga.async_journal import JournalRunner
+from workers.redis_client import connect_async, is_sentinel
 
 _T = TypeVar("_T")
 
@@ -103,7 +104,10 @@ REDIS_WAIT_S = 30.0  # ... for up to this long
 def service_redis(url: str) -> aioredis.Redis:
     """A replica's Redis client. Every stream followed holds a connection while its read blocks, and
     every event written takes one: past `REDIS_CONNECTIONS` they wait their turn (redis-py's own pool
-    would refuse the 101st at once, failing the invocation that wrote)."""
+    would refuse the 101st at once, failing the invocation that wrote). Behind Sentinel, the pool is
+    the one that follows the master, and grows as needed."""
+    if is_sentinel(url):
+        return connect_async(url)
     pool = aioredis.BlockingConnectionPool.from_url(
         url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_WAIT_S
     )

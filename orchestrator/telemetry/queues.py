@@ -1,5 +1,6 @@
-"""Autoscaling signals, per pool: the calls waiting in its queue (every priority's list counted) and
-how long the oldest of them has waited.
+"""Autoscaling signals, per pool: the calls waiting in its queues (its own and those of its live
+workers' builds, `workers.runtime.builds`; every priority's list counted) and how long the oldest of
+them has waited.
 
 They are sampled in the background every `SAMPLE_S` and exported from that sample, so a scrape never
 scans a queue: `toolfleet_pool_queue_depth{pool}` and `toolfleet_pool_oldest_wait_seconds{pool}`,
@@ -19,7 +20,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
 from kombu.connection import Connection
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
@@ -27,9 +27,12 @@ from prometheus_client.registry import Collector
 
 from workers.priorities import redis_lists
 from workers.protocol import POOLS_KEY, SENT_AT_HEADER
+from workers.redis_client import connect as connect_redis
+from workers.redis_client import is_redis
+from workers.runtime.catalog import Catalog, WorkerEntry
 from workers.settings import Settings
 
-__all__ = ["SAMPLE_S", "QueueSample", "QueueSignals", "sample_queues", "watch_queues"]
+__all__ = ["SAMPLE_S", "QueueSample", "QueueSignals", "pool_queues", "sample_queues", "watch_queues"]
 
 log = logging.getLogger(__name__)
 
@@ -45,38 +48,48 @@ class QueueSample:
 
 
 def _is_redis(url: str) -> bool:
-    return url.startswith(("redis://", "rediss://", "unix://"))
+    return is_redis(url)
 
 
 def sample_queues(settings: Settings, now: float | None = None) -> QueueSample:
     """Read every announced pool's queue once (see the module's docstring)."""
-    catalog = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
+    catalog = connect_redis(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
     try:
         pools = sorted(p.decode() if isinstance(p, bytes) else str(p) for p in catalog.smembers(POOLS_KEY))
+        workers = Catalog(catalog).workers() if pools else []
     finally:
         catalog.close()
     if not pools:
         return QueueSample()
+    queues = {pool: pool_queues(pool, workers) for pool in pools}
     if _is_redis(settings.broker_url):
-        return _redis_sample(settings.broker_url, pools, time.time() if now is None else now)
-    return QueueSample(depth=_amqp_depths(settings.broker_url, pools))
+        return _redis_sample(settings.broker_url, queues, time.time() if now is None else now)
+    return QueueSample(depth=_amqp_depths(settings.broker_url, queues))
 
 
-def _redis_sample(url: str, pools: list[str], now: float) -> QueueSample:
-    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+def pool_queues(pool: str, workers: list[WorkerEntry]) -> list[str]:
+    """The queues a pool's calls wait in: its own, then its live workers' builds' (a build no live
+    worker serves any more is not waited on)."""
+    builds = {queue for entry in workers if pool in entry.pools and (queue := entry.queue(pool))}
+    return [pool, *sorted(builds)]
+
+
+def _redis_sample(url: str, queues: dict[str, list[str]], now: float) -> QueueSample:
+    client = connect_redis(url, socket_timeout=5, socket_connect_timeout=2)
+    lists = {pool: [key for queue in names for key in redis_lists(queue)] for pool, names in queues.items()}
     try:
         pipe = client.pipeline(transaction=False)
-        for pool in pools:
-            for key in redis_lists(pool):
+        for keys in lists.values():
+            for key in keys:
                 pipe.llen(key)
                 pipe.lindex(key, -1)  # kombu pushes on the left and takes from the right: the oldest
         answers = iter(pipe.execute())
     finally:
         client.close()
     depth, oldest = {}, {}
-    for pool in pools:
+    for pool, keys in lists.items():
         waiting, ages = 0, []
-        for _ in redis_lists(pool):
+        for _ in keys:
             length, tail = next(answers), next(answers)
             waiting += int(length)
             sent_at = _sent_at(tail)
@@ -98,19 +111,23 @@ def _sent_at(message: bytes | None) -> float | None:
         return None
 
 
-def _amqp_depths(url: str, pools: list[str]) -> dict[str, int]:
+def _amqp_depths(url: str, queues: dict[str, list[str]]) -> dict[str, int]:
     depths = {}
     with Connection(url, connect_timeout=5) as connection:  # type: ignore[no-untyped-call]
-        for pool in pools:
-            channel = connection.channel()
-            try:
-                depths[pool] = int(channel.queue_declare(queue=pool, passive=True).message_count)
-            except Exception as exc:  # a pool whose queue is not declared yet: nothing waits in it
-                log.debug("queue %s not read: %s", pool, exc)
-                depths[pool] = 0
-            finally:
-                channel.close()
+        for pool, names in queues.items():
+            depths[pool] = sum(_amqp_depth(connection, queue) for queue in names)
     return depths
+
+
+def _amqp_depth(connection: Connection, queue: str) -> int:
+    channel = connection.channel()  # type: ignore[no-untyped-call]
+    try:
+        return int(channel.queue_declare(queue=queue, passive=True).message_count)
+    except Exception as exc:  # a queue not declared yet: nothing waits in it
+        log.debug("queue %s not read: %s", queue, exc)
+        return 0
+    finally:
+        channel.close()
 
 
 class QueueSignals(Collector):

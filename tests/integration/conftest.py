@@ -21,7 +21,7 @@ from celery import Celery
 
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.executors.local import LocalExecutor
-from tests._environment import integration_redis_url
+from tests._environment import broker_environment, integration_redis_url
 from tests.integration import slot_tools
 from tests.integration.private_redis import PrivateRedis
 from tests.integration.worker_processes import all_running, tool_worker
@@ -54,6 +54,7 @@ def settings(redis_url: str) -> Settings:
             "TOOLFLEET_REDIS_URL": redis_url,
             "TOOLFLEET_HEARTBEAT_TTL_S": "2",
             "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
+            **broker_environment(os.environ),
         }
     )
 

@@ -18,7 +18,7 @@ from tests.integration.worker_processes import threads_and_prefork
 from workers import OutcomeKind, ToolExecutionRequest, ToolOutcome
 from workers.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
 MODULE = "tests.integration.async_tools"
 

@@ -54,7 +54,7 @@ from workers import OutcomeKind, ToolExecutionRequest, ToolOutcome
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
 HOSTNAME = "bad@badinput"
 SMALL_ARGUMENT_BYTES = 4096

@@ -27,7 +27,7 @@ from tests.integration.worker_processes import REPO_ROOT, threads_and_prefork
 from workers import ToolExecutionRequest
 from workers.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
 MODULE = "tests.integration.cancel_tools"
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 
 import pytest
 import redis
 
-from workers.protocol import WORKER_KEY
+from workers.protocol import WORKER_KEY, WORKERS_KEY
 from workers.runtime.catalog import Catalog
 
 pytestmark = pytest.mark.integration
@@ -25,12 +26,14 @@ def test_an_entry_that_is_not_a_workers_is_skipped_and_named(
     client.set(WORKER_KEY.format(good), json.dumps({"hostname": good, "pools": ["p"]}), ex=30)
     for name, raw in bad.items():
         client.set(WORKER_KEY.format(name), raw, ex=30)
+    client.zadd(WORKERS_KEY, dict.fromkeys([good, *bad], time.time() + 30))  # as heartbeats index them
     try:
         # when
         with caplog.at_level(logging.WARNING, logger="workers.runtime.catalog"):
             hostnames = [entry.hostname for entry in Catalog(client).workers()]
     finally:
         client.delete(WORKER_KEY.format(good), *(WORKER_KEY.format(name) for name in bad))
+        client.zrem(WORKERS_KEY, good, *bad)
     # then: the worker is listed, and each bad entry is named in a warning, not raised
     assert good in hostnames and not set(bad) & set(hostnames)
     for name in bad:

@@ -31,7 +31,7 @@ from workers.app import make_publisher
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
 RABBIT_URL = "amqp://guest:guest@127.0.0.1:5672//"
 HEARTBEAT_TTL_S = 2.0
@@ -410,11 +410,14 @@ def test_a_rabbitmq_broker_behaves_as_redis(
     # given: a worker for pool `rabbit` taking its tasks from RabbitMQ, its results going to Redis,
     # and an executor publishing to RabbitMQ
     env = {"TOOLFLEET_BROKER_URL": RABBIT_URL, "TOOLFLEET_RESULT_BACKEND": redis_url, **HEARTBEAT_ENV}
+    rabbit_settings = dataclasses.replace(settings, broker_url=RABBIT_URL)
+    with make_publisher(rabbit_settings).connection_for_write() as connection:
+        connection.default_channel.queue_delete("rabbit")  # of an earlier run, perhaps of another type
     modules = ["tests.integration.rabbit_tools"]
     worker = tool_worker(
         redis_url, ["rabbit"], modules, worker_logs / "rabbit.log", "rabbit@integration", env=env
     )
-    rabbit = CeleryExecutor(settings=dataclasses.replace(settings, broker_url=RABBIT_URL))
+    rabbit = CeleryExecutor(settings=rabbit_settings)
     try:
         worker.wait_ready(timeout_s=30)
 

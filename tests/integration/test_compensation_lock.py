@@ -33,7 +33,7 @@ from workers.runtime._compensation import finish_or_compensate_late, run_compens
 from workers.settings import Settings
 from workers.tools.registry import ToolRegistry
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
 
 class _Retry(Exception):

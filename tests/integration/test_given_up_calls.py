@@ -16,10 +16,10 @@ import tests.integration.given_up_tools as gt
 from orchestrator import AiService, CeleryExecutor, ScriptedChatModel
 from tests._background import Background
 from tests._waiting import wait_for
+from tests.integration.broker_lists import pool_lists
 from tests.integration.scripts import ask, call
 from tests.integration.side_effects import process_client
 from tests.integration.worker_processes import threads_and_prefork
-from workers.priorities import redis_lists
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -61,7 +61,7 @@ def test_calls_waiting_behind_a_busy_one_never_start_once_their_invocation_is_ca
     wait_for(lambda: client.exists(_key(ns, "busy")), timeout_s=20, what="the busy call under way")
     pool = gt.THREADS if kind == "threads" else gt.PREFORK
     wait_for(
-        lambda: sum(client.llen(q) for q in redis_lists(pool)) == 2 and client.hlen("unacked") >= 1,
+        lambda: sum(client.llen(q) for q in pool_lists(client, pool)) == 2 and client.hlen("unacked") >= 1,
         timeout_s=10,
         what="one waiting call held by the worker (taken from the queue, not acknowledged), two queued",
     )

@@ -25,7 +25,7 @@ from workers.protocol import META_PREFIX, PROGRESS_STATE, call_task_id
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from workers.calls.invocation import Invocation, InvocationContext
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
 INVOCATION_ID = uuid.uuid4()
 INVOCATION = Invocation(

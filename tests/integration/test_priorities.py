@@ -95,9 +95,15 @@ def test_high_priority_calls_overtake_the_low_ones_waiting_in_the_queue(
     # given: one worker running one call at a time for the pool, on the broker
     broker_url = RABBIT_URL if broker == "rabbitmq" else redis_url
     pool = slot_tools.PRIORITY_POOL
-    on_broker = dataclasses.replace(settings, broker_url=broker_url)
+    # (RabbitMQ orders by priority in classic queues only: its quorum queues, before RabbitMQ 4.0,
+    # deliver in order of arrival)
+    on_broker = dataclasses.replace(settings, broker_url=broker_url, broker_queue_type="classic")
     _empty(on_broker, pool)
-    env = {"TOOLFLEET_BROKER_URL": broker_url, "TOOLFLEET_RESULT_BACKEND": redis_url}
+    env = {
+        "TOOLFLEET_BROKER_URL": broker_url,
+        "TOOLFLEET_RESULT_BACKEND": redis_url,
+        "TOOLFLEET_BROKER_QUEUE_TYPE": "classic",
+    }
     worker = tool_worker(
         redis_url,
         [pool],

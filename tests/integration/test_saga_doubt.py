@@ -19,6 +19,7 @@ from orchestrator import CeleryExecutor, ScriptedChatModel
 from tests._background import Background
 from tests._waiting import wait_until
 from tests.integration import fault_tools
+from tests.integration.broker_lists import pool_lists
 from tests.integration.fault_tools import HEAVY_POOL, k
 from tests.integration.scripts import ask, call, saga_service
 from tests.integration.test_saga_faults import (  # the module's workers and sagas, shared
@@ -34,7 +35,6 @@ from tests.integration.test_saga_faults import (  # the module's workers and sag
 )
 from workers import ToolExecution, ToolExecutionRequest
 from workers.calls.invocation import Invocation
-from workers.priorities import redis_lists
 from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -111,7 +111,7 @@ def test_a_compensation_whose_message_was_lost_is_sent_again(
     assert definition is not None
     booked = ToolExecution(request=booking, result=f"booked {key}", status="success")
     broker = redis.Redis.from_url(celery_executor.settings.broker_url)
-    queues = redis_lists(HEAVY_POOL)
+    queues = pool_lists(broker, HEAVY_POOL)
     warming = {"key": f"{key}-warm", "group": "", "undo_seconds": 0}  # the executor's first undo
     warm = dataclasses.replace(
         booked, request=ToolExecutionRequest("book-0", "heavy_book", json.dumps(warming))

@@ -9,7 +9,7 @@ from workers import OutcomeKind, ToolExecutionRequest
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
 
 def test_echo_runs_on_the_alpha_worker(pools: dict[str, WorkerProcess], settings: Settings) -> None:

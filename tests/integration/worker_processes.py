@@ -7,11 +7,13 @@ told otherwise, and logs at INFO to a file of the test's; a test names only what
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from orchestrator.executors.celery import CeleryExecutor
+from tests._environment import broker_environment
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
@@ -40,7 +42,12 @@ def tool_worker(
         kind=kind,
         concurrency=concurrency,
         hostname=hostname,
-        env={"TOOLFLEET_HEARTBEAT_TTL_S": "2", "PYTHONPATH": REPO_ROOT, **(env or {})},
+        env={
+            "TOOLFLEET_HEARTBEAT_TTL_S": "2",
+            "PYTHONPATH": REPO_ROOT,
+            **broker_environment(os.environ),
+            **(env or {}),
+        },
         log_path=log_path,
         loglevel=loglevel,
         extra_args=extra_args,

@@ -99,6 +99,12 @@ class Pools:
     def limit(self, pool: str) -> int | None:
         return None  # no fleet-wide limit of the pool
 
+    def workers(self, max_age_s: float = 0.0) -> list[Any]:
+        return []  # no build advertised: calls go to the pool's own queue
+
+    def last_read(self) -> list[Any]:
+        return []
+
 
 class Control:
     def __init__(self) -> None:

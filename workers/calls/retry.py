@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from workers.protocol import OutcomeKind, ToolOutcome
-from workers.settings import Settings
+from workers.settings import Settings, is_amqp
 from workers.tools import ToolDefinition
 
-__all__ = ["backoff_s", "call_state_ttl_s", "compensation_timeout_s", "is_transient"]
+__all__ = ["backoff_s", "call_state_ttl_s", "compensation_timeout_s", "is_transient", "retry_delay_s"]
 
 MIN_COMPENSATION_ATTEMPT_S = 30.0
 MIN_CALL_STATE_TTL_S = 60
@@ -25,6 +26,16 @@ def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
     """Exponential backoff with jitter: between half and all of `base_s * 2**attempt`, at most `cap_s`."""
     ceiling = min(cap_s, base_s * (2**attempt))
     return random.uniform(ceiling / 2, ceiling)
+
+
+def retry_delay_s(attempt: int, settings: Settings) -> float:
+    """How long to wait before retry `attempt + 1`: `backoff_s`, in whole seconds (rounded up) on a
+    RabbitMQ broker with quorum queues, whose native delayed delivery counts whole seconds and refuses
+    a delay under one."""
+    delay = backoff_s(attempt, settings.retry_backoff_s, settings.retry_backoff_max_s)
+    if is_amqp(settings.broker_url) and settings.broker_queue_type == "quorum":
+        return float(max(1, math.ceil(delay)))
+    return delay
 
 
 def compensation_timeout_s(definition: ToolDefinition, settings: Settings) -> float:

@@ -21,11 +21,11 @@ from typing import Any
 import redis
 from celery import states
 from celery.backends.base import BackendStoreError
-from celery.backends.redis import RedisBackend
+from celery.backends.redis import RedisBackend, SentinelBackend
 
 from workers.protocol import PROGRESS_STATE
 
-__all__ = ["STORE_SCRIPT", "ResultBackend"]
+__all__ = ["STORE_SCRIPT", "ResultBackend", "SentinelResultBackend"]
 
 # KEYS[1]: the task's meta key. ARGV[1]: the encoded meta; ARGV[2]: expiry in seconds (0: none);
 # ARGV[3]: '1' when the state is an interim one (PROGRESS) that must not replace any final state.
@@ -191,3 +191,7 @@ class ResultBackend(RedisBackend):  # type: ignore[misc]
         interim = state == PROGRESS_STATE
         self._writer.store(self.get_key_for_task(task_id), value, int(expires or 0), interim=interim)
         return result
+
+
+class SentinelResultBackend(ResultBackend, SentinelBackend):  # type: ignore[misc]
+    """`ResultBackend` on a Redis behind Sentinel: its client asks the sentinels for the master."""

@@ -17,7 +17,7 @@ from celery import Task
 from workers._failures import failure_for
 from workers.calls.doubt import undo_key
 from workers.calls.invocation import Invocation
-from workers.calls.retry import backoff_s, call_state_ttl_s, compensation_timeout_s
+from workers.calls.retry import backoff_s, call_state_ttl_s, compensation_timeout_s, retry_delay_s
 from workers.calls.runner import call_identity, run_compensation
 from workers.protocol import (
     CALL_ABANDONED,
@@ -36,6 +36,7 @@ from workers.protocol import (
     compensation_task_id,
     compensation_task_name,
 )
+from workers.redis_client import connect as connect_redis
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
@@ -52,7 +53,7 @@ def _redis(settings: Settings) -> redis.Redis:
     key = f"{os.getpid()}:{settings.redis_url}"
     client = _clients.get(key)
     if client is None:
-        client = _clients[key] = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+        client = _clients[key] = connect_redis(settings.redis_url, socket_timeout=5)
     return client
 
 
@@ -218,7 +219,7 @@ def run_compensation_task(
             log.warning("could not unlock the compensation %s (%s); it expires in %d s", key, exc, lock_ttl)
         failures = envelope.failures  # lock waits are retries too: count failures apart
         if failures < settings.compensation_retries:
-            countdown = backoff_s(failures, settings.retry_backoff_s, settings.retry_backoff_max_s)
+            countdown = retry_delay_s(failures, settings)
             if deadline is None or time.time() + countdown < deadline:
                 raise task.retry(
                     countdown=countdown,

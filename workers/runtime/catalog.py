@@ -7,7 +7,11 @@ to find tools without importing their code, and to fail fast when no live worker
 
 A call lands on any worker of its pool, so every worker of a pool must serve the same tools: a
 worker joining a pool whose live workers serve others is refused (`pool_conflicts`), and
-`toolfleet tools` flags pools whose workers differ (`mixed_pools`).
+`toolfleet tools` flags pools whose workers differ (`mixed_pools`). They may serve different
+*versions* of those tools (`workers.tools.versions`), as in a rolling deploy: each worker advertises
+its tools' versions and also consumes the queue of its build of each pool (`WorkerEntry.queue`), whose
+live workers are kept under `toolfleet:pool:<that queue>` as a pool's are; an orchestrator publishes a
+call to the queue of a build that serves the version the model was given.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ import redis
 
 from workers._redis_errors import mapped_redis_errors
 from workers.errors import MixedPoolError
-from workers.protocol import POOL_KEY, POOLS_KEY, WORKER_KEY
+from workers.protocol import POOL_KEY, POOLS_KEY, WORKER_KEY, WORKERS_KEY
 from workers.tools import Compensation, ToolDefinition, ToolOptions
 from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+from workers.tools.versions import build_queue, tool_version, version_digest
 
 __all__ = [
     "Catalog",
@@ -36,6 +41,7 @@ __all__ = [
     "MixedPoolError",
     "WorkerEntry",
     "mixed_pools",
+    "newest_first",
     "pool_conflicts",
     "pool_tools",
     "served_text",
@@ -44,6 +50,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RETRY_INTERVAL_S = 0.25  # between heartbeats while Redis is unreachable
+FORGET_AFTER_S = 3600.0  # a worker silent this long leaves the index of workers (its entry long expired)
 
 
 @dataclass(frozen=True)
@@ -53,10 +60,17 @@ class CatalogTool:
     specification: ToolSpecification
     options: ToolOptions
     compensable: bool
+    version: str | None = None  # None: advertised by a worker that names no versions
 
     @classmethod
-    def of(cls, definition: ToolDefinition) -> CatalogTool:
-        return cls(definition.specification, definition.options, definition.compensation is not None)
+    def of(cls, definition: ToolDefinition, build_id: str | None = None) -> CatalogTool:
+        """`definition` as a worker of build `build_id` advertises it, with its version."""
+        return cls(
+            definition.specification,
+            definition.options,
+            definition.compensation is not None,
+            tool_version(definition, build_id),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +88,7 @@ class CatalogTool:
             "return_behavior": self.options.return_behavior.value,
             "search_behavior": self.options.search_behavior.value,
             "compensable": self.compensable,
+            "version": self.version,
         }
 
     @classmethod
@@ -96,10 +111,12 @@ class CatalogTool:
             rate_limit=data.get("rate_limit"),
             rate_limit_key=data.get("rate_limit_key"),
         )
-        return cls(spec, options, bool(data.get("compensable", False)))
+        version = data.get("version")
+        return cls(spec, options, bool(data.get("compensable", False)), str(version) if version else None)
 
     def definition(self) -> ToolDefinition:
-        """A definition that can be dispatched to a pool but not run in this process."""
+        """A definition that can be dispatched to a pool but not run in this process; calls of it go to
+        the workers of any build serving its digest (the build id is not part of what the model sees)."""
         return ToolDefinition(
             specification=self.specification,
             function=_remote_only(self.specification.name),
@@ -112,6 +129,7 @@ class CatalogTool:
                 if self.compensable
                 else None
             ),
+            version=version_digest(self.version) if self.version else None,
         )
 
 
@@ -135,6 +153,21 @@ class WorkerEntry:
     started_at: float
     tools: list[CatalogTool] = field(default_factory=list)
     pool_concurrency: int | None = None  # at most this many calls of its pools at once, fleet-wide
+    build_id: str | None = None  # `--build-id`, `TOOLFLEET_BUILD_ID`: part of its tools' versions
+    _queues: dict[str, str | None] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def versions(self, pool: str) -> dict[str, str]:
+        """Each tool it serves on `pool` and its version there (tools with no version left out)."""
+        return {t.specification.name: t.version for t in self.tools if t.options.pool == pool and t.version}
+
+    def queue(self, pool: str) -> str | None:
+        """The queue of its build of `pool`, which it consumes besides `pool`'s; None when it advertises
+        no versions there (a worker of an earlier toolfleet consumes the pool's queue only)."""
+        if pool not in self._queues:  # asked for every call routed: worked out once per entry read
+            tools = [t for t in self.tools if t.options.pool == pool]
+            versioned = bool(tools) and all(t.version is not None for t in tools)
+            self._queues[pool] = build_queue(pool, self.versions(pool).items()) if versioned else None
+        return self._queues[pool]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -146,6 +179,7 @@ class WorkerEntry:
             "started_at": self.started_at,
             "tools": [t.to_json() for t in self.tools],
             "pool_concurrency": self.pool_concurrency,
+            "build_id": self.build_id,
         }
 
     @classmethod
@@ -159,6 +193,7 @@ class WorkerEntry:
             started_at=float(data.get("started_at", 0.0)),
             tools=[CatalogTool.from_json(t) for t in data.get("tools", [])],
             pool_concurrency=data.get("pool_concurrency"),
+            build_id=data.get("build_id") or None,
         )
 
 
@@ -184,9 +219,17 @@ class CatalogHeartbeat:
             json.dumps(self._entry.to_json()),
             px=int(self._ttl_s * 1000),
         )
+        # The index orchestrators read the catalog through (no scan of the keyspace); members whose
+        # entry expired long ago are dropped by whichever worker beats.
+        pipe.zadd(WORKERS_KEY, {self._entry.hostname: expires_at})
+        pipe.zremrangebyscore(WORKERS_KEY, "-inf", expires_at - FORGET_AFTER_S)
         for pool in self._entry.pools:
             pipe.zadd(POOL_KEY.format(pool), {self._entry.hostname: expires_at})
             pipe.sadd(POOLS_KEY, pool)
+            queue = self._entry.queue(pool)
+            if queue is not None:  # its build's live workers, as a pool's; gone once no worker beats
+                pipe.zadd(POOL_KEY.format(queue), {self._entry.hostname: expires_at})
+                pipe.pexpire(POOL_KEY.format(queue), int(self._ttl_s * 1000))
         pipe.execute()
 
     def _run(self) -> None:
@@ -216,8 +259,12 @@ class CatalogHeartbeat:
         try:
             pipe = self._client.pipeline(transaction=False)
             pipe.delete(WORKER_KEY.format(self._entry.hostname))
+            pipe.zrem(WORKERS_KEY, self._entry.hostname)
             for pool in self._entry.pools:
                 pipe.zrem(POOL_KEY.format(pool), self._entry.hostname)
+                queue = self._entry.queue(pool)
+                if queue is not None:
+                    pipe.zrem(POOL_KEY.format(queue), self._entry.hostname)
             pipe.execute()
         except redis.RedisError as exc:
             log.warning("could not remove %s from the catalog: %s", self._entry.hostname, exc)
@@ -230,8 +277,17 @@ class Catalog:
         self._client = client
 
     def workers(self) -> list[WorkerEntry]:
+        """Every live worker's entry, read through the index of workers (`WORKERS_KEY`): two commands
+        whatever else Redis holds. Where no worker keeps the index (workers of an earlier toolfleet
+        only), the keyspace is scanned for entries as those wrote them."""
         with mapped_redis_errors(self._client):
-            keys = list(self._client.scan_iter(match=WORKER_KEY.format("*"), count=500))
+            names = self._client.zrangebyscore(WORKERS_KEY, time.time(), "+inf")
+            if names:
+                keys = [WORKER_KEY.format(n.decode() if isinstance(n, bytes) else n) for n in names]
+            elif self._client.exists(WORKERS_KEY):
+                keys = []
+            else:
+                keys = list(self._client.scan_iter(match=WORKER_KEY.format("*"), count=500))
             raws = self._client.mget(keys) if keys else []
         entries = []
         for key, raw in zip(keys, raws, strict=True):
@@ -255,15 +311,26 @@ class Catalog:
             return bool(self._client.exists(WORKER_KEY.format(hostname)))
 
     def tools(self, pools: Iterable[str] | None = None) -> list[CatalogTool]:
-        """Each tool served by a live worker, once (the first worker's description wins)."""
+        """Each tool served by a live worker, once: the newest worker's, so that while two builds serve
+        different versions of a tool every orchestrator gives the model the same one."""
         wanted = set(pools) if pools is not None else None
-        found: dict[str, CatalogTool] = {}
-        for entry in self.workers():
+        workers = self.workers()
+        newest: dict[str, CatalogTool] = {}
+        for entry in newest_first(workers):
             for item in entry.tools:
-                if wanted is not None and item.options.pool not in wanted:
-                    continue
-                found.setdefault(item.specification.name, item)
+                if wanted is None or item.options.pool in wanted:
+                    newest.setdefault(item.specification.name, item)
+        found: dict[str, CatalogTool] = {}  # in the order the workers (by hostname) list them
+        for entry in workers:
+            for item in entry.tools:
+                if wanted is None or item.options.pool in wanted:
+                    found.setdefault(item.specification.name, newest[item.specification.name])
         return list(found.values())
+
+
+def newest_first(workers: Iterable[WorkerEntry]) -> list[WorkerEntry]:
+    """`workers`, the latest started first (then by hostname, so that equals are ordered alike)."""
+    return sorted(workers, key=lambda e: (-e.started_at, e.hostname))
 
 
 @dataclass(frozen=True)

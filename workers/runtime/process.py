@@ -11,8 +11,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-import redis
-
+from workers.redis_client import connect as connect_redis
 from workers.runtime.catalog import Catalog
 
 __all__ = ["WorkerProcess"]
@@ -34,6 +33,7 @@ class WorkerProcess:
         log_path: Path | None = None,
         loglevel: str = "WARNING",
         extra_args: Sequence[str] = (),
+        build_id: str | None = None,
     ) -> None:
         self.pools = list(pools)
         self.hostname = hostname or f"{'-'.join(self.pools)}-{os.getpid()}-{time.monotonic_ns() % 10**8}@test"
@@ -56,6 +56,8 @@ class WorkerProcess:
         ]
         if concurrency is not None:
             command += ["--concurrency", str(concurrency)]
+        if build_id is not None:
+            command += ["--build-id", build_id]
         command += list(extra_args)  # further `toolfleet worker` options, such as --allow-mixed-pool
         environment = {**os.environ, **(env or {}), "TOOLFLEET_REDIS_URL": redis_url}
         environment.setdefault("TOOLFLEET_BROKER_URL", redis_url)
@@ -72,7 +74,7 @@ class WorkerProcess:
 
     def wait_ready(self, timeout_s: float = 30.0) -> WorkerProcess:
         """Block until the worker's heartbeat is in the catalog; raise with its log if it died."""
-        client = redis.Redis.from_url(self.redis_url)
+        client = connect_redis(self.redis_url)
         catalog = Catalog(client)
         deadline = time.monotonic() + timeout_s
         try:

@@ -15,11 +15,11 @@ from typing import Any
 
 import redis
 from celery import Celery, Task
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 
 from workers._failures import ToolFailure, failure_for
 from workers.calls.progress import reporting
-from workers.calls.retry import backoff_s, is_transient
+from workers.calls.retry import is_transient, retry_delay_s
 from workers.calls.runner import bound_outcome, call_identity, log_call, run_tool
 from workers.protocol import (
     CALL_CANCELLED_KEY,
@@ -33,10 +33,12 @@ from workers.protocol import (
     is_toolfleet_task,
     tool_task_name,
 )
+from workers.redis_client import connect as connect_redis
 from workers.runtime._compensation import finish_or_compensate_late, run_compensation_task
 from workers.runtime._consumer import broker_reconnected
 from workers.runtime._progress import worker_reporter
 from workers.runtime._telemetry import install_worker_telemetry, observed_call, observed_compensation
+from workers.runtime.builds import build_queues
 from workers.runtime.catalog import CatalogHeartbeat, CatalogTool, WorkerEntry
 from workers.runtime.rates import rates_of, wait_for_start
 from workers.settings import Settings
@@ -98,7 +100,7 @@ def _run_call(
     if outcome.is_error:
         attempt = int(task.request.retries or 0)
         if attempt < definition.options.retries and is_transient(outcome, definition):
-            countdown = backoff_s(attempt, settings.retry_backoff_s, settings.retry_backoff_max_s)
+            countdown = retry_delay_s(attempt, settings)
             if deadline is None or time.time() + countdown < deadline:
                 elapsed_ms = (time.perf_counter() - started) * 1000
                 log_call(
@@ -231,10 +233,20 @@ def _register_compensation(app: Celery, definition: ToolDefinition, settings: Se
 def _publish_catalog_while_running(app: Celery, registry: ToolRegistry, settings: Settings) -> None:
     heartbeats: list[CatalogHeartbeat] = []
 
+    def on_setup(sender: Any = None, instance: Any = None, **_: Any) -> None:
+        # Besides each pool's queue (`-Q`, `--pool`), the queue of this build of it: calls of the
+        # versions it serves are published there (`workers.runtime.builds`).
+        if instance is not None and getattr(instance, "app", None) is app:
+            queues = instance.app.amqp.queues
+            for name in build_queues(registry, queues.consume_from, settings.build_id).values():
+                # declared as the app declares a pool's queue (on RabbitMQ: its type and exchange)
+                queues.select_add(queues[name])
+
     def on_ready(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not app:
             return
-        pools = sorted(q.name for q in sender.task_consumer.queues)
+        queues = {q.name for q in sender.task_consumer.queues}
+        pools = sorted(queues - set(build_queues(registry, queues, settings.build_id).values()))
         pool_module = type(sender.pool).__module__.rsplit(".", 1)[-1]
         kind = {"thread": "threads"}.get(pool_module, pool_module)
         entry = WorkerEntry(
@@ -245,11 +257,10 @@ def _publish_catalog_while_running(app: Celery, registry: ToolRegistry, settings
             pool_concurrency=sender.app.conf.get("toolfleet_pool_concurrency"),
             pid=os.getpid(),
             started_at=time.time(),
-            tools=[CatalogTool.of(d) for d in registry if d.pool in pools],
+            tools=[CatalogTool.of(d, settings.build_id) for d in registry if d.pool in pools],
+            build_id=settings.build_id,
         )
-        heartbeat = CatalogHeartbeat(
-            redis.Redis.from_url(settings.redis_url), entry, settings.heartbeat_ttl_s
-        )
+        heartbeat = CatalogHeartbeat(connect_redis(settings.redis_url), entry, settings.heartbeat_ttl_s)
         heartbeat.start()
         heartbeats.append(heartbeat)
         log.info(
@@ -266,6 +277,7 @@ def _publish_catalog_while_running(app: Celery, registry: ToolRegistry, settings
         while heartbeats:
             heartbeats.pop().stop()
 
+    celeryd_after_setup.connect(on_setup, weak=False)
     worker_ready.connect(on_ready, weak=False)
     broker_reconnected.connect(on_reconnected, weak=False)
     worker_shutdown.connect(on_shutdown, weak=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -12,6 +13,7 @@ import redis
 
 from workers.app import make_app, registry_from_modules
 from workers.errors import ToolDefinitionError, ToolModuleError
+from workers.redis_client import connect as connect_redis
 from workers.runtime.catalog import (
     Catalog,
     CatalogTool,
@@ -23,6 +25,7 @@ from workers.runtime.catalog import (
 from workers.settings import Settings
 from workers.telemetry.metrics import serve_worker_metrics
 from workers.tools.registry import ToolRegistry
+from workers.tools.versions import check_build_id, tool_version
 
 __all__ = ["POOL_KINDS", "ToolModuleError", "load_tools", "run_worker"]
 
@@ -63,6 +66,7 @@ def run_worker(
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     pool_concurrency: int | None = None,
+    build_id: str | None = None,
 ) -> None:
     """Run a Celery worker consuming the queues of `pools` until it is stopped.
 
@@ -72,12 +76,15 @@ def run_worker(
     the worker and all its pool's processes are served at `http://metrics_host:metrics_port/metrics`.
     With `pool_concurrency`, the worker announces in the catalog that at most that many calls of its
     pools run at once in the whole fleet; orchestrators hold calls in line until one of the pool's
-    slots is free.
+    slots is free. With `build_id` (else `settings.build_id`), the versions it advertises for its tools
+    name that build, and calls meant for another build never reach it.
     """
     if pool_concurrency is not None and pool_concurrency < 1:
         raise ValueError(f"--pool-concurrency must be 1 or more, got {pool_concurrency}")
     if kind not in POOL_KINDS:
         raise ValueError(f"--kind must be one of {', '.join(POOL_KINDS)}, got {kind!r}")
+    if build_id is not None:
+        settings = dataclasses.replace(settings, build_id=check_build_id(build_id))
     pools = [p.strip() for p in pools if p.strip()]
     if not pools:
         raise ValueError("--pool needs at least one pool name")
@@ -110,7 +117,11 @@ def run_worker(
         "--loglevel",
         loglevel,
     ]
-    log.info("serving %s on pools %s", ", ".join(served), ", ".join(pools))
+    log.info(
+        "serving %s on pools %s",
+        ", ".join(f"{d.name} {tool_version(d, settings.build_id)}" for d in registry if d.pool in pools),
+        ", ".join(pools),
+    )
     if metrics_port is None:
         app.worker_main(argv)
         return
@@ -123,7 +134,7 @@ def _check_pools(
     settings: Settings, registry: ToolRegistry, hostname: str, pools: Sequence[str], allow_mixed_pool: bool
 ) -> None:
     tools = [CatalogTool.of(d) for d in registry if d.pool in pools]
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=5)
+    client = connect_redis(settings.redis_url, socket_connect_timeout=2, socket_timeout=5)
     try:
         workers = Catalog(client).workers()
     except redis.RedisError as exc:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from workers.calls.invocation import ToolCallIdentity
 from workers.calls.progress import ToolProgressReporter
 from workers.tools._decorators import ToolOptions
 from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
+from workers.tools.versions import tool_digest
 
 __all__ = ["Compensation", "ToolDefinition", "ToolParameter"]
 
@@ -63,11 +65,19 @@ class ToolDefinition:
     """Whether the function has a `ToolCallIdentity` parameter: a call builds one only then."""
     takes_reporter: bool = field(init=False, repr=False, compare=False)
     """Whether the function has a `ToolProgressReporter` parameter: a worker makes one only then."""
+    version: str | None = field(default=None, compare=False)
+    """The version calls of it are routed by, when it came from the live catalog (the digest its
+    workers advertise); None: the digest of this definition (`workers.tools.versions`)."""
 
     def __post_init__(self) -> None:
         injected = set() if self.raw_arguments else {p.injected for p in self.parameters}
         object.__setattr__(self, "takes_identity", ToolCallIdentity in injected)
         object.__setattr__(self, "takes_reporter", ToolProgressReporter in injected)
+
+    @cached_property
+    def digest(self) -> str:
+        """The digest of its specification and options (`workers.tools.versions.tool_digest`)."""
+        return tool_digest(self)
 
     @property
     def name(self) -> str:

@@ -13,6 +13,7 @@ import redis
 from orchestrator.loop.adopting import adoptable
 from orchestrator.saga.journal import InvocationRecord, Journal
 from orchestrator.service import AiService
+from workers.redis_client import connect as connect_redis
 from workers.settings import Settings
 
 __all__ = ["Carried", "carry_on_stale"]
@@ -59,7 +60,7 @@ def _agent_of(record: InvocationRecord, settings: Settings) -> str:
     if record.service_name:
         return record.service_name
     try:
-        client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
+        client = connect_redis(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
         try:
             entries: Any = client.xrange(_EVENTS_KEY.format(record.id), count=1)
         finally:

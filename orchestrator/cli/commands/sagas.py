@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.cli.commands._command import add_command
 from orchestrator.saga.recovery import STALE_AFTER_S
 from orchestrator.saga.states import CompensationState
+from workers.redis_client import connect as connect_redis
 from workers.settings import Settings
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def _late_rows(settings: Settings, calls: list[Any], *, failed_only: bool) -> li
 
     from orchestrator.saga import LateState, late_compensation
 
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    client = connect_redis(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
     lines = []
     try:
         for call in calls:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.commands._command import add_command
 from orchestrator.saga.states import CallState, InvocationState
+from workers.redis_client import connect as connect_redis
 from workers.settings import Settings
 
 if TYPE_CHECKING:
@@ -181,7 +182,7 @@ def _late_text(settings: Settings, call: Any) -> str:
 
     from orchestrator.saga import late_compensation
 
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    client = connect_redis(settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
     try:
         late = late_compensation(client, call)
     except redis.RedisError as exc:

@@ -1,4 +1,4 @@
-"""`toolfleet tools`: the live catalog — which workers are up, and the tools they serve."""
+"""`toolfleet tools`: the live catalog — which workers are up, and the tools they serve, at which versions."""
 
 from __future__ import annotations
 
@@ -12,14 +12,27 @@ from urllib.parse import urlsplit
 import redis
 
 from orchestrator.cli.commands._command import add_command
-from workers.runtime.catalog import Catalog, CatalogTool, MixedPool, WorkerEntry, mixed_pools, served_text
+from workers.redis_client import connect as connect_redis
+from workers.runtime.builds import RollingPool, rolling_pools
+from workers.runtime.catalog import (
+    Catalog,
+    CatalogTool,
+    MixedPool,
+    WorkerEntry,
+    mixed_pools,
+    newest_first,
+    served_text,
+)
 from workers.settings import ENVIRONMENT, Settings
 
 HELP = "list the live workers and the tools they serve"
 DESCRIPTION = (
     "Show the live catalog in Redis (TOOLFLEET_REDIS_URL): every worker whose heartbeat "
-    "has not expired, with its pools, pool kind and concurrency, and every tool those workers serve. "
-    "Pools whose workers serve different tools are flagged: a call lands on any worker of its pool. "
+    "has not expired, with its pools, pool kind and concurrency, and every tool those workers serve, "
+    "with its version (a digest of its schema and options, +build id). "
+    "Pools whose workers serve different tools are flagged: a call lands on any worker of its pool; "
+    "so are pools whose workers serve different versions of a tool (a rolling deploy), where each call "
+    "goes to a worker of the version its model was given. "
     "Exits 2 when Redis cannot be reached."
 )
 
@@ -52,11 +65,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         workers = [w for w in workers if pools.intersection(w.pools)]
     tools = _tools(workers, pools)
     mixed = [m for m in mixed_pools(workers) if pools is None or m.pool in pools]
+    rolling = [r for r in rolling_pools(workers) if pools is None or r.pool in pools]
     if args.json:
         json.dump(_as_json(url, pools, workers, tools, mixed), sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")
     else:
-        _print_text(sys.stdout, url, pools, workers, tools, mixed)
+        _print_text(sys.stdout, url, pools, workers, tools, mixed, rolling)
     return 0
 
 
@@ -68,7 +82,7 @@ def _pools(raw: str | None) -> set[str] | None:
 
 
 def _read_workers(redis_url: str) -> list[WorkerEntry]:
-    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+    client = connect_redis(redis_url, socket_connect_timeout=2, socket_timeout=5)
     try:
         return Catalog(client).workers()
     finally:
@@ -85,7 +99,8 @@ def _scrub(text: str, redis_url: str) -> str:
 
 
 class _Served:
-    """One tool as the live workers serve it: the first worker's definition, and who serves it."""
+    """One version of a tool as the live workers serve it: the newest such worker's definition, and who
+    serves it (by hostname)."""
 
     def __init__(self, tool: CatalogTool) -> None:
         self.tool = tool
@@ -93,14 +108,33 @@ class _Served:
 
 
 def _tools(workers: Sequence[WorkerEntry], pools: set[str] | None) -> list[_Served]:
-    served: dict[str, _Served] = {}
-    for worker in workers:
+    """Each tool at each version its live workers serve; a tool's newest version (the one an
+    orchestrator reading the catalog gives its model) first."""
+    served: dict[tuple[str, str | None], _Served] = {}
+    for worker in newest_first(workers):
         for tool in worker.tools:
             if pools is not None and tool.options.pool not in pools:
                 continue
-            entry = served.setdefault(tool.specification.name, _Served(tool))
+            entry = served.setdefault((tool.specification.name, tool.version), _Served(tool))
             entry.workers.append(worker.hostname)
-    return sorted(served.values(), key=lambda s: (s.tool.options.pool, s.tool.specification.name))
+    for entry in served.values():
+        entry.workers.sort()
+    order = {key: index for index, key in enumerate(served)}
+    return sorted(
+        served.values(),
+        key=lambda s: (
+            s.tool.options.pool,
+            s.tool.specification.name,
+            order[(s.tool.specification.name, s.tool.version)],
+        ),
+    )
+
+
+def _by_name(tools: Sequence[_Served]) -> dict[str, list[_Served]]:
+    grouped: dict[str, list[_Served]] = {}
+    for served in tools:
+        grouped.setdefault(served.tool.specification.name, []).append(served)
+    return grouped
 
 
 def _as_json(
@@ -122,6 +156,8 @@ def _as_json(
                 "pid": w.pid,
                 "started_at": w.started_at,
                 "tools": sorted(t.specification.name for t in w.tools),
+                "build_id": w.build_id,
+                "versions": {t.specification.name: t.version for t in w.tools},
             }
             for w in workers
         ],
@@ -136,9 +172,11 @@ def _as_json(
                 "return_behavior": s.tool.options.return_behavior.value,
                 "description": s.tool.specification.description,
                 "parameters": s.tool.specification.parameters,
-                "workers": s.workers,
+                "workers": sorted(w for v in versions for w in v.workers),
+                "version": s.tool.version,
+                "versions": [{"version": v.tool.version, "workers": v.workers} for v in versions],
             }
-            for s in tools
+            for s, versions in ((versions[0], versions) for versions in _by_name(tools).values())
         ],
         "mixed_pools": [
             {"pool": m.pool, "workers": {name: list(served) for name, served in m.served.items()}}
@@ -154,6 +192,7 @@ def _print_text(
     workers: Sequence[WorkerEntry],
     tools: Sequence[_Served],
     mixed: Sequence[MixedPool] = (),
+    rolling: Sequence[RollingPool] = (),
 ) -> None:
     scope = f" for pool(s) {', '.join(sorted(pools))}" if pools is not None else ""
     if not workers:
@@ -166,20 +205,32 @@ def _print_text(
         return
     out.write(f"Catalog at {url}{scope}\n\n")
     out.write(f"Live workers ({len(workers)}):\n")
+    builds = any(w.build_id for w in workers)  # a column only when some worker names its build
     _table(
         out,
-        ("HOSTNAME", "POOLS", "KIND", "CONCURRENCY"),
-        [(w.hostname, ",".join(w.pools), w.pool_kind, str(w.concurrency)) for w in workers],
+        ("HOSTNAME", "POOLS", "KIND", "CONCURRENCY", *(("BUILD",) if builds else ())),
+        [
+            (
+                w.hostname,
+                ",".join(w.pools),
+                w.pool_kind,
+                str(w.concurrency),
+                *((w.build_id or "-",) if builds else ()),
+            )
+            for w in workers
+        ],
     )
-    out.write(f"\nTools ({len(tools)}):\n")
+    out.write(f"\nTools ({len(_by_name(tools))}):\n")
     if not tools:
         out.write("  (none: these workers serve no tool of the selected pools)\n")
         _print_mixed(out, mixed)
         return
     pool_sizes = {m.pool: len(m.served) for m in mixed}
+    for rolled in rolling:  # a version served by some of its workers: `1 of 2`
+        pool_sizes.setdefault(rolled.pool, sum(1 for w in workers if rolled.pool in w.pools))
     _table(
         out,
-        ("NAME", "POOL", "TIMEOUT", "IDEMPOTENT", "COMPENSABLE", "WORKERS", "DESCRIPTION"),
+        ("NAME", "POOL", "TIMEOUT", "IDEMPOTENT", "COMPENSABLE", "WORKERS", "VERSION", "DESCRIPTION"),
         [
             (
                 s.tool.specification.name,
@@ -188,6 +239,7 @@ def _print_text(
                 _yes_no(s.tool.options.idempotent),
                 _yes_no(s.tool.compensable),
                 _workers_cell(len(s.workers), pool_sizes.get(s.tool.options.pool)),
+                s.tool.version or "-",
                 _short(s.tool.specification.description),
             )
             for s in tools
@@ -198,6 +250,21 @@ def _print_text(
             f"\ntimeout 'default': the orchestrator's {ENVIRONMENT['default_tool_timeout_s']} applies.\n"
         )
     _print_mixed(out, mixed)
+    _print_rolling(out, rolling)
+
+
+def _print_rolling(out: TextIO, rolling: Sequence[RollingPool]) -> None:
+    if not rolling:
+        return
+    out.write(
+        f"\nRolling pools ({len(rolling)}): their workers serve different versions of some tools; each "
+        "call goes to a worker of the version its model was given (newest first).\n"
+    )
+    for pool in rolling:
+        out.write(f"  pool '{pool.pool}':\n")
+        for name, versions in pool.versions.items():
+            for version, hosts in versions.items():
+                out.write(f"    {name} {version}: {', '.join(repr(h) for h in hosts)}\n")
 
 
 def _workers_cell(serving: int, pool_workers: int | None) -> str:

@@ -54,6 +54,14 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "(default: TOOLFLEET_POOL_CONCURRENCY, else no limit)",
     )
     parser.add_argument(
+        "--build-id",
+        default=None,
+        metavar="ID",
+        help="this deployment's build (a release tag or commit), part of the version each tool advertises: "
+        "a rolling deploy's old and new workers serve side by side, each call reaching a worker of the "
+        "version its model was given (default: TOOLFLEET_BUILD_ID, else none)",
+    )
+    parser.add_argument(
         "--allow-mixed-pool",
         action="store_true",
         help="start even when live workers of the pool serve other tools (warns instead of refusing)",
@@ -79,6 +87,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             ),
             metrics_port=args.metrics_port,
             metrics_host=args.metrics_host,
+            build_id=args.build_id,
         )
     except (ValueError, ImportError, ToolfleetError) as exc:
         return refuse("worker", exc)

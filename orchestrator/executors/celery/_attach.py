@@ -16,12 +16,12 @@ import logging
 import time
 from datetime import UTC, datetime
 
-import redis
-
 from orchestrator.executors._outcomes import failed_outcome
 from orchestrator.executors.celery._dispatch import Dispatcher
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
 from workers.priorities import redis_lists
+from workers.redis_client import connect as connect_redis
+from workers.redis_client import is_redis
 
 __all__ = ["deadline_of", "in_broker", "uncertain_outcome"]
 
@@ -31,18 +31,19 @@ _UNACKED = "unacked"  # kombu's Redis transport: messages delivered to a worker,
 
 
 def in_broker(dispatcher: Dispatcher, task_id: str, pool: str, *, held: bool = True) -> bool | None:
-    """Whether the task's message waits in `pool`'s queue (any priority) or (`held`) is held by a
-    worker unacknowledged, on a Redis broker; None when the broker is not Redis (it cannot be looked
-    into)."""
+    """Whether the task's message waits in one of `pool`'s queues (its own and its live builds', any
+    priority) or (`held`) is held by a worker unacknowledged, on a Redis broker; None when the broker
+    is not Redis (it cannot be looked into)."""
     url = dispatcher.settings.broker_url
-    if not url.startswith(("redis://", "rediss://", "unix://")):
+    if not is_redis(url):
         return None
     needle = task_id.encode()
-    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+    client = connect_redis(url, socket_timeout=5, socket_connect_timeout=2)
     try:
-        for queue in redis_lists(pool):
-            if any(needle in message for message in client.lrange(queue, 0, -1)):
-                return True
+        for queue in (pool, *dispatcher.routes.build_queues(pool)):
+            for key in redis_lists(queue):
+                if any(needle in message for message in client.lrange(key, 0, -1)):
+                    return True
         return held and any(needle in message for message in client.hvals(_UNACKED))
     finally:
         client.close()

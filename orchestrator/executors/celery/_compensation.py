@@ -149,7 +149,10 @@ async def _resend_if_lost(
             if await asyncio.to_thread(_lost, dispatcher, task_id, pool, locked):
                 log.warning("compensation %s: no worker has it, nor does its queue: sent again", task_id)
                 remaining = deadline - time.monotonic()
-                dispatcher.publish(name, task_id, envelope, pool, remaining, key=envelope.idempotency_key)
+                queue = dispatcher.routes.undo_queue(definition)
+                dispatcher.publish(
+                    name, task_id, envelope, pool, remaining, key=envelope.idempotency_key, queue=queue
+                )
         except (redis.RedisError, OperationalError) as exc:  # looked at again next time
             log.info("compensation %s: whether it is lost is unknown: %s", task_id, exc)
 
@@ -198,6 +201,7 @@ async def undo_in_doubt(
                 definition.pool,
                 max(timeout_s, settings.result_expires_s),  # waits for a worker as long as results do
                 key=key,
+                queue=dispatcher.routes.undo_queue(definition),
             )
         except OperationalError as exc:
             pause = backoff_s(attempt, settings.retry_backoff_s, WAIT_MAX_S)

@@ -1,5 +1,6 @@
-"""One dispatch of a task: publish it on its pool's queue, await its final state under the call's
-deadline, and abandon it (revoke, terminate where the pool can) when the deadline passes first."""
+"""One dispatch of a task: publish it on its pool's queue (that of a build serving its tool's version,
+`_versions`), await its final state under the call's deadline, and abandon it (revoke, terminate where
+the pool can) when the deadline passes first."""
 
 from __future__ import annotations
 
@@ -18,16 +19,11 @@ from kombu.exceptions import OperationalError
 
 from orchestrator.executors._call_events import CallEvent, call_notifier
 from orchestrator.executors._collector import FINAL_STATES, ResultCollector
-from orchestrator.executors._outcomes import (
-    failed_outcome,
-    no_worker_outcome,
-    outcome_of_meta,
-    seconds_text,
-    worker_of,
-)
+from orchestrator.executors._outcomes import failed_outcome, outcome_of_meta, timed_out_outcome, worker_of
 from orchestrator.executors._progress import meta_listener, progress_listener
 from orchestrator.executors.celery._admission import Admission
 from orchestrator.executors.celery._pools import OUTAGE_HOLD_S, Pools
+from orchestrator.executors.celery._versions import Routes
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
 from workers.calls.retry import call_state_ttl_s
 from workers.priorities import message_priority
@@ -65,6 +61,7 @@ class Dispatcher:
         self._broker_down_until = 0.0
         self._broker_error = ""
         self.admission = Admission(client, settings.redis_url, pools)  # fleet-wide slots and rate limits
+        self.routes = Routes(pools, settings.build_id)  # which of a pool's queues serves a call's version
 
     @property
     def collector(self) -> ResultCollector:
@@ -88,11 +85,13 @@ class Dispatcher:
         abandon_atomically: bool = False,
         publish: bool = True,
     ) -> ToolOutcome:
-        """Run one task to its outcome: `NO_WORKER` at once for a pool with no live worker; a call once it
-        is admitted (its fleet-wide slots held until its outcome, its rate limit's turn come; told so
-        instead if its deadline would pass first); then `_dispatch`."""
-        if publish and not self.pools.has_workers(definition.pool):
-            return no_worker_outcome(definition)  # no call waits in line for a pool nobody serves
+        """Run one task to its outcome: `NO_WORKER` at once for a pool with no live worker (of the tool's
+        version, `_versions`); a call once it is admitted (its fleet-wide slots held until its outcome,
+        its rate limit's turn come; told so instead if its deadline would pass first); then `_dispatch`."""
+        undoing = isinstance(envelope, CompensationTask)
+        queue = self.routes.queue(definition, undoing=undoing) if publish else definition.pool
+        if not isinstance(queue, str):
+            return queue  # no call waits in line for a pool nobody serves
         admitted = None
         if publish and isinstance(envelope, CallTask):
             admitted = await self.admission.enter(
@@ -112,6 +111,7 @@ class Dispatcher:
                 on_call=on_call,
                 abandon_atomically=abandon_atomically,
                 publish=publish,
+                queue=queue,
             )
         finally:
             if admitted is not None and admitted.holds:
@@ -131,9 +131,10 @@ class Dispatcher:
         on_call: Callable[[CallEvent], None] | None,
         abandon_atomically: bool = False,
         publish: bool = True,
+        queue: str,
     ) -> ToolOutcome:
-        """Run one task to its outcome once admitted (`dispatch`): `BrokerUnavailable` when it cannot be
-        published, `TIMED_OUT` (abandoned) at the deadline.
+        """Run one task to its outcome once admitted (`dispatch`), published to `queue` (of its pool):
+        `BrokerUnavailable` when it cannot be published, `TIMED_OUT` (abandoned) at the deadline.
 
         With `abandon_atomically`, the call's state in Redis decides between abandoned and finished, so
         a call its worker completes at the deadline is collected rather than abandoned. Without
@@ -152,12 +153,14 @@ class Dispatcher:
         if definition.options.idempotent and isinstance(envelope, CallTask):
             # A worker lost mid-call: the same message again, for another worker of the pool.
             def redispatch() -> None:
-                self.publish(task_name, task_id, envelope, pool, deadline - time.monotonic(), key=key)
+                self.publish(
+                    task_name, task_id, envelope, pool, deadline - time.monotonic(), key=key, queue=queue
+                )
 
         is_call = isinstance(envelope, CallTask)
         future = collector.watch(
             task_id,
-            pool,
+            queue,  # a queued call ends `no_worker` once no worker of its build (or pool) is left
             (lambda worker: notify("started", worker)) if notify else None,
             redispatch=redispatch,
             on_progress=meta_listener(progress_listener()) if is_call else None,
@@ -167,7 +170,9 @@ class Dispatcher:
             notify("queued", None)
         remaining = deadline - time.monotonic()
         refused = (
-            self._publish_or_why_not(task_name, task_id, envelope, pool, remaining, key) if publish else None
+            self._publish_or_why_not(task_name, task_id, envelope, pool, remaining, key, queue)
+            if publish
+            else None
         )
         if refused is not None:
             collector.forget(task_id)
@@ -187,7 +192,7 @@ class Dispatcher:
                     log.warning("%s finished at its deadline; its result never arrived", task_id)
                     if notify:
                         notify(OutcomeKind.TIMED_OUT.value, None)
-                    return _timed_out(definition, timeout_s, task_id, pool)
+                    return timed_out_outcome(definition, timeout_s, task_id, pool)
                 meta = late
             else:
                 collector.forget(task_id)
@@ -195,7 +200,7 @@ class Dispatcher:
                     self.abandon(task_id, pool, terminate=terminate)
                 if notify:
                     notify(OutcomeKind.TIMED_OUT.value, None)
-                return _timed_out(definition, timeout_s, task_id, pool)
+                return timed_out_outcome(definition, timeout_s, task_id, pool)
         except asyncio.CancelledError:
             # The invocation (or this call alone) was cancelled: the call is abandoned as at a
             # deadline, so its worker undoes it if it still finishes. Shielded: a second cancel must
@@ -242,6 +247,7 @@ class Dispatcher:
         pool: str,
         remaining_s: float,
         key: str,
+        queue: str,
     ) -> str | None:
         """Publish the task; or why the broker refused it. A refusal fails the calls that follow at once
         for `OUTAGE_HOLD_S` (a batch's others, with the same reason); only a real attempt starts that
@@ -249,7 +255,7 @@ class Dispatcher:
         if time.monotonic() < self._broker_down_until:
             return self._broker_error
         try:
-            self.publish(task_name, task_id, envelope, pool, remaining_s, key=key)
+            self.publish(task_name, task_id, envelope, pool, remaining_s, key=key, queue=queue)
         except OperationalError as exc:
             self._broker_down_until = time.monotonic() + OUTAGE_HOLD_S
             self._broker_error = str(exc)
@@ -265,11 +271,13 @@ class Dispatcher:
         remaining_s: float,
         *,
         key: str,
+        queue: str | None = None,
     ) -> None:
-        """Send the task to `pool`'s queue, expiring (and on prefork pools time-limited) at the deadline."""
+        """Send the task to `queue` (of `pool`; by default the pool's own), expiring (and on prefork pools
+        time-limited) at the deadline."""
         options: dict[str, Any] = {
             "task_id": task_id,
-            "queue": pool,
+            "queue": queue or pool,
             # An absolute time: spares Celery's own timezone arithmetic on the hot path.
             "expires": datetime.fromtimestamp(time.time() + max(remaining_s, 0.001), UTC),
             "headers": {IDEMPOTENCY_HEADER: key, SENT_AT_HEADER: time.time()},
@@ -386,12 +394,3 @@ class Dispatcher:
                 "could not mark %s abandoned (%s); it will not be compensated if it finishes", task_id, exc
             )
             return True
-
-
-def _timed_out(definition: ToolDefinition, timeout_s: float, task_id: str, pool: str) -> ToolOutcome:
-    outcome = failed_outcome(
-        OutcomeKind.TIMED_OUT,
-        f"Tool '{definition.name}' did not finish within {seconds_text(timeout_s)} s",
-        "TimeoutError",
-    )
-    return dataclasses.replace(outcome, task_id=task_id, pool=pool)

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
-import redis
 from celery import Celery
 
 from orchestrator.executors._call_events import CallEvent
@@ -38,7 +37,9 @@ from workers.app import make_publisher
 from workers.calls.invocation import Invocation
 from workers.calls.runner import utf8_size
 from workers.protocol import CallTask, call_task_id, tool_task_name
-from workers.runtime.catalog import Catalog
+from workers.redis_client import connect as connect_redis
+from workers.redis_client import is_redis
+from workers.runtime.catalog import Catalog, newest_first
 from workers.settings import Settings
 
 __all__ = ["CallEvent", "CeleryExecutor"]
@@ -70,14 +71,12 @@ class CeleryExecutor:
             settings = dataclasses.replace(
                 settings,
                 broker_url=str(app.conf.broker_url or settings.broker_url),
-                redis_url=backend
-                if backend.startswith(("redis://", "rediss://", "unix://"))
-                else settings.redis_url,
+                redis_url=backend if is_redis(backend) else settings.redis_url,
             )
         self.settings = settings
         self.registry = ToolRegistry(tools)
         self.on_call = on_call
-        client = redis.Redis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
+        client = connect_redis(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
         self.catalog = Catalog(client)
         self._pools = Pools(self.catalog)
         self._dispatcher = Dispatcher(settings, make_publisher(settings), client, self._pools)
@@ -93,8 +92,9 @@ class CeleryExecutor:
         if local is not None:
             return local
         # A name the cached copy does not know may belong to a worker that just started: look again.
+        # The newest worker's definition, as `catalog_definitions` gives it (its builds may differ).
         for max_age_s in (CATALOG_CACHE_S, CATALOG_RECHECK_S):
-            for entry in self._pools.workers(max_age_s):
+            for entry in newest_first(self._pools.workers(max_age_s)):
                 for item in entry.tools:
                     if item.specification.name == name:
                         return item.definition()

@@ -42,6 +42,10 @@ class Pools:
             self._read_at = now
         return self._workers
 
+    def last_read(self) -> list[WorkerEntry]:
+        """The catalog's workers as last read, however old (none before the first read)."""
+        return self._workers
+
     def kind(self, pool: str) -> str | None:
         """The pool kind (`prefork`, `threads`, ..., or `mixed`) learnt when the pool was last seen alive."""
         return self._kinds.get(pool)

@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from orchestrator.saga.async_journal import AsyncJournal, JournalRunner
 from orchestrator.server.events import EventLog, service_redis
 from orchestrator.server.ui.settings import UiSettings
+from workers.redis_client import connect as connect_redis
 from workers.settings import Settings
 
 __all__ = ["UiContext", "install_settings", "set_context", "ui_context"]
@@ -46,7 +47,7 @@ class UiContext:
     def redis(self) -> redis.Redis:
         """A blocking Redis client, for the catalog's and late compensations' readers (in threads)."""
         if self._sync_redis is None:
-            self._sync_redis = redis.Redis.from_url(self.settings.redis_url)
+            self._sync_redis = connect_redis(self.settings.redis_url)
         return self._sync_redis
 
     async def close(self) -> None:

@@ -21,7 +21,7 @@ from tests.integration.saga._ledger import (
 from tests.integration.scripts import ask, call, results_of, tool_result
 from workers import ToolDefinitionError, ToolExecution, compensate_for, tool
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
 
 # -- 7. configuration ----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from tests.integration.saga._ledger import INSUFFICIENT, Ledger, rolled_back, sa
 from tests.integration.scripts import ask, call, results_of, tool_result
 from workers import ToolExecution
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
 
 # -- 4. compensations that take the ToolExecution ------------------------------------------------

@@ -32,7 +32,7 @@ from tests.integration.saga._ledger import (
 )
 from tests.integration.scripts import ask, call, results_of, tool_result
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
 
 # -- 1. the bank transfer ------------------------------------------------------------------------
