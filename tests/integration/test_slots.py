@@ -218,3 +218,26 @@ def test_a_waiter_granted_a_slot_is_woken_at_once_not_at_its_next_ask(
     # average, were it not woken)
     print(f"\nwoken after {sorted(round(s * 1000, 1) for s in latencies)} ms")
     assert statistics.median(latencies) < 0.012, latencies
+
+
+def test_a_waiter_granted_a_slot_too_close_to_its_deadline_gives_it_back(
+    redis_url: str, slots_client: redis.Redis, scope: str
+) -> None:
+    # given: a scope of one slot, held elsewhere; a call waiting for it with 0.3 s to its deadline
+    holder = SlotHolder(redis_url)
+    slots = Slots(slots_client, scope, 1)
+    need = Needed(slots, "default", "its slots")
+    assert slots.try_acquire("elsewhere")
+
+    async def trial() -> Needed | None:
+        deadline = time.monotonic() + 0.3
+        waiting = asyncio.ensure_future(holder.take("late-waiter", [need], deadline))
+        # when: the slot is freed (granted to the waiter) 20 ms before that deadline
+        await asyncio.sleep(max(0.0, deadline - 0.02 - time.monotonic()))
+        await asyncio.to_thread(slots.release, "elsewhere")
+        return await waiting
+
+    # then: it did not start within its deadline, and the slot it was granted is free again
+    assert asyncio.run(trial()) is need
+    holder.flush()
+    assert slots.holders() == []

@@ -38,6 +38,7 @@ __all__ = ["Needed", "SlotHolder", "needed_slots", "slot_wait_outcome"]
 log = logging.getLogger(__name__)
 
 FIRST_POLL_S, MAX_POLL_S = 0.002, 0.05  # asking again while in line, doubling
+START_MARGIN_S = 0.05  # a call that waited takes no slot this close to its deadline
 
 
 @dataclass(frozen=True)
@@ -140,15 +141,19 @@ class SlotHolder:
                 while True:
                     if woken is not None:
                         woken.clear()  # before asking: a grant published after it wakes the next wait
-                    if need.slots.try_acquire(task_id, need.group):
+                    # A call that waited until too close to its deadline to start takes no slot (one
+                    # freed at that deadline, by a call of the same batch, would start it only to time
+                    # it out): it did not start within its deadline.
+                    late = woken is not None and deadline - time.monotonic() <= START_MARGIN_S
+                    if not late and need.slots.try_acquire(task_id, need.group):
                         break
                     if woken is None:
                         woken = asyncio.Event()
                         _wake_when_granted(self.redis_url, task_id, woken)
                         if on_wait is not None:
                             on_wait()
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                    remaining = deadline - time.monotonic() - START_MARGIN_S
+                    if late or remaining <= 0:
                         _counted(taken, -1)
                         self._give_back(task_id, [*taken, need])
                         return need
