@@ -80,7 +80,7 @@ class Desk:
 
 
 @tool(
-    "Stamps `what`; safe to run again with the same idempotency key", pool=POOL, timeout=10, idempotent=True
+    "Stamps `what`; safe to run again with the same idempotency key", pool=POOL, timeout=30, idempotent=True
 )
 def stamp(ns: str, what: str) -> str:
     process_client().rpush(f"serve:{ns}:stamped", what)
