@@ -42,6 +42,7 @@ SENTINEL_SCHEME = "sentinel://"
 DEFAULT_MASTER_NAME = "mymaster"
 DEFAULT_SENTINEL_PORT = 26379
 SENTINEL_SOCKET_TIMEOUT_S = 2.0  # asking a sentinel where the master is: a sentinel that hangs is skipped
+SENTINEL_KWARGS = {"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S}  # the sentinels' own connections
 
 
 URL_LIST = re.compile(r";(?=[A-Za-z][A-Za-z0-9+.-]*://)")  # between the URLs of a list, not in a password
@@ -135,8 +136,15 @@ def celery_url(url: str) -> tuple[str, dict[str, Any]]:
     parts = [p.strip().split("?", 1)[0] for p in URL_LIST.split(url) if p.strip()]
     return ";".join(parts), {
         "master_name": target.master_name,
-        "sentinel_kwargs": {"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S},
+        "sentinel_kwargs": dict(SENTINEL_KWARGS),
     }
+
+
+def _master_kwargs(url: str, kwargs: dict[str, Any]) -> tuple[SentinelTarget, dict[str, Any]]:
+    """The group a Sentinel URL names, and what its master's clients are built with: the URL's
+    database and credentials, then `kwargs`."""
+    target = parse_sentinel_url(url)
+    return target, {**target.connection_kwargs(), **kwargs}
 
 
 def connect(url: str, **kwargs: Any) -> redis.Redis:
@@ -144,9 +152,9 @@ def connect(url: str, **kwargs: Any) -> redis.Redis:
     `redis.Redis.from_url` takes them."""
     if not is_sentinel(url):
         return redis.Redis.from_url(url, **kwargs)
-    target = parse_sentinel_url(url)
-    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs={"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S})
-    client: redis.Redis = sentinel.master_for(target.master_name, **{**target.connection_kwargs(), **kwargs})
+    target, master = _master_kwargs(url, kwargs)
+    sentinels = Sentinel(list(target.sentinels), sentinel_kwargs=SENTINEL_KWARGS)
+    client: redis.Redis = sentinels.master_for(target.master_name, **master)
     return client
 
 
@@ -154,13 +162,7 @@ def connect_async(url: str, **kwargs: Any) -> aioredis.Redis:
     """An asyncio client of the Redis at `url` (or of the master its sentinels name)."""
     if not is_sentinel(url):
         return aioredis.Redis.from_url(url, **kwargs)
-    target = parse_sentinel_url(url)
-    kwargs.pop("max_connections", None)  # a sentinel pool grows as needed
-    kwargs.pop("timeout", None)
-    sentinel = AsyncSentinel(
-        list(target.sentinels), sentinel_kwargs={"socket_timeout": SENTINEL_SOCKET_TIMEOUT_S}
-    )
-    client: aioredis.Redis = sentinel.master_for(
-        target.master_name, **{**target.connection_kwargs(), **kwargs}
-    )
+    target, master = _master_kwargs(url, kwargs)
+    sentinels = AsyncSentinel(list(target.sentinels), sentinel_kwargs=SENTINEL_KWARGS)
+    client: aioredis.Redis = sentinels.master_for(target.master_name, **master)
     return client

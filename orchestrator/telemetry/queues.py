@@ -29,10 +29,11 @@ from workers.priorities import redis_lists
 from workers.protocol import POOLS_KEY, SENT_AT_HEADER
 from workers.redis_client import connect as connect_redis
 from workers.redis_client import is_redis
-from workers.runtime.catalog import Catalog, WorkerEntry
+from workers.runtime.builds import pool_queues
+from workers.runtime.catalog import Catalog
 from workers.settings import Settings
 
-__all__ = ["SAMPLE_S", "QueueSample", "QueueSignals", "pool_queues", "sample_queues", "watch_queues"]
+__all__ = ["SAMPLE_S", "QueueSample", "QueueSignals", "sample_queues", "watch_queues"]
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,6 @@ class QueueSample:
     oldest_s: dict[str, float] = field(default_factory=dict)
 
 
-def _is_redis(url: str) -> bool:
-    return is_redis(url)
-
-
 def sample_queues(settings: Settings, now: float | None = None) -> QueueSample:
     """Read every announced pool's queue once (see the module's docstring)."""
     catalog = connect_redis(settings.redis_url, socket_timeout=5, socket_connect_timeout=2)
@@ -62,16 +59,9 @@ def sample_queues(settings: Settings, now: float | None = None) -> QueueSample:
     if not pools:
         return QueueSample()
     queues = {pool: pool_queues(pool, workers) for pool in pools}
-    if _is_redis(settings.broker_url):
+    if is_redis(settings.broker_url):
         return _redis_sample(settings.broker_url, queues, time.time() if now is None else now)
     return QueueSample(depth=_amqp_depths(settings.broker_url, queues))
-
-
-def pool_queues(pool: str, workers: list[WorkerEntry]) -> list[str]:
-    """The queues a pool's calls wait in: its own, then its live workers' builds' (a build no live
-    worker serves any more is not waited on)."""
-    builds = {queue for entry in workers if pool in entry.pools and (queue := entry.queue(pool))}
-    return [pool, *sorted(builds)]
 
 
 def _redis_sample(url: str, queues: dict[str, list[str]], now: float) -> QueueSample:

@@ -1,12 +1,12 @@
 """The Redis lists a pool's calls wait in on a Redis broker: each of its queues (its own, and its live
-workers' builds', `orchestrator.telemetry.queues.pool_queues`), one list per priority."""
+workers' builds', `workers.runtime.builds.pool_queues`), one list per priority."""
 
 from __future__ import annotations
 
 import redis
 
-from orchestrator.telemetry.queues import pool_queues
 from workers.priorities import redis_lists
+from workers.runtime.builds import pool_queues
 from workers.runtime.catalog import Catalog
 
 __all__ = ["pool_lists"]

@@ -15,10 +15,11 @@ import redis
 from orchestrator.executors.celery._attach import in_broker
 from orchestrator.executors.celery._pools import Pools
 from orchestrator.executors.celery._versions import Routes
-from orchestrator.telemetry.queues import pool_queues, sample_queues
+from orchestrator.telemetry.queues import sample_queues
 from workers import tool
 from workers.app import make_publisher
 from workers.protocol import SENT_AT_HEADER
+from workers.runtime.builds import pool_queues
 from workers.runtime.catalog import Catalog, CatalogHeartbeat, CatalogTool, WorkerEntry
 from workers.settings import Settings
 from workers.tools.registry import ToolRegistry

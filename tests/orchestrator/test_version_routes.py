@@ -188,4 +188,4 @@ def test_while_the_catalog_cannot_be_read_the_last_copy_routes() -> None:
     pools._read_at = -1e9  # the copy is due again
     # then: the last copy still routes each version to its build
     assert routing.queue(definition(Old)) == old.queue(POOL)
-    assert routing.build_queues(POOL) == sorted([old.queue(POOL), new.queue(POOL)])  # type: ignore[type-var]
+    assert routing.pool_queues(POOL) == [POOL, *sorted([old.queue(POOL), new.queue(POOL)])]  # type: ignore[type-var]

@@ -17,7 +17,7 @@ from workers.runtime.catalog import WorkerEntry
 from workers.tools.registry import ToolRegistry
 from workers.tools.versions import build_queue, tool_version
 
-__all__ = ["RollingPool", "build_queues", "rolling_pools"]
+__all__ = ["RollingPool", "build_queues", "pool_queues", "rolling_pools"]
 
 
 def build_queues(registry: ToolRegistry, queues: Iterable[str], build_id: str | None) -> dict[str, str]:
@@ -28,6 +28,13 @@ def build_queues(registry: ToolRegistry, queues: Iterable[str], build_id: str | 
         if versions:
             found[pool] = build_queue(pool, versions)
     return found
+
+
+def pool_queues(pool: str, workers: Iterable[WorkerEntry]) -> list[str]:
+    """The queues a pool's calls wait in: its own, then its live workers' builds' (a build no live
+    worker serves any more is not waited on)."""
+    builds = {queue for entry in workers if pool in entry.pools and (queue := entry.queue(pool))}
+    return [pool, *sorted(builds)]
 
 
 @dataclass(frozen=True)

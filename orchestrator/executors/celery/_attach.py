@@ -40,7 +40,7 @@ def in_broker(dispatcher: Dispatcher, task_id: str, pool: str, *, held: bool = T
     needle = task_id.encode()
     client = connect_redis(url, socket_timeout=5, socket_connect_timeout=2)
     try:
-        for queue in (pool, *dispatcher.routes.build_queues(pool)):
+        for queue in dispatcher.routes.pool_queues(pool):
             for key in redis_lists(queue):
                 if any(needle in message for message in client.lrange(key, 0, -1)):
                     return True

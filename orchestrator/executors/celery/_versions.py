@@ -28,6 +28,7 @@ import redis
 from orchestrator.executors._outcomes import no_worker_outcome, version_mismatch_outcome
 from orchestrator.executors.celery._pools import CATALOG_CACHE_S, CATALOG_RECHECK_S, Pools
 from workers import ToolDefinition, ToolOutcome
+from workers.runtime.builds import pool_queues
 from workers.runtime.catalog import WorkerEntry
 from workers.tools.versions import tool_version, version_matches
 
@@ -143,13 +144,14 @@ class Routes:
         routed = self.queue(definition, undoing=True)
         return routed if isinstance(routed, str) else definition.pool
 
-    def build_queues(self, pool: str) -> list[str]:
-        """The build queues of `pool`'s live workers as last read; none when the catalog cannot be read."""
+    def pool_queues(self, pool: str) -> list[str]:
+        """`pool`'s queues (`workers.runtime.builds.pool_queues`) as the catalog was last read; its own
+        alone when the catalog cannot be read and never was."""
         try:
             workers = self.pools.workers()
         except redis.RedisError:
             workers = self.pools.last_read()
-        return sorted({q for e in workers if pool in e.pools and (q := e.queue(pool)) is not None})
+        return pool_queues(pool, workers)
 
     def _alive(self, queue: str) -> bool:
         """Whether a worker of that build still beats (its queue's live workers, cached briefly); True
