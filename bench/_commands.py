@@ -20,7 +20,7 @@ def _counts(client: redis.Redis) -> dict[str, int]:
 
 
 async def commands_per_call(
-    client: redis.Redis, call: Callable[[], Awaitable[None]], calls: int
+    client: redis.Redis, call: Callable[[], Awaitable[object]], calls: int
 ) -> dict[str, float]:
     """Each command the server ran during `calls` awaits of `call`, per call, most frequent first."""
     before = _counts(client)

@@ -97,14 +97,16 @@ class Timer:
     def __init__(self, worker_pid: int | None = None) -> None:
         self.worker_pid = worker_pid
 
-    async def run(self, side: Side) -> Sample:
-        worker_before = process_cpu_s(self.worker_pid) if self.worker_pid else None
+    async def run(self, side: Side, worker_pid: int | None = None) -> Sample:
+        """One timed run of `side`, with the CPU of `worker_pid` (by default the benchmark's worker)."""
+        worker_pid = worker_pid or self.worker_pid
+        worker_before = process_cpu_s(worker_pid) if worker_pid else None
         cpu_before = time.process_time()
         start = time.perf_counter()
         await side()
         wall = time.perf_counter() - start
         client_cpu = time.process_time() - cpu_before
-        worker_after = process_cpu_s(self.worker_pid) if self.worker_pid else None
+        worker_after = process_cpu_s(worker_pid) if worker_pid else None
         worker_cpu = None
         if worker_before is not None and worker_after is not None:
             worker_cpu = worker_after - worker_before
@@ -126,6 +128,21 @@ class Timer:
                 runs_b.append(await self.run(b))
                 runs_a.append(await self.run(a))
         return runs_a, runs_b
+
+    async def rotated(
+        self, sides: dict[str, Side], times: int, worker_pids: dict[str, int] | None = None
+    ) -> dict[str, list[Sample]]:
+        """Run every side `times` times, one of each in turn, the order rotating each turn (ABC, BCA,
+        CAB…): `interleaved` for more than two sides. A side's worker CPU is that of its process in
+        `worker_pids`, by default the benchmark's worker."""
+        pids = worker_pids or {}
+        names = list(sides)
+        runs: dict[str, list[Sample]] = {name: [] for name in names}
+        for index in range(times):
+            shift = index % len(names)
+            for name in names[shift:] + names[:shift]:
+                runs[name].append(await self.run(sides[name], pids.get(name)))
+        return runs
 
     async def repeat(self, side: Side, times: int) -> list[Sample]:
         return [await self.run(side) for _ in range(times)]

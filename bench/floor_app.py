@@ -1,7 +1,11 @@
-"""A plain Celery app with one no-op task, for `python -m bench.floor`.
+"""Plain Celery apps with one no-op task: `python -m bench.floor`'s, and the stock twins of the
+benchmark's worker (`bench._twins`) that measures 1 and 2 compare toolfleet with.
 
-Configured from the environment the floor benchmark sets: broker and backend URL, task events,
-STARTED states, and whether toolfleet's result backend and Redis transport replace Celery's own.
+`make_floor_app` builds one for a broker and backend URL, with or without task events (the worker's
+and the client's `task-sent`) and STARTED states, on a queue of its own; with `toolfleet`, toolfleet's
+result backend and Redis transport replace Celery's own. `app` is the one the environment describes,
+for `celery -A bench.floor_app worker`: `BENCH_FLOOR_URL`, `BENCH_FLOOR_EVENTS`, `BENCH_FLOOR_STARTED`,
+`BENCH_FLOOR_TOOLFLEET` (`1` for on), `BENCH_FLOOR_QUEUE`.
 """
 
 from __future__ import annotations
@@ -10,24 +14,41 @@ import os
 
 from celery import Celery
 
-URL = os.environ["BENCH_FLOOR_URL"]
+NOOP = "bench.floor.noop"
+DEFAULT_QUEUE = "bench.floor"
 
-app = Celery("bench-floor", broker=URL, backend=URL, set_as_current=False)
-app.conf.update(
-    task_serializer="json",
-    accept_content=["json"],
-    worker_prefetch_multiplier=1,
-    worker_send_task_events=os.environ.get("BENCH_FLOOR_EVENTS") == "1",
-    task_track_started=os.environ.get("BENCH_FLOOR_STARTED") == "1",
-    task_default_queue="bench.floor",
+
+def make_floor_app(
+    url: str, *, events: bool, started: bool, queue: str = DEFAULT_QUEUE, toolfleet: bool = False
+) -> Celery:
+    app = Celery(f"bench-floor-{queue}", broker=url, backend=url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        worker_prefetch_multiplier=1,
+        worker_send_task_events=events,
+        task_send_sent_event=events,
+        task_track_started=started,
+        task_default_queue=queue,
+    )
+    if toolfleet:
+        from workers.runtime._backend import ResultBackend
+
+        app.backend_cls = ResultBackend
+        app.conf.broker_transport = "workers.runtime._transport:Transport"
+
+    @app.task(name=NOOP)  # type: ignore[untyped-decorator]
+    def noop() -> str:
+        return "ok"
+
+    return app
+
+
+app = make_floor_app(
+    os.environ.get("BENCH_FLOOR_URL", "redis://127.0.0.1:6379/14"),
+    events=os.environ.get("BENCH_FLOOR_EVENTS") == "1",
+    started=os.environ.get("BENCH_FLOOR_STARTED") == "1",
+    queue=os.environ.get("BENCH_FLOOR_QUEUE") or DEFAULT_QUEUE,
+    toolfleet=os.environ.get("BENCH_FLOOR_TOOLFLEET") == "1",
 )
-if os.environ.get("BENCH_FLOOR_TOOLFLEET") == "1":
-    from workers.runtime._backend import ResultBackend
-
-    app.backend_cls = ResultBackend
-    app.conf.broker_transport = "workers.runtime._transport:Transport"
-
-
-@app.task(name="bench.floor.noop")  # type: ignore[untyped-decorator]
-def noop() -> str:
-    return "ok"
+noop = app.tasks[NOOP]

@@ -1,13 +1,11 @@
 """The wire contract between orchestrator and workers, JSON only, no Celery imports.
 
-What crosses it: a call request and its outcome (`ToolExecutionRequest`, `ToolOutcome`, `ToolExecution`),
-wrapped in the keyword arguments of a task (`CallTask` for `tool.<name>`, `CompensationTask` for
-`compensate.<name>`, named in `workers._task_names` with the refusal of a task a worker does not
-serve, all re-exported here), with ids derived from the call's idempotency key (`call_task_id`,
-`compensation_task_id`). What it leaves in Redis: the result backend's `celery-task-meta-<task id>`, the
-per-call state (`call_state_key`: `abandoned` by the orchestrator or `finished` by the worker), the
-compensation lock and done mark (`compensation_lock_key`), and the catalog (`WORKER_KEY`, `WORKERS_KEY`,
-`POOL_KEY`, `POOLS_KEY`). Nothing else spells out a task's keyword names or a Redis key.
+What crosses it: a call and its outcome (`ToolExecutionRequest`, `ToolOutcome`, `ToolExecution`) in a
+task's keyword arguments (`CallTask`, `CompensationTask`; task names and the refusal of a task a worker
+does not serve in `workers._task_names`, re-exported here), ids from the call's idempotency key
+(`call_task_id`, `compensation_task_id`). What it leaves in Redis: `celery-task-meta-<task id>`, the
+per-call state (`call_state_key`), the compensation lock (`compensation_lock_key`), the catalog
+(`WORKER_KEY`, `WORKERS_KEY`, `POOL_KEY`, `POOLS_KEY`). Nothing else spells out keyword names or keys.
 """
 
 from __future__ import annotations
@@ -194,18 +192,20 @@ class ToolOutcome:
         return self.kind.is_error
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        """`kind`, `text` and the fields set (`from_json` reads an absent one as unset): Flower shows it."""
+        fields = {
             "kind": self.kind.value,
             "text": self.text,
-            "contents": [content_to_json(c) for c in self.contents] if self.contents is not None else None,
+            "contents": None if self.contents is None else [content_to_json(c) for c in self.contents],
             "result_object": self.result_object,
-            "attributes": self.attributes,
+            "attributes": self.attributes or None,
             "error_type": self.error_type,
             "message_for_llm": self.message_for_llm,
-            "parameter_changes": self.parameter_changes,
+            "parameter_changes": self.parameter_changes or None,
             "error_type_name": self.error_type_name,
             "error_cause": self.error_cause.to_json() if self.error_cause is not None else None,
         }
+        return {k: v for k, v in fields.items() if v is not None}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ToolOutcome:

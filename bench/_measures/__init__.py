@@ -14,6 +14,7 @@ from bench._context import Bench
 from bench._measures.adoption import measure_adoption
 from bench._measures.anchors import measure_anchors
 from bench._measures.batch import measure_batch
+from bench._measures.dbos_peer import measure_dbos_peer
 from bench._measures.deadline import measure_deadline
 from bench._measures.fairness import measure_fairness
 from bench._measures.in_flight import measure_in_flight
@@ -49,6 +50,7 @@ MEASURES: dict[str, Runner] = {
     "13": measure_slots,
     "14": measure_fairness,
     "15": measure_mcp_call,
+    "16": measure_dbos_peer,
 }
 # `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
-RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "12", "13", "14", "15", "3"]
+RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "12", "13", "14", "15", "16", "3"]

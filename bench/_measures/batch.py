@@ -1,54 +1,76 @@
-"""Measure 2: 100 `noop` calls gathered at once against a `celery.group` of 100 raw tasks."""
+"""Measure 2: a 100-call response through `AiService` against 100 stock Celery tasks sent at once and
+awaited, at equal visibility and on the lean floor (`bench._twins`)."""
 
 from __future__ import annotations
 
+import os
 from statistics import median
 
-import celery
+from bench._context import BATCH_SIZE, WORKER_CONCURRENCY, Bench, bench_redis_url
+from bench._measures.single_call import LEAN_TARGET, VISIBLE_TARGET, ratios
+from bench._timing import Measure, Side, cpu_json, ms, summarize, walls
+from bench._twins import Twin, twins
+from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 
-from bench._context import BATCH_SIZE, Bench, expect
-from bench._timing import Measure, cpu_json, ms, summarize, walls
-from workers import OutcomeKind
+WARMUP = 2  # turns
+ROUNDS = 3
+TURNS = 5  # per round: each side once per turn, the order rotating
 
-TARGET_S = 0.150
-SPEEDUP_TARGET = 4.0
-WARMUP = 2  # pairs
-PAIRS = 12
+
+def batch_response(b: Bench) -> Side:
+    """An `AiService` answer whose model asks for `BATCH_SIZE` `noop` calls at once, then answers."""
+    calls = [ToolExecutionRequest(id=f"n{i}", name=b.noop.name, arguments="{}") for i in range(BATCH_SIZE)]
+
+    async def respond() -> None:
+        model = ScriptedChatModel([AiMessage(tool_execution_requests=calls), "done"])
+        service = AiService(chat_model=model, tools=[b.noop], executor=b.executor)
+        result = await service.achat("go")
+        if result.content != "done" or any(e.has_failed for e in result.tool_executions):
+            raise RuntimeError("the batch response did not end with the model's answer")
+
+    return respond
+
+
+def raw_batch(twin: Twin) -> Side:
+    """`BATCH_SIZE` `apply_async()` at once, then each one's `get()` (the pub/sub channel of each)."""
+
+    async def batch() -> None:
+        results = [twin.noop.apply_async() for _ in range(BATCH_SIZE)]
+        if any(result.get(timeout=30) != "ok" for result in results):
+            raise RuntimeError(f"the {twin.name} twin returned something else than ok")
+
+    return batch
 
 
 async def measure_batch(b: Bench) -> Measure:
     m = Measure(
         "batch_100",
-        f"{BATCH_SIZE} no-ops in one batch",
-        f"asyncio.gather of {BATCH_SIZE} CeleryExecutor.execute(noop) calls, against "
-        f"celery.group({BATCH_SIZE} x bench.raw_noop).apply_async().get() (GroupResult.get) on the same "
-        "worker, interleaved; speed-up = median over pairs of group time / executor time.",
-        f"median <= {ms(TARGET_S):.0f} ms and >= {SPEEDUP_TARGET:g}x faster than group",
+        f"{BATCH_SIZE}-call response: toolfleet / raw Celery",
+        f"An AiService answer whose scripted model asks for {BATCH_SIZE} `noop` calls at once, then "
+        f"answers, against {BATCH_SIZE} `noop.apply_async()` then each result's `get()` on the stock "
+        "Celery twins of measure 1 (`celery`: events and STARTED on; `lean`: off). Sides rotated; the "
+        "result is the median over rounds of each round's ratio of medians.",
+        f"<= {VISIBLE_TARGET:g}x celery, <= {LEAN_TARGET:g}x lean",
     )
-
-    async def tool_batch() -> None:
-        expect(await b.calls(b.noop, "{}", BATCH_SIZE), OutcomeKind.SUCCESS)
-
-    async def group_batch() -> None:
-        result = celery.group(b.raw_noop.s() for _ in range(BATCH_SIZE)).apply_async()
-        values = result.get(timeout=30)
-        if len(values) != BATCH_SIZE:
-            raise RuntimeError(f"group returned {len(values)} results")
-
-    tool_runs, group_runs = await b.interleaved(tool_batch, group_batch, warmup=WARMUP, pairs=PAIRS)
-    tool_times, group_times = walls(tool_runs), walls(group_runs)
-    pairs = list(zip(tool_times, group_times, strict=True))
-    speedup = median([g / t for t, g in pairs])
-    took = median(tool_times)
-    m.rounds = [{"executor_ms": ms(t), "group_ms": ms(g), "speedup": round(g / t, 3)} for t, g in pairs]
-    m.sides = {"executor": summarize(tool_times), "celery_group": summarize(group_times)}
-    m.cpu = {"executor": cpu_json(tool_runs, BATCH_SIZE), "celery_group": cpu_json(group_runs, BATCH_SIZE)}
-    m.details = {
-        "median_speedup": round(speedup, 3),
-        "latency_met": took <= TARGET_S,
-        "speedup_met": speedup >= SPEEDUP_TARGET,
-        "ms_per_call": ms(took / BATCH_SIZE),
-    }
-    m.met = took <= TARGET_S and speedup >= SPEEDUP_TARGET
-    m.result = f"{ms(took):.0f} ms, x{speedup:.1f} vs group ({ms(median(group_times)):.0f} ms)"
+    with twins(bench_redis_url(), dict(os.environ), WORKER_CONCURRENCY) as started:
+        sides = {
+            "toolfleet": batch_response(b),
+            "celery": raw_batch(started["celery"]),
+            "lean": raw_batch(started["lean"]),
+        }
+        pids = {name: twin.worker_pid for name, twin in started.items()}
+        await b.timer.rotated(sides, b.reps(WARMUP), pids)
+        rounds = [await b.timer.rotated(sides, b.reps(TURNS), pids) for _ in range(b.reps(ROUNDS))]
+    runs = {name: [s for r in rounds for s in r[name]] for name in sides}
+    visible, lean = median(ratios(rounds, "toolfleet", "celery")), median(ratios(rounds, "toolfleet", "lean"))
+    m.rounds = [{f"{name}_median_ms": ms(median(walls(r[name]))) for name in sides} for r in rounds]
+    m.sides = {name: summarize(walls(samples)) for name, samples in runs.items()}
+    m.cpu = {name: cpu_json(samples, BATCH_SIZE) for name, samples in runs.items()}
+    m.details = {"median_ratio": round(visible, 4), "median_ratio_lean": round(lean, 4)}
+    m.met = visible <= VISIBLE_TARGET and lean <= LEAN_TARGET
+    wall = {name: ms(median(walls(samples))) for name, samples in runs.items()}
+    m.result = (
+        f"x{visible:.2f} celery, x{lean:.2f} lean "
+        f"({wall['toolfleet']:.0f} vs {wall['celery']:.0f} / {wall['lean']:.0f} ms)"
+    )
     return m

@@ -1,61 +1,101 @@
-"""Measure 1: one `noop` call through `CeleryExecutor.execute` against a raw Celery task's round trip."""
+"""Measure 1: a one-call response through `AiService` against the same call as a stock Celery task,
+at equal visibility and on the lean floor (`bench._twins`)."""
 
 from __future__ import annotations
 
+import os
 from statistics import median
 
 from bench._commands import commands_per_call, total
-from bench._context import Bench, expect
-from bench._timing import Measure, cpu_json, ms, summarize, walls
+from bench._context import WORKER_CONCURRENCY, Bench, bench_redis_url, expect
+from bench._timing import Measure, Sample, Side, cpu_json, ms, summarize, walls
+from bench._twins import Twin, twins
+from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 from workers import OutcomeKind
 
-RATIO_TARGET = 1.25
-WARMUP = 40  # pairs
+VISIBLE_TARGET = 1.0  # against stock Celery with the same events and STARTED states
+LEAN_TARGET = 1.25  # against stock Celery with events and STARTED states off
+WARMUP = 30  # turns
 ROUNDS = 7
-PAIRS = 60  # per round
+TURNS = 40  # per round: each side once per turn, the order rotating
 COUNTED = 200  # calls of each side whose Redis commands are counted
+
+
+def one_call_response(b: Bench) -> Side:
+    """An `AiService` answer whose model asks for one `noop` call, then answers."""
+
+    async def respond() -> None:
+        call = ToolExecutionRequest(id="n1", name=b.noop.name, arguments="{}")
+        model = ScriptedChatModel([AiMessage(tool_execution_requests=[call]), "done"])
+        service = AiService(chat_model=model, tools=[b.noop], executor=b.executor)
+        result = await service.achat("go")
+        if result.content != "done" or any(e.has_failed for e in result.tool_executions):
+            raise RuntimeError("the one-call response did not end with the model's answer")
+
+    return respond
+
+
+def raw_call(twin: Twin) -> Side:
+    async def call() -> None:
+        if twin.noop.apply_async().get(timeout=10) != "ok":
+            raise RuntimeError(f"the {twin.name} twin returned something else than ok")
+
+    return call
+
+
+def ratios(rounds: list[dict[str, list[Sample]]], side: str, against: str) -> list[float]:
+    return [median(walls(r[side])) / median(walls(r[against])) for r in rounds]
 
 
 async def measure_single(b: Bench) -> Measure:
     m = Measure(
         "single_call",
-        "1 no-op call: executor / raw Celery",
-        "One `noop` tool call through CeleryExecutor.execute, against `bench.raw_noop.apply_async().get()` "
-        "with the worker app's Redis result backend, on the same worker. Sides interleaved (AB, BA, …); "
-        "the result is the median over rounds of each round's ratio of medians.",
-        f"median ratio <= {RATIO_TARGET}",
+        "1-call response: toolfleet / raw Celery",
+        "An AiService answer whose scripted model asks for one `noop` call on the benchmark's worker, "
+        "then answers, against `noop.apply_async().get()` on a stock Celery twin worker (same pool, "
+        "Celery's own transport and result backend, the result heard on its pub/sub channel): `celery` "
+        "with task events (worker and task-sent) and STARTED states on, as toolfleet has them; `lean` "
+        "with both off. `executor` is the same call through CeleryExecutor.execute alone. Sides "
+        "rotated (ABCD, BCDA, …); the result is the median over rounds of each round's ratio of medians.",
+        f"<= {VISIBLE_TARGET:g}x celery, <= {LEAN_TARGET:g}x lean",
     )
 
-    async def tool_call() -> None:
+    async def executor_call() -> None:
         expect([await b.executor.execute(b.request("noop"), b.noop)], OutcomeKind.SUCCESS)
 
-    async def raw_call() -> None:
-        b.raw_noop.apply_async().get(timeout=10)
-
-    await b.timer.interleaved(tool_call, raw_call, b.reps(WARMUP))
-    tool_runs, raw_runs, medians = await b.rounds(tool_call, raw_call, rounds=ROUNDS, pairs=PAIRS)
-    ratios = [tool_median / raw_median for tool_median, raw_median in medians]
+    with twins(bench_redis_url(), dict(os.environ), WORKER_CONCURRENCY) as started:
+        sides = {
+            "toolfleet": one_call_response(b),
+            "executor": executor_call,
+            "celery": raw_call(started["celery"]),
+            "lean": raw_call(started["lean"]),
+        }
+        pids = {name: twin.worker_pid for name, twin in started.items()}
+        await b.timer.rotated(sides, b.reps(WARMUP), pids)
+        rounds = [await b.timer.rotated(sides, b.reps(TURNS), pids) for _ in range(b.reps(ROUNDS))]
+        counted = b.reps(COUNTED)
+        commands = {name: await commands_per_call(b.redis, side, counted) for name, side in sides.items()}
+    runs = {name: [s for r in rounds for s in r[name]] for name in sides}
+    visible, lean = median(ratios(rounds, "toolfleet", "celery")), median(ratios(rounds, "toolfleet", "lean"))
     m.rounds = [
-        {"executor_median_ms": ms(t), "celery_median_ms": ms(r), "ratio": round(t / r, 4)} for t, r in medians
+        {f"{name}_median_ms": ms(median(walls(r[name]))) for name in sides}
+        | {"ratio_celery": round(median(walls(r["toolfleet"])) / median(walls(r["celery"])), 4)}
+        for r in rounds
     ]
-    commands = {
-        "executor": await commands_per_call(b.redis, tool_call, b.reps(COUNTED)),
-        "celery": await commands_per_call(b.redis, raw_call, b.reps(COUNTED)),
-    }
-    ratio = median(ratios)
-    m.sides = {"executor": summarize(walls(tool_runs)), "celery": summarize(walls(raw_runs))}
-    m.cpu = {"executor": cpu_json(tool_runs, 1), "celery": cpu_json(raw_runs, 1)}
+    m.sides = {name: summarize(walls(samples)) for name, samples in runs.items()}
+    m.cpu = {name: cpu_json(samples, 1) for name, samples in runs.items()}
     m.details = {
-        "median_ratio": round(ratio, 4),
-        "ratio_min": min(ratios),
-        "ratio_max": max(ratios),
+        "median_ratio": round(visible, 4),
+        "median_ratio_lean": round(lean, 4),
+        "executor_ratio": round(median(ratios(rounds, "executor", "celery")), 4),
         "redis_commands_per_call": {side: total(counts) for side, counts in commands.items()},
         "redis_commands": commands,
     }
-    m.met = ratio <= RATIO_TARGET
-    tool_ms, raw_ms = ms(median(walls(tool_runs))), ms(median(walls(raw_runs)))
+    m.met = visible <= VISIBLE_TARGET and lean <= LEAN_TARGET
+    wall = {name: ms(median(walls(samples))) for name, samples in runs.items()}
     m.result = (
-        f"x{ratio:.2f} ({tool_ms:.2f} vs {raw_ms:.2f} ms; "
-        f"{total(commands['executor']):g} vs {total(commands['celery']):g} Redis commands)"
+        f"x{visible:.2f} celery, x{lean:.2f} lean ({wall['toolfleet']:.2f} vs {wall['celery']:.2f} / "
+        f"{wall['lean']:.2f} ms; {total(commands['toolfleet']):g} vs {total(commands['celery']):g} / "
+        f"{total(commands['lean']):g} Redis commands)"
     )
     return m

@@ -100,6 +100,7 @@ class ResultCollector:
         self._client = connect_redis(redis_url, socket_timeout=5, socket_connect_timeout=2)
         self._pubsub = subscription(self._client)
         self._pending: dict[str, _Pending] = {}
+        self._deferred: list[str] = []  # watched calls whose channels are not subscribed to yet
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._subscribed = threading.Event()
@@ -118,8 +119,10 @@ class ResultCollector:
         redispatch: Callable[[], None] | None = None,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         heartbeat_timeout_s: float | None = None,
+        deferred: bool = False,
     ) -> concurrent.futures.Future[dict[str, Any]]:
-        """Subscribe to `task_id`'s channel and return the future of its final state.
+        """Subscribe to `task_id`'s channel and return the future of its final state; with `deferred`,
+        at the next `subscribe_deferred` (the calls published together share one `SUBSCRIBE`).
 
         `on_progress` receives each new progress report (on the collector's thread); with
         `heartbeat_timeout_s`, the call is declared lost when its tool stops beating that long.
@@ -145,14 +148,29 @@ class ResultCollector:
                 on_progress=on_progress,
                 heartbeat_timeout_s=heartbeat_timeout_s,
             )
+        if deferred:
+            with self._lock:
+                self._deferred.append(task_id)
+            return future
+        self._subscribe([task_id])
+        return future
+
+    def subscribe_deferred(self) -> None:
+        """Subscribe, in one command, to the channels of the calls watched with `deferred` since the
+        last time (`_publish.Sender` does it right before it publishes them)."""
+        with self._lock:
+            task_ids, self._deferred = [t for t in self._deferred if t in self._pending], []
+        if task_ids:
+            self._subscribe(task_ids)
+
+    def _subscribe(self, task_ids: list[str]) -> None:
         self._subscribed.wait(timeout=2)
         if not self._connected:
-            return future  # subscribed with all pending calls once the connection is back
+            return  # subscribed with all pending calls once the connection is back
         try:
-            self._pubsub.subscribe(META_PREFIX + task_id)
+            self._pubsub.subscribe(*(META_PREFIX + task_id for task_id in task_ids))
         except (RedisError, OSError) as exc:
-            log.warning("subscribe for %s failed (%s); its stored state will be polled", task_id, exc)
-        return future
+            log.warning("subscribe for %s failed (%s); its stored state will be polled", task_ids[0], exc)
 
     def forget(self, task_id: str) -> None:
         """Stop waiting for `task_id` (its deadline passed, or its caller went away)."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -41,10 +43,20 @@ class Collector:
 
     def forget(self, task_id: str) -> None: ...
 
+    def subscribe_deferred(self) -> None: ...
+
 
 class Publisher:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str]] = []
+
+    @contextlib.contextmanager
+    def producer_or_acquire(self) -> Iterator[Any]:
+        yield self  # a producer of its own: its batches send nothing until they end
+
+    @contextlib.contextmanager
+    def batch(self, max_size: int) -> Iterator[None]:
+        yield
 
     def send_task(self, name: str, **options: Any) -> None:
         self.sent.append((name, options["queue"]))

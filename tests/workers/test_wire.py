@@ -72,3 +72,19 @@ def test_a_stored_failure_reads_back_as_its_outcome(error_type: str | None) -> N
     read = outcome_from_failure(_stored(failure_for(outcome, "w1")))
 
     assert read == outcome
+
+
+def test_an_outcome_on_the_wire_carries_only_the_fields_set() -> None:
+    assert ToolOutcome(OutcomeKind.SUCCESS, "ok").to_json() == {"kind": "success", "text": "ok"}
+    full = ToolOutcome(
+        OutcomeKind.EXECUTION_ERROR,
+        "no",
+        result_object={"a": 1},
+        attributes={"k": "v"},
+        error_type="ValueError",
+        message_for_llm="try again",
+        parameter_changes={"p": 2},
+        error_type_name="builtins.ValueError",
+    )
+    assert ToolOutcome.from_json(json.loads(json.dumps(full.to_json()))) == full
+    assert ToolOutcome.from_json({"kind": "success", "text": "ok"}) == ToolOutcome(OutcomeKind.SUCCESS, "ok")

@@ -7,6 +7,10 @@ call, each one a GIL hand-over on a threads pool. Here the same rule, the SET an
 as one Lua script: one round trip per state, and the check and the write cannot interleave with
 another worker's.
 
+The STARTED state's script also answers whether the orchestrator already gave the call up (its
+`CALL_CANCELLED_KEY`, written before a revoke a threads pool can miss): the worker reads it from
+`cancelled_at_start` instead of asking Redis again before it runs the tool.
+
 A tool's progress travels as the custom state `PROGRESS` (`workers.protocol.PROGRESS_STATE`), stored
 and published by the same script; it never replaces a final state (SUCCESS, FAILURE, REVOKED): a
 report held by the rate limit and sent late cannot hide the call's outcome.
@@ -23,14 +27,20 @@ from celery import states
 from celery.backends.base import BackendStoreError
 from celery.backends.redis import RedisBackend, SentinelBackend
 
-from workers.protocol import PROGRESS_STATE
+from workers.protocol import CALL_CANCELLED_KEY, PROGRESS_STATE
 
-__all__ = ["STORE_SCRIPT", "ResultBackend", "SentinelResultBackend"]
+__all__ = ["STORE_SCRIPT", "ResultBackend", "SentinelResultBackend", "cancelled_at_start"]
 
-# KEYS[1]: the task's meta key. ARGV[1]: the encoded meta; ARGV[2]: expiry in seconds (0: none);
-# ARGV[3]: '1' when the state is an interim one (PROGRESS) that must not replace any final state.
-# Returns 1 when stored and published, 0 when the state already there was kept.
+# KEYS[1]: the task's meta key; KEYS[2], with a STARTED state only: the call's cancellation mark.
+# ARGV[1]: the encoded meta; ARGV[2]: expiry in seconds (0: none); ARGV[3]: '1' when the state is an
+# interim one (PROGRESS) that must not replace any final state.
+# Returns 1 when stored and published, 0 when the state already there was kept, plus 2 when the
+# cancellation mark KEYS[2] exists.
 STORE_SCRIPT = """
+local marked = 0
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then
+  marked = 2
+end
 local current = redis.call('GET', KEYS[1])
 if current then
   local interim = ARGV[3] == '1'
@@ -39,7 +49,7 @@ if current then
     if ok and type(meta) == 'table' then
       local status = meta['status']
       if status == 'SUCCESS' or (interim and (status == 'FAILURE' or status == 'REVOKED')) then
-        return 0
+        return marked
       end
     end
   end
@@ -51,18 +61,30 @@ else
   redis.call('SET', KEYS[1], ARGV[1])
 end
 redis.call('PUBLISH', KEYS[1], ARGV[1])
-return 1
+return 1 + marked
 """
+
+_started = threading.local()  # per thread: (task id, whether its cancellation mark was there at STARTED)
+
+
+def cancelled_at_start(task_id: str) -> bool | None:
+    """Whether the call `task_id` was marked cancelled when this thread stored its STARTED state;
+    None when this thread stored none for it (another backend, or STARTED states not tracked)."""
+    seen = getattr(_started, "seen", None)
+    if seen is None or seen[0] != task_id:
+        return None
+    return bool(seen[1])
 
 
 class _Store:
     """One state waiting to be written. Its `done` is released once it is written (with `error` set
     if that failed), or earlier with `lead` set: its thread is then the one to write."""
 
-    __slots__ = ("done", "error", "expires", "interim", "key", "lead", "value")
+    __slots__ = ("done", "error", "expires", "interim", "key", "lead", "mark", "reply", "value")
 
-    def __init__(self, key: bytes, value: str, expires: int, interim: bool) -> None:
-        self.key, self.value, self.expires, self.interim = key, value, expires, interim
+    def __init__(self, key: bytes, value: str, expires: int, interim: bool, mark: str | None) -> None:
+        self.key, self.value, self.expires, self.interim, self.mark = key, value, expires, interim, mark
+        self.reply = 0
         self.error: BaseException | None = None
         self.lead = False
         self.done = threading.Lock()
@@ -86,8 +108,11 @@ class _GroupWriter:
         self._queue: list[_Store] = []
         self._writing = False
 
-    def store(self, key: bytes, value: str, expires: int, *, interim: bool = False) -> None:
-        item = _Store(key, value, expires, interim)
+    def store(
+        self, key: bytes, value: str, expires: int, *, interim: bool = False, mark: str | None = None
+    ) -> int:
+        """Store one state; the script's reply (see `STORE_SCRIPT`)."""
+        item = _Store(key, value, expires, interim, mark)
         with self._lock:
             self._queue.append(item)
             lead = not self._writing
@@ -100,6 +125,7 @@ class _GroupWriter:
             item.done.acquire()
         if item.error is not None:
             raise item.error
+        return item.reply
 
     def _write_batch(self) -> None:
         with self._lock:
@@ -126,9 +152,12 @@ class _GroupWriter:
         for attempt in range(2):
             pipe = self._client.pipeline(transaction=False)
             for item in batch:
-                pipe.evalsha(self._sha, 1, item.key, item.value, item.expires, "1" if item.interim else "0")
+                keys = (item.key,) if item.mark is None else (item.key, item.mark)
+                interim = "1" if item.interim else "0"
+                pipe.evalsha(self._sha, len(keys), *keys, item.value, item.expires, interim)
             try:
-                pipe.execute()
+                for item, reply in zip(batch, pipe.execute(), strict=True):
+                    item.reply = int(reply or 0)
                 return
             except redis.exceptions.NoScriptError:  # the server lost its scripts (a restart): load again
                 if attempt:
@@ -189,7 +218,13 @@ class ResultBackend(RedisBackend):  # type: ignore[misc]
             raise BackendStoreError("value too large for Redis backend", state=state, task_id=task_id)
         expires = self.failure_expires if state == states.FAILURE else self.expires
         interim = state == PROGRESS_STATE
-        self._writer.store(self.get_key_for_task(task_id), value, int(expires or 0), interim=interim)
+        key = self.get_key_for_task(task_id)
+        if state != states.STARTED:
+            self._writer.store(key, value, int(expires or 0), interim=interim)
+            return result
+        task_id = meta["task_id"]
+        reply = self._writer.store(key, value, int(expires or 0), mark=CALL_CANCELLED_KEY.format(task_id))
+        _started.seen = (task_id, reply & 2)
         return result
 
 

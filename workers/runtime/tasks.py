@@ -34,6 +34,7 @@ from workers.protocol import (
     tool_task_name,
 )
 from workers.redis_client import connect as connect_redis
+from workers.runtime._backend import cancelled_at_start
 from workers.runtime._compensation import finish_or_compensate_late, run_compensation_task
 from workers.runtime._consumer import broker_reconnected
 from workers.runtime._progress import worker_reporter
@@ -139,6 +140,9 @@ def _given_up(task: Task) -> bool:
     started: `abandon` marks it (`CALL_CANCELLED_KEY`) before revoking it, and Celery's revoke misses
     a message a threads pool already holds. A mark that cannot be read counts as none: the call runs,
     its deadline checked as before."""
+    known = cancelled_at_start(task.request.id)  # read with its STARTED state, in the same round trip
+    if known is not None:
+        return known
     try:
         return bool(task.backend.client.exists(CALL_CANCELLED_KEY.format(task.request.id)))
     except redis.RedisError as exc:

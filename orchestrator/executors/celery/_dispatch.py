@@ -10,7 +10,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -23,22 +22,19 @@ from orchestrator.executors._outcomes import failed_outcome, outcome_of_meta, ti
 from orchestrator.executors._progress import meta_listener, progress_listener
 from orchestrator.executors.celery._admission import Admission
 from orchestrator.executors.celery._pools import OUTAGE_HOLD_S, Pools
+from orchestrator.executors.celery._publish import Sender, task_message
 from orchestrator.executors.celery._versions import Routes
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
 from workers.calls.retry import call_state_ttl_s
-from workers.priorities import message_priority
 from workers.protocol import (
     CALL_ABANDONED,
     CALL_CANCELLED_KEY,
-    IDEMPOTENCY_HEADER,
     META_PREFIX,
-    SENT_AT_HEADER,
     CallTask,
     CompensationTask,
     call_state_key,
 )
 from workers.settings import Settings
-from workers.telemetry.tracing import inject_trace_context
 
 __all__ = ["Dispatcher"]
 
@@ -56,6 +52,7 @@ class Dispatcher:
     def __init__(self, settings: Settings, publisher: Celery, client: redis.Redis, pools: Pools) -> None:
         self.settings = settings
         self.publisher = publisher
+        self.sender = Sender(publisher, before=lambda: self.collector.subscribe_deferred())
         self.redis = client
         self.pools = pools
         self._broker_down_until = 0.0
@@ -165,25 +162,26 @@ class Dispatcher:
             redispatch=redispatch,
             on_progress=meta_listener(progress_listener()) if is_call else None,
             heartbeat_timeout_s=definition.options.heartbeat_timeout_s if is_call else None,
+            deferred=publish,  # subscribed to with the others published in the same loop turn
         )
         if notify and publish:
             notify("queued", None)
-        remaining = deadline - time.monotonic()
-        refused = (
-            self._publish_or_why_not(task_name, task_id, envelope, pool, remaining, key, queue)
-            if publish
-            else None
-        )
-        if refused is not None:
-            collector.forget(task_id)
-            return failed_outcome(
-                OutcomeKind.EXECUTION_ERROR,
-                f"Tool '{definition.name}' could not be dispatched: the broker is unreachable ({refused})",
-                "BrokerUnavailable",
-            )
         waiting = asyncio.wrap_future(future)
         try:
-            meta = await asyncio.wait_for(asyncio.shield(waiting), max(remaining, 0.0))
+            if publish:  # cancelled meanwhile, the call is sent all the same, and abandoned below
+                remaining = deadline - time.monotonic()
+                refused = await self._publish_or_why_not(
+                    task_name, task_id, envelope, pool, remaining, key, queue
+                )
+                if refused is not None:
+                    collector.forget(task_id)
+                    return failed_outcome(
+                        OutcomeKind.EXECUTION_ERROR,
+                        f"Tool '{definition.name}' could not be dispatched: "
+                        f"the broker is unreachable ({refused})",
+                        "BrokerUnavailable",
+                    )
+            meta = await asyncio.wait_for(asyncio.shield(waiting), max(deadline - time.monotonic(), 0.0))
         except TimeoutError:
             if abandon_atomically and not await self.claim_abandoned(task_id):
                 # The worker finished first: the call succeeded and its result is on its way.
@@ -239,7 +237,7 @@ class Dispatcher:
             notify(outcome.kind.value, worker_of(meta))
         return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=worker_of(meta))
 
-    def _publish_or_why_not(
+    async def _publish_or_why_not(
         self,
         task_name: str,
         task_id: str,
@@ -249,13 +247,15 @@ class Dispatcher:
         key: str,
         queue: str,
     ) -> str | None:
-        """Publish the task; or why the broker refused it. A refusal fails the calls that follow at once
-        for `OUTAGE_HOLD_S` (a batch's others, with the same reason); only a real attempt starts that
-        hold again, so publishing is tried again at least that often however many calls come."""
+        """Publish the task with the others of this loop turn (`_publish.Sender`); or why the broker
+        refused it. A refusal fails the calls that follow at once for `OUTAGE_HOLD_S` (a batch's
+        others, with the same reason); only a real attempt starts that hold again, so publishing is
+        tried again at least that often however many calls come."""
         if time.monotonic() < self._broker_down_until:
             return self._broker_error
+        message = task_message(self, task_name, task_id, envelope, pool, remaining_s, key=key, queue=queue)
         try:
-            self.publish(task_name, task_id, envelope, pool, remaining_s, key=key, queue=queue)
+            await asyncio.shield(self.sender.send_soon(message))
         except OperationalError as exc:
             self._broker_down_until = time.monotonic() + OUTAGE_HOLD_S
             self._broker_error = str(exc)
@@ -273,32 +273,9 @@ class Dispatcher:
         key: str,
         queue: str | None = None,
     ) -> None:
-        """Send the task to `queue` (of `pool`; by default the pool's own), expiring (and on prefork pools
-        time-limited) at the deadline."""
-        options: dict[str, Any] = {
-            "task_id": task_id,
-            "queue": queue or pool,
-            # An absolute time: spares Celery's own timezone arithmetic on the hot path.
-            "expires": datetime.fromtimestamp(time.time() + max(remaining_s, 0.001), UTC),
-            "headers": {IDEMPOTENCY_HEADER: key, SENT_AT_HEADER: time.time()},
-            "priority": message_priority(envelope.invocation.parameters, self.settings.broker_url),
-            # What Flower shows as the call's arguments: the model's arguments and ids, never the
-            # invocation parameters (they may hold credentials). Also spares Celery's saferepr.
-            **envelope.reprs(),
-            "retry": True,
-            "retry_policy": {
-                "max_retries": 2,
-                "interval_start": 0.05,
-                "interval_step": 0.2,
-                "interval_max": 0.5,
-            },
-        }
-        if self.pools.kind(pool) == "prefork":
-            options["soft_time_limit"] = max(remaining_s, 0.05)
-            options["time_limit"] = max(remaining_s, 0.05) + 1.0
-        inject_trace_context(options["headers"])  # the worker's spans are children of the call's
-        sent = dataclasses.replace(envelope, deadline=time.time() + remaining_s)
-        self.publisher.send_task(task_name, kwargs=sent.to_json(), **options)
+        """Send the task to `queue` (of `pool`; by default the pool's own) now (`_publish.task_message`)."""
+        message = task_message(self, task_name, task_id, envelope, pool, remaining_s, key=key, queue=queue)
+        self.sender.send(message)
 
     def abandon(self, task_id: str, pool: str | None = None, *, terminate: bool | None = None) -> None:
         """Give up a call (past its deadline, or cancelled): revoke it, so it is discarded if still queued,
