@@ -109,7 +109,6 @@ class BenchWorker:
             "threads",
             "-c",
             str(concurrency),
-            "-E",
             "--without-gossip",
             "--without-mingle",
             "-n",

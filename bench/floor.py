@@ -3,8 +3,8 @@
 For each configuration it starts `celery -A bench.floor_app worker -P threads -c 100`, publishes
 1,000 no-op tasks, waits for all their results, and reports the worker's CPU per task (from
 /proc) and the time to drain them. Configurations: stock Celery with events and STARTED states off;
-stock with both on (what Flower and the collector need); toolfleet's result backend and transport
-with both on. It shows the floor under the batch targets of `python -m bench`.
+stock with both on (what Flower and the collector need); toolfleet's result backend with both on.
+It shows the floor under the batch targets of `python -m bench`.
 """
 
 from __future__ import annotations

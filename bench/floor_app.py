@@ -2,9 +2,9 @@
 benchmark's worker (`bench._twins`) that measures 1 and 2 compare toolfleet with.
 
 `make_floor_app` builds one for a broker and backend URL, with or without task events (the worker's
-and the client's `task-sent`) and STARTED states, on a queue of its own; with `toolfleet`, toolfleet's
-result backend and Redis transport replace Celery's own. `app` is the one the environment describes,
-for `celery -A bench.floor_app worker`: `BENCH_FLOOR_URL`, `BENCH_FLOOR_EVENTS`, `BENCH_FLOOR_STARTED`,
+and the client's `task-sent`) and STARTED states, on a queue of its own; toolfleet's result backend
+replaces Celery's own where asked. `app` is the one the environment describes, for
+`celery -A bench.floor_app worker`: `BENCH_FLOOR_URL`, `BENCH_FLOOR_EVENTS`, `BENCH_FLOOR_STARTED`,
 `BENCH_FLOOR_TOOLFLEET` (`1` for on), `BENCH_FLOOR_QUEUE`.
 """
 
@@ -19,7 +19,12 @@ DEFAULT_QUEUE = "bench.floor"
 
 
 def make_floor_app(
-    url: str, *, events: bool, started: bool, queue: str = DEFAULT_QUEUE, toolfleet: bool = False
+    url: str,
+    *,
+    events: bool,
+    started: bool,
+    queue: str = DEFAULT_QUEUE,
+    toolfleet_backend: bool = False,
 ) -> Celery:
     app = Celery(f"bench-floor-{queue}", broker=url, backend=url, set_as_current=False)
     app.conf.update(
@@ -31,11 +36,10 @@ def make_floor_app(
         task_track_started=started,
         task_default_queue=queue,
     )
-    if toolfleet:
+    if toolfleet_backend:
         from workers.runtime._backend import ResultBackend
 
         app.backend_cls = ResultBackend
-        app.conf.broker_transport = "workers.runtime._transport:Transport"
 
     @app.task(name=NOOP)  # type: ignore[untyped-decorator]
     def noop() -> str:
@@ -49,6 +53,6 @@ app = make_floor_app(
     events=os.environ.get("BENCH_FLOOR_EVENTS") == "1",
     started=os.environ.get("BENCH_FLOOR_STARTED") == "1",
     queue=os.environ.get("BENCH_FLOOR_QUEUE") or DEFAULT_QUEUE,
-    toolfleet=os.environ.get("BENCH_FLOOR_TOOLFLEET") == "1",
+    toolfleet_backend=os.environ.get("BENCH_FLOOR_TOOLFLEET") == "1",
 )
 noop = app.tasks[NOOP]

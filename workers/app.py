@@ -35,7 +35,8 @@ __all__ = [
 
 
 def _broker_config(settings: Settings) -> dict[str, Any]:
-    """What the broker's kind asks for: toolfleet's Redis transport, or RabbitMQ's queues as configured.
+    """What the broker's kind asks for: kombu's Redis transport (a Sentinel group's master named), or
+    RabbitMQ's queues as configured.
 
     On RabbitMQ each pool's queue is declared `quorum` (replicated over the cluster's nodes, the kind
     RabbitMQ recommends where a queue must survive a node) unless `TOOLFLEET_BROKER_QUEUE_TYPE=classic`.
@@ -45,10 +46,9 @@ def _broker_config(settings: Settings) -> dict[str, Any]:
     Every publish waits for the broker's confirm, so a call the broker did not take is an error.
     """
     if settings.broker_url.startswith(("redis://", "rediss://")):
-        return {"broker_transport": "workers.runtime._transport:Transport"}
+        return {}  # kombu's Redis transport, as Celery configures it
     if is_sentinel(settings.broker_url):
-        return {
-            "broker_transport": "workers.runtime._transport:SentinelTransport",
+        return {  # kombu's Sentinel transport (the URL's scheme), told the group's master name
             "broker_transport_options": {
                 "priority_steps": list(PRIORITY_STEPS),
                 **celery_url(settings.broker_url)[1],
@@ -76,7 +76,7 @@ def _base_config(settings: Settings) -> dict[str, Any]:
         "event_serializer": "json",
         "task_default_queue": "default",
         "task_create_missing_queues": True,
-        "task_send_sent_event": settings.send_sent_events,
+        "task_send_sent_event": settings.send_sent_events and settings.task_events,
         "broker_connection_retry_on_startup": True,
         "broker_connection_max_retries": 3,
         "broker_connection_timeout": 4,
@@ -120,7 +120,8 @@ def result_retries(settings: Settings, registry: ToolRegistry | None) -> int:
 
 
 def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: str = "toolfleet") -> Celery:
-    """The worker-side app: result backend on, task events on, one task per tool of `registry`."""
+    """The worker-side app: result backend on, task events on (unless `TOOLFLEET_TASK_EVENTS=false`: no
+    Flower then), one task per tool of `registry`."""
     backend_url, backend_options = celery_url(settings.result_backend)
     app = Celery(name, broker=celery_url(settings.broker_url)[0], backend=backend_url, set_as_current=False)
     if settings.result_backend.startswith(("redis://", "rediss://")):
@@ -143,7 +144,7 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
         result_backend_max_retries=result_retries(settings, registry),
         result_expires=settings.result_expires_s,
         task_track_started=True,
-        worker_send_task_events=True,
+        worker_send_task_events=settings.task_events,
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=False,

@@ -42,6 +42,7 @@ class Settings:
     retry_backoff_s: float = 0.2
     retry_backoff_max_s: float = 5.0
     send_sent_events: bool = True
+    task_events: bool = True  # Celery task events (worker and task-sent): what Flower shows of each call
     tools: str = ""
     journal_keys: str = ""  # Fernet keys, comma-separated: the first encrypts, all decrypt
     log_format: str = "text"  # `text`, or `json`: one JSON object per line

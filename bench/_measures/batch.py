@@ -7,28 +7,13 @@ import os
 from statistics import median
 
 from bench._context import BATCH_SIZE, WORKER_CONCURRENCY, Bench, bench_redis_url
-from bench._measures.single_call import LEAN_TARGET, VISIBLE_TARGET, ratios
+from bench._measures.single_call import LEAN_TARGET, VISIBLE_TARGET, ratios, response
 from bench._timing import Measure, Side, cpu_json, ms, summarize, walls
 from bench._twins import Twin, twins
-from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 
 WARMUP = 2  # turns
 ROUNDS = 3
 TURNS = 5  # per round: each side once per turn, the order rotating
-
-
-def batch_response(b: Bench) -> Side:
-    """An `AiService` answer whose model asks for `BATCH_SIZE` `noop` calls at once, then answers."""
-    calls = [ToolExecutionRequest(id=f"n{i}", name=b.noop.name, arguments="{}") for i in range(BATCH_SIZE)]
-
-    async def respond() -> None:
-        model = ScriptedChatModel([AiMessage(tool_execution_requests=calls), "done"])
-        service = AiService(chat_model=model, tools=[b.noop], executor=b.executor)
-        result = await service.achat("go")
-        if result.content != "done" or any(e.has_failed for e in result.tool_executions):
-            raise RuntimeError("the batch response did not end with the model's answer")
-
-    return respond
 
 
 def raw_batch(twin: Twin) -> Side:
@@ -54,7 +39,7 @@ async def measure_batch(b: Bench) -> Measure:
     )
     with twins(bench_redis_url(), dict(os.environ), WORKER_CONCURRENCY) as started:
         sides = {
-            "toolfleet": batch_response(b),
+            "toolfleet": response(b, BATCH_SIZE),
             "celery": raw_batch(started["celery"]),
             "lean": raw_batch(started["lean"]),
         }

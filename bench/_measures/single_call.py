@@ -10,7 +10,15 @@ from bench._commands import commands_per_call, total
 from bench._context import WORKER_CONCURRENCY, Bench, bench_redis_url, expect
 from bench._timing import Measure, Sample, Side, cpu_json, ms, summarize, walls
 from bench._twins import Twin, twins
-from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
+from orchestrator import (
+    AiMessage,
+    AiService,
+    ScriptedChatModel,
+    ToolExecutionRequest,
+    UserMessage,
+    send_exception_message_to_llm,
+)
+from orchestrator.models.base import ChatRequest
 from workers import OutcomeKind
 
 VISIBLE_TARGET = 1.0  # against stock Celery with the same events and STARTED states
@@ -21,16 +29,31 @@ TURNS = 40  # per round: each side once per turn, the order rotating
 COUNTED = 200  # calls of each side whose Redis commands are counted
 
 
-def one_call_response(b: Bench) -> Side:
-    """An `AiService` answer whose model asks for one `noop` call, then answers."""
+def response(b: Bench, calls: int) -> Side:
+    """An `AiService` answer whose model asks for `calls` `noop` calls at once, then answers; the
+    service is built once, as a server builds its agents."""
+    requests = [ToolExecutionRequest(id=f"n{i}", name=b.noop.name, arguments="{}") for i in range(calls)]
+
+    def model(request: ChatRequest) -> AiMessage:
+        if isinstance(request.messages[-1], UserMessage):
+            return AiMessage(tool_execution_requests=requests)
+        return AiMessage(text="done")
+
+    scripted = ScriptedChatModel(model)
+    service = AiService(
+        chat_model=scripted,
+        tools=[b.noop],
+        executor=b.executor,
+        tool_execution_error_handler=send_exception_message_to_llm(),
+    )
 
     async def respond() -> None:
-        call = ToolExecutionRequest(id="n1", name=b.noop.name, arguments="{}")
-        model = ScriptedChatModel([AiMessage(tool_execution_requests=[call]), "done"])
-        service = AiService(chat_model=model, tools=[b.noop], executor=b.executor)
+        scripted.requests.clear()
         result = await service.achat("go")
-        if result.content != "done" or any(e.has_failed for e in result.tool_executions):
-            raise RuntimeError("the one-call response did not end with the model's answer")
+        if result.content != "done" or len(result.tool_executions) != calls:
+            raise RuntimeError("the response did not end with the model's answer")
+        if any(e.has_failed for e in result.tool_executions):
+            raise RuntimeError(f"a call failed: {result.tool_executions[0].result}")
 
     return respond
 
@@ -65,7 +88,7 @@ async def measure_single(b: Bench) -> Measure:
 
     with twins(bench_redis_url(), dict(os.environ), WORKER_CONCURRENCY) as started:
         sides = {
-            "toolfleet": one_call_response(b),
+            "toolfleet": response(b, 1),
             "executor": executor_call,
             "celery": raw_call(started["celery"]),
             "lean": raw_call(started["lean"]),

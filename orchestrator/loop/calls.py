@@ -106,7 +106,10 @@ async def run_calls(config: LoopConfig, state: RunState, calls: Sequence[Call]) 
     journal marks those still in flight abandoned (their executor gave them up: a worker that still
     finishes one undoes it)."""
     try:
-        if config.concurrently:
+        if config.concurrently and len(calls) == 1 and calls[0].task is None:
+            async with state.gate:  # a lone call runs in the invocation's own task: no task to start
+                await _run_call(config, state, calls[0])
+        elif config.concurrently:
             for call in calls:
                 if call.task is None:
                     start_call(config, state, call)

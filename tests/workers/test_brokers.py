@@ -43,7 +43,7 @@ def test_classic_queues_on_rabbitmq_keep_their_priorities() -> None:
 def test_redis_brokers_are_untouched_by_the_queue_type() -> None:
     app = make_app(Settings())
     assert app.amqp.queues["heavy"].queue_arguments == {"x-max-priority": MAX_PRIORITY}
-    assert app.conf.broker_transport == "workers.runtime._transport:Transport"
+    assert app.conf.broker_transport is None  # kombu's own, from the URL's scheme
     assert "confirm_publish" not in app.conf.broker_transport_options
 
 
@@ -112,7 +112,7 @@ def test_celery_is_given_the_url_without_its_query_and_the_group_as_a_transport_
 def test_apps_on_sentinel_follow_the_master_with_toolfleets_transport_and_backend() -> None:
     settings = Settings.from_env({"TOOLFLEET_REDIS_URL": SENTINELS})
     app = make_app(settings)
-    assert app.conf.broker_transport == "workers.runtime._transport:SentinelTransport"
+    assert app.connection_for_write().transport_cls == "sentinel"  # kombu's own, from the URL's scheme
     assert app.conf.broker_transport_options["master_name"] == "fleet"
     assert app.conf.broker_transport_options["priority_steps"] == list(range(MAX_PRIORITY + 1))
     assert app.conf.result_backend_transport_options["master_name"] == "fleet"
