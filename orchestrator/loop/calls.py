@@ -106,10 +106,7 @@ async def run_calls(config: LoopConfig, state: RunState, calls: Sequence[Call]) 
     journal marks those still in flight abandoned (their executor gave them up: a worker that still
     finishes one undoes it)."""
     try:
-        if config.concurrently and len(calls) == 1 and calls[0].task is None:
-            async with state.gate:  # a lone call runs in the invocation's own task: no task to start
-                await _run_call(config, state, calls[0])
-        elif config.concurrently:
+        if config.concurrently:
             for call in calls:
                 if call.task is None:
                     start_call(config, state, call)
@@ -181,7 +178,9 @@ async def _execute(config: LoopConfig, state: RunState, call: Call) -> None:
     else:
         call.behavior = tool.return_behavior
         invocation = state.invocation()
-        if call.row is None:  # else written with its turn's checkpoint
+        if call.row is None and state.saga.journal is None:
+            await state.saga.intent(request, tool, invocation)  # numbered; there is nothing to write
+        elif call.row is None:  # else written with its turn's checkpoint
             # written to the end, so a cancel meanwhile finds the row to mark abandoned (`run_calls`)
             call.row, cancelled = await to_the_end(state.saga.intent(request, tool, invocation))
             if cancelled:

@@ -115,6 +115,8 @@ async def _run(
             beat.cancel()
     if result.finish_reason is FinishReason.APPROVAL_REQUIRED:
         return result  # paused: the journal says so, and whoever resumes it ends it
+    if state.saga.journal is None:
+        return result
     _, cancelled = await to_the_end(state.saga.end(InvocationState.SUCCEEDED, answer=result.content))
     if cancelled:  # the caller cancelled while the end was journaled
         raise asyncio.CancelledError
