@@ -9,12 +9,15 @@ prefetch 1, no gossip or mingle):
 - `lean`: the floor, events and STARTED states off.
 
 The benchmark calls each through a client app of the same settings: `apply_async()` then `get()`,
-the result heard on the backend's pub/sub channel (Celery's `ResultConsumer`).
+the result heard on the backend's pub/sub channel (Celery's `ResultConsumer`). Against `lean`,
+toolfleet is also measured with its task events off (`quiet_toolfleet`: a worker of its own for the
+`bench.quiet` pool, and an executor that sends no `task-sent`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import tempfile
@@ -23,14 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._worker import REPO, log_tail, spawn, stop_group
+from bench._worker import REPO, BenchWorker, log_tail, spawn, stop_group
 from bench.floor_app import NOOP, make_floor_app
 
-__all__ = ["TWINS", "Twin", "twins"]
+__all__ = ["QUIET", "TWINS", "Quiet", "Twin", "quiet_toolfleet", "twins"]
 
 # name: (task events and STARTED states on, queue)
 TWINS = {"celery": (True, "bench.twin.celery"), "lean": (False, "bench.twin.lean")}
 READY_TIMEOUT_S = 60.0
+QUIET = "bench.quiet"  # the pool of toolfleet's quiet worker
 
 
 @dataclass
@@ -84,3 +88,34 @@ def twins(url: str, env: Mapping[str, str], concurrency: int) -> Iterator[dict[s
         for log in logs:
             with contextlib.suppress(OSError):
                 log.unlink()
+
+
+@dataclass
+class Quiet:
+    """toolfleet with task events off (`TOOLFLEET_TASK_EVENTS=false`): its own worker of the
+    `bench.quiet` pool and an executor that sends no `task-sent` event."""
+
+    executor: Any
+    noop: Any
+    worker_pid: int
+
+
+@contextlib.contextmanager
+def quiet_toolfleet(url: str, env: Mapping[str, str], concurrency: int) -> Iterator[Quiet]:
+    """The quiet worker started (in the catalog) and its executor; both stopped on the way out."""
+    from bench import tools
+    from orchestrator.executors.celery import CeleryExecutor
+    from workers.settings import Settings
+
+    worker = BenchWorker(url, {**env, "TOOLFLEET_TASK_EVENTS": "false"}, concurrency=concurrency, queue=QUIET)
+    executor = None
+    try:
+        worker.start()
+        assert worker.pid is not None
+        settings = dataclasses.replace(Settings.from_env(env), task_events=False)
+        executor = CeleryExecutor(settings=settings, tools=[tools])
+        yield Quiet(executor, executor.registry.get("quiet_noop"), worker.pid)
+    finally:
+        if executor is not None:
+            executor.close()
+        worker.stop()

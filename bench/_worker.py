@@ -92,9 +92,11 @@ class BenchWorker:
     stops it) and is stopped with its whole process group: warm shutdown, then SIGKILL.
     """
 
-    def __init__(self, redis_url: str, env: Mapping[str, str], *, concurrency: int = 100) -> None:
+    def __init__(
+        self, redis_url: str, env: Mapping[str, str], *, concurrency: int = 100, queue: str = "bench"
+    ) -> None:
         self.redis_url = redis_url
-        self.hostname = f"bench-{os.getpid()}@{socket.gethostname()}"
+        self.hostname = f"{queue}-{os.getpid()}@{socket.gethostname()}"
         self.concurrency = concurrency
         self.command = [
             sys.executable,
@@ -104,7 +106,7 @@ class BenchWorker:
             "bench.worker",
             "worker",
             "-Q",
-            "bench",
+            queue,
             "-P",
             "threads",
             "-c",

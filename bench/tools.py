@@ -13,6 +13,11 @@ def noop() -> str:
     return "ok"
 
 
+@tool("Does nothing, on a worker with task events off (measures 1 and 2)", pool="bench.quiet", timeout=30)
+def quiet_noop() -> str:
+    return "ok"
+
+
 @tool(
     "Does nothing, at most 1,000 calls at once per tenant in the fleet",
     pool="bench",

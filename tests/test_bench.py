@@ -261,6 +261,7 @@ def test_the_worker_app_serves_the_baseline_tasks_next_to_the_tools() -> None:
         "tool.async_sleep_for",
         "tool.capped_noop",
         "tool.noop",
+        "tool.quiet_noop",
         "tool.report_steps",
         "tool.shared_sleep",
         "tool.sleep_for",

@@ -3,13 +3,12 @@ awaited, at equal visibility and on the lean floor (`bench._twins`)."""
 
 from __future__ import annotations
 
-import os
 from statistics import median
 
-from bench._context import BATCH_SIZE, WORKER_CONCURRENCY, Bench, bench_redis_url
-from bench._measures.single_call import LEAN_TARGET, VISIBLE_TARGET, ratios, response
+from bench._context import BATCH_SIZE, Bench
+from bench._measures.single_call import LEAN_TARGET, VISIBLE_TARGET, headline, peers, response, verdict
 from bench._timing import Measure, Side, cpu_json, ms, summarize, walls
-from bench._twins import Twin, twins
+from bench._twins import Twin
 
 WARMUP = 2  # turns
 ROUNDS = 3
@@ -33,29 +32,32 @@ async def measure_batch(b: Bench) -> Measure:
         f"{BATCH_SIZE}-call response: toolfleet / raw Celery",
         f"An AiService answer whose scripted model asks for {BATCH_SIZE} `noop` calls at once, then "
         f"answers, against {BATCH_SIZE} `noop.apply_async()` then each result's `get()` on the stock "
-        "Celery twins of measure 1 (`celery`: events and STARTED on; `lean`: off). Sides rotated; the "
+        "Celery twins of measure 1 (`celery`: events and STARTED on; `lean`: off), and on toolfleet's quiet "
+        "worker (`toolfleet_quiet`, task events off). Sides rotated; the "
         "result is the median over rounds of each round's ratio of medians.",
-        f"<= {VISIBLE_TARGET:g}x celery, <= {LEAN_TARGET:g}x lean",
+        f"<= {VISIBLE_TARGET:g}x celery; events off, <= {LEAN_TARGET:g}x lean",
     )
-    with twins(bench_redis_url(), dict(os.environ), WORKER_CONCURRENCY) as started:
+    with peers() as (started, quiet):
         sides = {
             "toolfleet": response(b, BATCH_SIZE),
+            "toolfleet_quiet": response(b, BATCH_SIZE, quiet.executor, quiet.noop),
             "celery": raw_batch(started["celery"]),
             "lean": raw_batch(started["lean"]),
         }
         pids = {name: twin.worker_pid for name, twin in started.items()}
+        pids["toolfleet_quiet"] = quiet.worker_pid
         await b.timer.rotated(sides, b.reps(WARMUP), pids)
         rounds = [await b.timer.rotated(sides, b.reps(TURNS), pids) for _ in range(b.reps(ROUNDS))]
     runs = {name: [s for r in rounds for s in r[name]] for name in sides}
-    visible, lean = median(ratios(rounds, "toolfleet", "celery")), median(ratios(rounds, "toolfleet", "lean"))
+    found, met = verdict(rounds)
     m.rounds = [{f"{name}_median_ms": ms(median(walls(r[name]))) for name in sides} for r in rounds]
     m.sides = {name: summarize(walls(samples)) for name, samples in runs.items()}
     m.cpu = {name: cpu_json(samples, BATCH_SIZE) for name, samples in runs.items()}
-    m.details = {"median_ratio": round(visible, 4), "median_ratio_lean": round(lean, 4)}
-    m.met = visible <= VISIBLE_TARGET and lean <= LEAN_TARGET
+    m.details = found
+    m.met = met
     wall = {name: ms(median(walls(samples))) for name, samples in runs.items()}
     m.result = (
-        f"x{visible:.2f} celery, x{lean:.2f} lean "
-        f"({wall['toolfleet']:.0f} vs {wall['celery']:.0f} / {wall['lean']:.0f} ms)"
+        f"{headline(found)}: {wall['toolfleet']:.0f} vs {wall['celery']:.0f} ms, "
+        f"{wall['toolfleet_quiet']:.0f} vs {wall['lean']:.0f} ms"
     )
     return m

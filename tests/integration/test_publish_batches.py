@@ -15,7 +15,7 @@ import redis
 from kombu.exceptions import OperationalError
 
 from orchestrator.executors._collector import ResultCollector
-from orchestrator.executors.celery._publish import Message, Sender
+from orchestrator.executors.celery._publish import CHUNK, Message, Sender
 from workers.app import make_app, make_publisher
 from workers.protocol import CALL_CANCELLED_KEY, META_PREFIX
 from workers.runtime._backend import ResultBackend, cancelled_at_start
@@ -60,7 +60,7 @@ def test_the_calls_of_one_loop_turn_are_sent_in_one_round_trip_with_their_events
         sent = [sender.send_soon(Message("tool.noop", {"n": n}, {"queue": QUEUE})) for n in range(20)]
         before = len(counted_sends)
         await asyncio.gather(*sent)
-        assert len(counted_sends) - before == 1, "twenty calls and their events: one pipeline"
+        assert len(counted_sends) - before == 20 // CHUNK, "twenty calls and their events: a pipeline a chunk"
 
     asyncio.run(twenty())
     assert client.llen(QUEUE) == 21

@@ -181,7 +181,8 @@ class Dispatcher:
                         f"the broker is unreachable ({refused})",
                         "BrokerUnavailable",
                     )
-            meta = await asyncio.wait_for(asyncio.shield(waiting), max(deadline - time.monotonic(), 0.0))
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+                meta = await asyncio.shield(waiting)  # a timeout leaves the result to come
         except TimeoutError:
             if abandon_atomically and not await self.claim_abandoned(task_id):
                 # The worker finished first: the call succeeded and its result is on its way.
