@@ -261,11 +261,11 @@ class ResultCollector:
                 entry = self._pending.pop(task_id, None)
             if entry is None:
                 return
-            self._unsubscribe(task_id)
             if entry.worker is not None and "worker" not in meta:
                 meta = {**meta, "worker": entry.worker}  # who started it, learned from its STARTED state
             if not entry.future.done():
                 entry.future.set_result(meta)
+            self._unsubscribe(task_id)  # after: its caller goes on meanwhile
         elif status == "STARTED":
             entry = self._pending.get(task_id)
             started = meta.get("result")
