@@ -4,7 +4,9 @@
 Its model is a `ScriptedChatModel` that asks for one `noop` call (`bench/tools.py`, pool `bench`,
 run through `CeleryExecutor` on the benchmark's worker), then answers `ANSWER`: no HTTP upstream, so
 the served and the in-process sides run the very same agent. A replica serves it as `plain` (no
-journal) and `journaled` (`Journal` at `TOOLFLEET_BENCH_JOURNAL_URL`, which the benchmark sets).
+journal) and `journaled` (`Journal` at `TOOLFLEET_BENCH_JOURNAL_URL`, which the benchmark sets). Its
+tools are those of `bench/tools.py` on the `bench` pool, the one the benchmark's worker serves: a
+replica is ready only once every pool its agents' tools need has a live worker.
 """
 
 from __future__ import annotations
@@ -25,11 +27,23 @@ from orchestrator import (
 from orchestrator.messages import ToolExecutionResultMessage
 from orchestrator.models.base import ChatRequest
 from workers import ToolExecutionRequest
+from workers.tools import ToolDefinition, discover_tools
 
-__all__ = ["ANSWER", "JOURNAL_URL_VARIABLE", "NAP_S", "agent", "journaled", "napping", "plain", "script"]
+__all__ = [
+    "ANSWER",
+    "JOURNAL_URL_VARIABLE",
+    "NAP_S",
+    "POOL",
+    "agent",
+    "journaled",
+    "napping",
+    "plain",
+    "script",
+]
 
 ANSWER = "done"
 JOURNAL_URL_VARIABLE = "TOOLFLEET_BENCH_JOURNAL_URL"
+POOL = "bench"  # the pool of the benchmark's worker
 
 NAP_S = 2.0  # how long `napping`'s one call sleeps
 
@@ -43,12 +57,17 @@ def script(request: ChatRequest) -> AiMessage:
     return AiMessage(tool_execution_requests=[ToolExecutionRequest(f"call-{next(_call_ids)}", "noop", "{}")])
 
 
+def _tools() -> list[ToolDefinition]:
+    """The tools of `bench/tools.py` on `POOL` (others run on workers of their own measures)."""
+    return [definition for definition in discover_tools(tools) if definition.pool == POOL]
+
+
 def agent(*, executor: ToolExecutor | None = None, journal: Journal | None = None) -> AiService:
     """The agent: its tools on the `bench` pool (`executor`, a new `CeleryExecutor` by default); a tool
     error fails the invocation, so that a measure never times a call that went wrong."""
     return AiService(
         chat_model=ScriptedChatModel(script),
-        tools=[tools],
+        tools=_tools(),
         executor=executor if executor is not None else CeleryExecutor(),
         journal=journal,
         tool_arguments_error_handler=fail_invocation(),
@@ -80,7 +99,7 @@ def napping() -> AiService:
     """A journaled agent whose one call sleeps `NAP_S` (measure 12 kills its replica during it)."""
     return AiService(
         chat_model=ScriptedChatModel(_nap_script),
-        tools=[tools],
+        tools=_tools(),
         executor=CeleryExecutor(),
         journal=Journal(os.environ[JOURNAL_URL_VARIABLE]),
         tool_arguments_error_handler=fail_invocation(),

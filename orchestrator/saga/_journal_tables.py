@@ -128,9 +128,17 @@ approvals = sa.Table(
 )
 
 
+_owner: tuple[int, str] = (-1, "")
+
+
 def owner_id() -> str:
-    """Who runs an invocation: host and process."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Who runs an invocation: host and process (asked of the system once per process: it is read
+    with every invocation's start, beat and end)."""
+    global _owner
+    pid = os.getpid()
+    if _owner[0] != pid:  # a forked child is an owner of its own
+        _owner = (pid, f"{socket.gethostname()}:{pid}")
+    return _owner[1]
 
 
 def owned_update(owner: bool, state: bool) -> sa.Update:

@@ -3,7 +3,8 @@ an owner's beat and an invocation's end, each one `Write` (a statement and its p
 
 Each statement is built once per shape, its values given as parameters, so that SQLAlchemy (or the
 psycopg fast path of `_fast_writes`) compiles it once; each is atomic by itself, so it runs in
-autocommit: one round trip, no `BEGIN` or `COMMIT` around it.
+autocommit: one round trip, no `BEGIN` or `COMMIT` around it (on PostgreSQL, those of concurrent
+invocations waiting at the same time share one round trip and one commit: `_fast_writes`).
 """
 
 from __future__ import annotations
@@ -58,11 +59,17 @@ class Intent:
 @dataclass(frozen=True)
 class Write:
     """One statement of the journal and its parameters; `again`: written twice, it leaves what written
-    once does, so a write whose connection dropped is sent again."""
+    once does, so a write whose connection dropped is sent again. On PostgreSQL writes waiting at the
+    same time are committed together (`_fast_writes`): `alone`, never with others (a heartbeat,
+    written while its invocation's own writes may be in flight); `row`, the call row it updates,
+    those of one commit written in the order of their rows (as `Journal.abandon_in_flight` locks them,
+    so neither waits for the other while holding what the other waits for)."""
 
     statement: sa.Insert | sa.Update
     params: dict[str, Any]
     again: bool = False
+    alone: bool = False
+    row: int | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +165,7 @@ def state_write(
 def heartbeat_write(invocation_id: str, owner: str | None) -> Write:
     """The invocation's owner is alive; with `owner`, only while the invocation is still its."""
     params = {"heartbeat_at": utc_now(), "b_id": invocation_id, "b_owner": owner}
-    return Write(owned_update(owner is not None, False), params)
+    return Write(owned_update(owner is not None, False), params, alone=True)
 
 
 def outcome_write(
@@ -189,4 +196,5 @@ def outcome_write(
             "finished_at": utc_now(),
         },
         again=True,
+        row=call_row,
     )

@@ -226,11 +226,19 @@ class Journal(JournalApprovals, JournalCheckpoints):
             tx.execute(sa.update(tool_calls).where(tool_calls.c.id == call_row).values(state=value))
 
     def abandon_in_flight(self, call_rows: Sequence[int]) -> None:
-        """Mark abandoned those of `call_rows` still `dispatched` (their outcome never journaled)."""
+        """Mark abandoned those of `call_rows` still `dispatched` (their outcome never journaled). The
+        rows are locked in their order, as the outcomes written together meanwhile lock them (one
+        commit of several, `_fast_writes`): neither waits for the other while holding what it needs."""
+        in_flight = (
+            sa.select(tool_calls.c.id)
+            .where(tool_calls.c.id.in_(list(call_rows)), tool_calls.c.state == CallState.DISPATCHED.value)
+            .order_by(tool_calls.c.id)
+            .with_for_update()
+        )
         with self._tx() as tx:
             tx.execute(
                 sa.update(tool_calls)
-                .where(tool_calls.c.id.in_(list(call_rows)), tool_calls.c.state == CallState.DISPATCHED.value)
+                .where(tool_calls.c.id.in_(in_flight.scalar_subquery()))
                 .values(state=CallState.ABANDONED.value)
             )
 
