@@ -15,6 +15,7 @@ from celery.exceptions import TimeoutError as CeleryTimeoutError
 from bench._context import Bench, expect
 from bench._timing import Measure, ms, summarize, walls
 from workers import OutcomeKind
+from workers.tools.versions import tool_version
 
 DEADLINE_S = 0.3
 TARGET_S = 0.35
@@ -35,7 +36,8 @@ async def measure_deadline(b: Bench) -> Measure:
         f"median <= {ms(TARGET_S):.0f} ms",
     )
     options = dataclasses.replace(b.sleep_for.options, timeout=DEADLINE_S)
-    slow = dataclasses.replace(b.sleep_for, options=options)
+    # The worker's definition, with a shorter deadline on this side only: still the version it serves.
+    slow = dataclasses.replace(b.sleep_for, options=options, version=tool_version(b.sleep_for))
     arguments = json.dumps({"seconds": SLOW_TOOL_S})
 
     async def tool_call() -> None:

@@ -34,7 +34,7 @@ INVOCATION = Invocation(
 
 
 def _expected(kind: OutcomeKind, text: str, **fields: Any) -> dict[str, Any]:
-    """The full `to_json()` of an outcome: the given fields, the defaults for the rest."""
+    """The `to_json()` of an outcome: the given fields, the rest unset (absent on the wire)."""
     outcome: dict[str, Any] = {
         "kind": kind.value,
         "text": text,
@@ -50,7 +50,9 @@ def _expected(kind: OutcomeKind, text: str, **fields: Any) -> dict[str, Any]:
     unknown = set(fields) - set(outcome)
     assert not unknown, f"not outcome fields: {unknown}"
     outcome.update(fields)
-    return outcome
+    maps = ("attributes", "parameter_changes")
+    unset = {k for k, v in outcome.items() if v is None or (k in maps and not v)}
+    return {k: v for k, v in outcome.items() if k not in unset}
 
 
 def _args_error(text: str) -> dict[str, Any]:

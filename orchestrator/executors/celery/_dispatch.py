@@ -254,7 +254,9 @@ class Dispatcher:
         tried again at least that often however many calls come."""
         if time.monotonic() < self._broker_down_until:
             return self._broker_error
-        message = task_message(self, task_name, task_id, envelope, pool, remaining_s, key=key, queue=queue)
+        message = task_message(
+            self.settings, self.pools, task_name, task_id, envelope, pool, remaining_s, key=key, queue=queue
+        )
         try:
             await asyncio.shield(self.sender.send_soon(message))
         except OperationalError as exc:
@@ -275,7 +277,9 @@ class Dispatcher:
         queue: str | None = None,
     ) -> None:
         """Send the task to `queue` (of `pool`; by default the pool's own) now (`_publish.task_message`)."""
-        message = task_message(self, task_name, task_id, envelope, pool, remaining_s, key=key, queue=queue)
+        message = task_message(
+            self.settings, self.pools, task_name, task_id, envelope, pool, remaining_s, key=key, queue=queue
+        )
         self.sender.send(message)
 
     def abandon(self, task_id: str, pool: str | None = None, *, terminate: bool | None = None) -> None:

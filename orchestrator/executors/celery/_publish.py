@@ -34,7 +34,8 @@ from workers.protocol import IDEMPOTENCY_HEADER, SENT_AT_HEADER, CallTask, Compe
 from workers.telemetry.tracing import inject_trace_context
 
 if TYPE_CHECKING:
-    from orchestrator.executors.celery._dispatch import Dispatcher
+    from orchestrator.executors.celery._pools import Pools
+    from workers.settings import Settings
 
 __all__ = ["Message", "Sender", "task_message"]
 
@@ -56,7 +57,8 @@ class Message:
 
 
 def task_message(
-    dispatcher: Dispatcher,
+    settings: Settings,
+    pools: Pools,
     task_name: str,
     task_id: str,
     envelope: CallTask | CompensationTask,
@@ -74,7 +76,7 @@ def task_message(
         # An absolute time: spares Celery's own timezone arithmetic on the hot path.
         "expires": datetime.fromtimestamp(time.time() + max(remaining_s, 0.001), UTC),
         "headers": {IDEMPOTENCY_HEADER: key, SENT_AT_HEADER: time.time()},
-        "priority": message_priority(envelope.invocation.parameters, dispatcher.settings.broker_url),
+        "priority": message_priority(envelope.invocation.parameters, settings.broker_url),
         # What Flower shows as the call's arguments: the model's arguments and ids, never the
         # invocation parameters (they may hold credentials). Also spares Celery's saferepr.
         **envelope.reprs(),
@@ -86,7 +88,7 @@ def task_message(
             "interval_max": 0.5,
         },
     }
-    if dispatcher.pools.kind(pool) == "prefork":
+    if pools.kind(pool) == "prefork":
         options["soft_time_limit"] = max(remaining_s, 0.05)
         options["time_limit"] = max(remaining_s, 0.05) + 1.0
     inject_trace_context(options["headers"])  # the worker's spans are children of the call's
