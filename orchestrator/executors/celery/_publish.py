@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
-from kombu.exceptions import BatchPublishError
+from kombu.exceptions import BatchPublishError, OperationalError
 
 from workers.priorities import message_priority
 from workers.protocol import IDEMPOTENCY_HEADER, SENT_AT_HEADER, CallTask, CompensationTask
@@ -130,9 +130,13 @@ class Sender:
         messages = self._pending.pop(loop, [])
         if self.before is not None:
             self.before()
+        refused: BaseException | None = None
         for start in range(0, len(messages), CHUNK):
             chunk = messages[start : start + CHUNK]
-            for message, error in zip(chunk, self._send(chunk), strict=True):
+            # The broker refused the last chunk: the rest fail with its error, not after retries of their own.
+            errors = self._send(chunk) if refused is None else [refused] * len(chunk)
+            refused = next((e for e in errors if isinstance(e, OperationalError)), None)
+            for message, error in zip(chunk, errors, strict=True):
                 sent = message.sent
                 if sent is None or sent.done():  # its caller was cancelled meanwhile
                     continue
@@ -157,7 +161,11 @@ class Sender:
         except Exception as exc:  # refused before anything was sent (encoding, or the broker at once)
             if len(messages) == 1:
                 return [exc]
-        return [self._send_alone(message) for message in messages]
+        errors: list[BaseException | None] = []
+        for message in messages:
+            refused = next((e for e in errors if isinstance(e, OperationalError)), None)
+            errors.append(refused or self._send_alone(message))  # refused once: the broker is away
+        return errors
 
     def _send_alone(self, message: Message) -> BaseException | None:
         try:
