@@ -21,7 +21,7 @@ from orchestrator.executors._collector import FINAL_STATES, ResultCollector
 from orchestrator.executors._outcomes import failed_outcome, outcome_of_meta, timed_out_outcome, worker_of
 from orchestrator.executors._progress import meta_listener, progress_listener
 from orchestrator.executors.celery._admission import Admission
-from orchestrator.executors.celery._pools import OUTAGE_HOLD_S, Pools
+from orchestrator.executors.celery._pools import Pools
 from orchestrator.executors.celery._publish import Sender, task_message
 from orchestrator.executors.celery._versions import Routes
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
@@ -55,8 +55,6 @@ class Dispatcher:
         self.sender = Sender(publisher, before=lambda: self.collector.subscribe_deferred())
         self.redis = client
         self.pools = pools
-        self._broker_down_until = 0.0
-        self._broker_error = ""
         self.admission = Admission(client, settings.redis_url, pools)  # fleet-wide slots and rate limits
         self.routes = Routes(pools, settings.build_id)  # which of a pool's queues serves a call's version
 
@@ -248,21 +246,15 @@ class Dispatcher:
         key: str,
         queue: str,
     ) -> str | None:
-        """Publish the task with the others of this loop turn (`_publish.Sender`); or why the broker
-        refused it. A refusal fails the calls that follow at once for `OUTAGE_HOLD_S` (a batch's
-        others, with the same reason); only a real attempt starts that hold again, so publishing is
-        tried again at least that often however many calls come."""
-        if time.monotonic() < self._broker_down_until:
-            return self._broker_error
+        """Publish the task with the others of this loop turn (`_publish.Sender`, which also holds a
+        refusal for the calls that follow); or why the broker refused it."""
         message = task_message(
             self.settings, self.pools, task_name, task_id, envelope, pool, remaining_s, key=key, queue=queue
         )
         try:
             await asyncio.shield(self.sender.send_soon(message))
         except OperationalError as exc:
-            self._broker_down_until = time.monotonic() + OUTAGE_HOLD_S
-            self._broker_error = str(exc)
-            return self._broker_error
+            return str(exc)
         return None
 
     def publish(

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 from kombu.exceptions import BatchPublishError, OperationalError
 
+from orchestrator.executors.celery._pools import OUTAGE_HOLD_S
 from workers.priorities import message_priority
 from workers.protocol import IDEMPOTENCY_HEADER, SENT_AT_HEADER, CallTask, CompensationTask
 from workers.telemetry.tracing import inject_trace_context
@@ -103,22 +104,32 @@ class Sender:
         """`before` runs before each batch is sent (the collector's deferred subscriptions)."""
         self.app = app
         self.before = before
+        self._refused: OperationalError | None = None  # the broker's last refusal, held for a moment
+        self._held_until = 0.0
         self._pending: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Message]] = (
             weakref.WeakKeyDictionary()
         )
 
     def send(self, message: Message) -> None:
-        """Send one task now (its event in the same round trip); `OperationalError` if the broker
-        refuses it after Celery's retries."""
-        error = self._send([message])[0]
+        """Send one task now (its event in the same round trip), tried even while a refusal is held;
+        `OperationalError` if the broker refuses it."""
+        if self._send_together([message]):
+            return
+        error = self._held() or self._send_alone(message)
         if error is not None:
             raise error
 
     def send_soon(self, message: Message) -> asyncio.Future[None]:
         """Send the task with the others asked for in this turn of the running loop; the future ends
-        once the broker took it, or with the error that refused it."""
+        once the broker took it, or with the error that refused it. A refusal fails the sends that
+        follow at once for `OUTAGE_HOLD_S` (a batch's others, with the same error); only a real
+        attempt starts that hold again, so the broker is tried at least that often."""
         loop = asyncio.get_running_loop()
         message.sent = loop.create_future()
+        refused = self._held()
+        if refused is not None:
+            message.sent.set_exception(refused)
+            return message.sent
         pending = self._pending.get(loop)
         if pending is None:
             pending = self._pending[loop] = []
@@ -130,42 +141,58 @@ class Sender:
         messages = self._pending.pop(loop, [])
         if self.before is not None:
             self.before()
-        refused: BaseException | None = None
-        for start in range(0, len(messages), CHUNK):
-            chunk = messages[start : start + CHUNK]
-            # The broker refused the last chunk: the rest fail with its error, not after retries of their own.
-            errors = self._send(chunk) if refused is None else [refused] * len(chunk)
-            refused = next((e for e in errors if isinstance(e, OperationalError)), None)
-            for message, error in zip(chunk, errors, strict=True):
-                sent = message.sent
-                if sent is None or sent.done():  # its caller was cancelled meanwhile
-                    continue
-                if error is None:
-                    sent.set_result(None)
-                else:
-                    sent.set_exception(error)
+        for message, error in zip(messages, self._send(messages), strict=True):
+            sent = message.sent
+            if sent is None or sent.done():  # its caller was cancelled meanwhile
+                continue
+            if error is None:
+                sent.set_result(None)
+            else:
+                sent.set_exception(error)
 
     def _send(self, messages: list[Message]) -> list[BaseException | None]:
-        """Each message's error (None: sent): all in one pipeline, else one by one."""
-        if not messages:
-            return []
+        """Each message's error (None: sent): `CHUNK` to a pipeline, one by one where a pipeline
+        failed; once the broker refused one, the rest with its refusal."""
+        errors: list[BaseException | None] = []
+        for start in range(0, len(messages), CHUNK):
+            chunk = messages[start : start + CHUNK]
+            if self._held() is None and self._send_together(chunk):
+                errors += [None] * len(chunk)
+                continue
+            for message in chunk:
+                error = self._held() or self._send_alone(message)
+                if isinstance(error, OperationalError) and error is not self._refused:
+                    self._refuse(error)
+                errors.append(error)
+        return errors
+
+    def _held(self) -> OperationalError | None:
+        """The broker's refusal while it is held (`OUTAGE_HOLD_S` from the attempt refused)."""
+        if self._refused is not None and time.monotonic() >= self._held_until:
+            self._refused = None
+        return self._refused
+
+    def _send_together(self, chunk: list[Message]) -> bool:
+        """Send `chunk` in one pipeline; False when its messages must go one by one: the pipeline
+        dropped (delivery uncertain), or the batch failed before anything went out."""
         try:
-            with self.app.producer_or_acquire() as producer, producer.batch(max_size=4 * len(messages)):
-                for message in messages:
+            with self.app.producer_or_acquire() as producer, producer.batch(max_size=4 * len(chunk)):
+                for message in chunk:
                     self.app.send_task(
                         message.name, kwargs=message.kwargs, producer=producer, **message.options
                     )
-            return [None] * len(messages)
         except BatchPublishError as exc:
-            log.warning("%d tasks sent together failed (%s): sent one by one", len(messages), exc.__cause__)
-        except Exception as exc:  # refused before anything was sent (encoding, or the broker at once)
-            if len(messages) == 1:
-                return [exc]
-        errors: list[BaseException | None] = []
-        for message in messages:
-            refused = next((e for e in errors if isinstance(e, OperationalError)), None)
-            errors.append(refused or self._send_alone(message))  # refused once: the broker is away
-        return errors
+            log.warning("%d tasks sent together failed (%s): sent one by one", len(chunk), exc.__cause__)
+            return False
+        except OperationalError as exc:  # the broker away before anything went out: held for all
+            self._refuse(exc)
+            return False
+        except Exception:  # a message that cannot be encoded: each alone says which
+            return False
+        return True
+
+    def _refuse(self, error: OperationalError) -> None:
+        self._refused, self._held_until = error, time.monotonic() + OUTAGE_HOLD_S
 
     def _send_alone(self, message: Message) -> BaseException | None:
         try:
