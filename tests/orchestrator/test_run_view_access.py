@@ -4,8 +4,10 @@ cookie, basic authentication, the form token on every POST, and settings that wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -16,19 +18,33 @@ from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.server.events import EventLog
 from orchestrator.server.ui import UiSettings, create_ui_app
 from orchestrator.server.ui.context import UiContext, set_context
+from tests._environment import integration_redis_url
+from tests._ports import free_port
 from workers.errors import SettingsError
 from workers.settings import Settings
 
 KEY = "sk-view-key-0123456789"
 
 
-def _client(tmp_path: Path, ui: UiSettings) -> httpx.AsyncClient:
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'journal.db'}")
+@contextlib.asynccontextmanager
+async def _client(
+    tmp_path: Path, ui: UiSettings, redis_url: str | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The view on a SQLite journal and the test Redis (where signed-out sessions are kept)."""
+    redis_url = redis_url or integration_redis_url(os.environ)
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'journal.db'}", redis_url=redis_url)
     app = create_ui_app(ui, settings)
-    client = aioredis.Redis.from_url(settings.redis_url)  # never reached by these pages
+    client = aioredis.Redis.from_url(settings.redis_url)
     journal = AsyncJournal(settings.database_url, keys=())
-    set_context(app, UiContext(ui, settings, journal, EventLog(client), owned=[journal, client]))
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
+    context = UiContext(ui, settings, journal, EventLog(client), owned=[journal, client])
+    set_context(app, context)
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+        ) as http:
+            yield http
+    finally:
+        await context.close()
 
 
 @pytest.fixture
@@ -81,6 +97,52 @@ def test_every_post_needs_the_sessions_form_token(tmp_path: Path, run: asyncio.A
             assert (await client.post("/ui/logout", data={"csrf": "0" * 64})).status_code == 403
             out = await client.post("/ui/logout", data={"csrf": token[1]})
             assert out.status_code == 303 and out.headers["location"] == "/ui/login"
+
+    run.run_until_complete(story())
+
+
+async def _signed_in(client: httpx.AsyncClient) -> str:
+    """Sign `client` in with KEY; the page's form token."""
+    form = await client.get("/ui/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+    assert nonce is not None
+    assert (await client.post("/ui/login", data={"nonce": nonce[1], "key": KEY})).status_code == 303
+    token = re.search(r'name="csrf" value="([^"]+)"', (await client.get("/ui")).text)
+    assert token is not None
+    return token[1]
+
+
+def test_signing_out_ends_the_session_for_every_copy_of_its_cookie(
+    tmp_path: Path, run: asyncio.AbstractEventLoop
+) -> None:
+    async def story() -> None:
+        async with _client(tmp_path, UiSettings(api_keys=(KEY,))) as client:
+            token = await _signed_in(client)
+            kept = client.cookies["toolfleet_ui_session"]  # what a stolen or copied cookie would be
+            assert (await client.post("/ui/logout", data={"csrf": token})).status_code == 303
+            client.cookies.set("toolfleet_ui_session", kept, path="/ui")
+            again = await client.get("/ui/pools")
+            assert again.status_code == 303 and again.headers["location"].startswith("/ui/login")
+            # another session of the same key is not touched
+            client.cookies.clear()
+            other = await _signed_in(client)
+            assert other != token and (await client.get("/ui/pools")).status_code == 200
+
+    run.run_until_complete(story())
+
+
+def test_a_session_is_not_let_in_while_redis_cannot_say_whether_it_signed_out(
+    tmp_path: Path, run: asyncio.AbstractEventLoop
+) -> None:
+    async def story() -> None:
+        async with _client(tmp_path, UiSettings(api_keys=(KEY,))) as client:
+            await _signed_in(client)
+            cookie = client.cookies["toolfleet_ui_session"]
+        nowhere = f"redis://127.0.0.1:{free_port()}/0"
+        async with _client(tmp_path, UiSettings(api_keys=(KEY,)), nowhere) as client:
+            client.cookies.set("toolfleet_ui_session", cookie, path="/ui")
+            refused = await client.get("/ui/pools")
+            assert refused.status_code == 503 and "cannot reach Redis" in refused.text
 
     run.run_until_complete(story())
 

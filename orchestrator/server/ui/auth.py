@@ -3,8 +3,9 @@
 A browser cannot send the service's `Authorization: Bearer` header, so a person signs in once with
 one of the service's keys (`TOOLFLEET_API_KEYS`) on a form: the view answers with a session cookie
 (HttpOnly, SameSite=Strict) whose value is a random nonce, its time of issue, and an HMAC of both
-under that key: nothing is kept on the server, any replica checks it, and removing the key ends its
-sessions. With `TOOLFLEET_UI_BASIC_AUTH` the browser's HTTP basic authentication is asked instead.
+under that key: any replica checks it, and removing the key ends its sessions. Signing out ends the
+session everywhere: its nonce is kept in Redis (`SIGNED_OUT_KEY`) until the cookie would have expired,
+and a cookie whose nonce is there is refused. With `TOOLFLEET_UI_BASIC_AUTH` the browser's HTTP basic authentication is asked instead.
 A session is its key's tenant's (`Session.viewer`): it sees that tenant's invocations, or every
 tenant's with the key's `admin` scope; basic authentication and an open view let operators in.
 
@@ -24,6 +25,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
+import redis.asyncio as aioredis
 from fastapi import Request
 from fastapi.responses import Response
 
@@ -34,18 +36,22 @@ __all__ = [
     "LOGIN_COOKIE",
     "SESSION_COOKIE",
     "SESSION_TTL_S",
+    "SIGNED_OUT_KEY",
     "Session",
     "basic_refusal",
     "form_fields",
     "issue_session",
     "key_session",
     "set_cookie",
+    "sign_out",
+    "signed_out",
     "valid_login_nonce",
 ]
 
 SESSION_COOKIE = "toolfleet_ui_session"
 LOGIN_COOKIE = "toolfleet_ui_login"  # the nonce the sign-in form repeats (login CSRF)
 SESSION_TTL_S = 12 * 3600
+SIGNED_OUT_KEY = "toolfleet:ui:signed-out:{}"  # a session's nonce, once it signed out
 MAX_FORM_BYTES = 256 * 1024
 _PROCESS_SECRET = secrets.token_bytes(32)  # signs sessions of an open view (no keys, no basic auth)
 
@@ -106,6 +112,18 @@ def session_of(ui: UiSettings, request: Request) -> Session | None:
         if hmac.compare_digest(mac.encode(), _mac(secret, "session", nonce, int(issued)).encode()):
             return Session(nonce, int(issued), secret, viewer)
     return None
+
+
+async def sign_out(client: aioredis.Redis, session: Session) -> None:
+    """End `session` on every replica: its nonce is refused until its cookie would have expired."""
+    left = session.issued_at + SESSION_TTL_S - int(time.time())
+    if left > 0:
+        await client.set(SIGNED_OUT_KEY.format(session.nonce), 1, ex=left)
+
+
+async def signed_out(client: aioredis.Redis, session: Session) -> bool:
+    """Whether `session` signed out (raises when Redis cannot say)."""
+    return bool(await client.exists(SIGNED_OUT_KEY.format(session.nonce)))
 
 
 def basic_refusal(ui: UiSettings, request: Request) -> Response | None:

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
+from redis.exceptions import RedisError
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
 from orchestrator.server.events import once_journaled, stream_position
@@ -29,6 +30,8 @@ from orchestrator.server.ui.auth import (
     key_session,
     session_of,
     set_cookie,
+    sign_out,
+    signed_out,
     signers_of,
     valid_login_nonce,
 )
@@ -52,9 +55,22 @@ async def guarded(request: Request, page: Page) -> Response:
     if ui.basic_auth and (refusal := basic_refusal(ui, request)) is not None:
         return refusal
     session = session_of(ui, request)
+    keyed = bool(ui.api_keys) and not ui.basic_auth  # signed in with a key: it may have signed out
+    if session is not None and keyed:
+        try:
+            if await signed_out(context.events.client, session):
+                session = None
+        except (RedisError, OSError):  # an ended session must not come back while Redis is away
+            return html(
+                "message.html",
+                status_code=503,
+                title="Cannot check the sign-in",
+                message="The view cannot reach Redis to check this sign-in: try again shortly.",
+                **common(context, None),
+            )
     fresh = session is None
     if session is None:
-        if ui.api_keys and not ui.basic_auth:
+        if keyed:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
         session = issue_session(*signers_of(ui)[0])  # what the forms' tokens are tied to
@@ -265,6 +281,7 @@ async def login(request: Request) -> Response:
 @router.post("/logout")
 async def logout(request: Request) -> Response:
     async def out(request: Request, context: UiContext, session: Session, fields: dict[str, str]) -> Response:
+        await sign_out(context.events.client, session)
         response = RedirectResponse("/ui/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path="/ui")
         return response
