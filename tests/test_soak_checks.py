@@ -72,7 +72,7 @@ def _clean() -> Evidence:
                 ("1-0", {"type": "invocation.started"}),
                 ("2-0", {"type": "tool_call.queued", "call_id": "c0_0"}),
                 ("3-0", {"type": "tool_call.finished", "call_id": "c0_0"}),
-                ("4-0", {"type": "invocation.completed"}),
+                ("4-0", {"type": "invocation.succeeded"}),
             ]
         },
     )
@@ -129,7 +129,7 @@ def test_an_undecided_approval_and_a_stream_with_two_ends_are_violations() -> No
     evidence.approvals.append(
         {"invocation_id": INVOCATION, "call_id": "c1_0", "tool": "wire", "state": "pending"}
     )
-    evidence.events[INVOCATION].append(("5-0", {"type": "invocation.completed"}))
+    evidence.events[INVOCATION].append(("5-0", {"type": "invocation.succeeded"}))
     assert sorted(_invariants(evidence)) == ["approvals", "stream"]
 
 

@@ -91,7 +91,7 @@ async def _one_round(client: aioredis.Redis, root: str, pid: int | None) -> floa
     os.killpg(pid, signal.SIGKILL)  # the replica and whatever it started
     killed_at = time.time()
     adopted_id = await _until(client, key, "invocation.adopted")
-    await _until(client, key, "invocation.completed")
+    await _until(client, key, "invocation.succeeded")
     return int(adopted_id.split("-")[0]) / 1000 - killed_at
 
 

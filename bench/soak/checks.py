@@ -15,7 +15,7 @@ from bench.soak.evidence import TERMINAL_STATES, Evidence
 __all__ = ["INVARIANTS", "Violation", "check"]
 
 TERMINAL_EVENTS = {
-    "succeeded": "invocation.completed",
+    "succeeded": "invocation.succeeded",
     "failed": "invocation.failed",
     "cancelled": "invocation.cancelled",
 }
@@ -41,12 +41,12 @@ def _end_told(row: dict[str, Any]) -> str | None:
     compensation that recovery finished, is journaled `failed` (never `succeeded` once it owed), yet
     it answered: its end told is its completion."""
     if row["state"] == "failed" and row.get("final_answer") is not None:
-        return "invocation.completed"
+        return "invocation.succeeded"
     return TERMINAL_EVENTS.get(str(row["state"]))
 
 
 def _answered(row: dict[str, Any]) -> bool:
-    return _end_told(row) == "invocation.completed"
+    return _end_told(row) == "invocation.succeeded"
 
 
 def terminal(evidence: Evidence) -> Iterator[Violation]:
@@ -195,7 +195,7 @@ def answered(evidence: Evidence) -> Iterator[Violation]:
             yield Violation(
                 "one answer", invocation_id, f"{label} was told {outcome}; the invocation is {row['state']}"
             )
-        elif outcome == "invocation.completed" and request.get("answer") != row["final_answer"]:
+        elif outcome == "invocation.succeeded" and request.get("answer") != row["final_answer"]:
             yield Violation(
                 "one answer", invocation_id, f"{label} got {request.get('answer')!r}, not its invocation's"
             )
@@ -222,7 +222,7 @@ def conversations(evidence: Evidence) -> Iterator[Violation]:
         for request in requests:
             answered_turn = request.get("answer") is not None and request.get("outcome") in (
                 None,
-                "invocation.completed",
+                "invocation.succeeded",
             )
             if answered_turn and request["text"] not in held:
                 yield Violation(

@@ -39,7 +39,7 @@ REQUEST_DEADLINE_S = 150.0
 AGENT = "soak"
 # Sent again (with the same Idempotency-Key), as the official SDKs do: these and every 5xx.
 RETRIED = (408, 409, 425, 429)
-TERMINAL = ("invocation.completed", "invocation.failed", "invocation.cancelled")
+TERMINAL = ("invocation.succeeded", "invocation.failed", "invocation.cancelled")
 _write = threading.Lock()
 
 

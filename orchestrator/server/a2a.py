@@ -48,7 +48,7 @@ KEEPALIVE_S = 2.0  # a stream's longest silence: A2A clients give up on a read a
 TASK_NOT_FOUND, TASK_NOT_CANCELABLE = -32001, -32002
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
 _STATES = {
-    "invocation.completed": "completed",
+    "invocation.succeeded": "completed",
     "invocation.failed": "failed",
     "invocation.cancelled": "canceled",
     "invocation.paused": "input-required",
@@ -239,7 +239,7 @@ async def _stream(state: ServiceState, request_id: Any, task_id: str) -> AsyncIt
             verb = "running" if kind.endswith("started") else f"ended ({event.get('outcome')})"
             text = f"tool {event.get('tool')} {verb}"
             frame = _status(task_id, context, "working", text, final=False)
-        elif kind == "invocation.completed":
+        elif kind == "invocation.succeeded":
             yield _frame(request_id, _artifact(task_id, context, str(event.get("content") or "")))
             frame = _status(task_id, context, "completed", event.get("content"), final=True)
         elif kind in _STATES:
@@ -303,7 +303,7 @@ def _task_json(task_id: str, context: str, last: dict[str, Any], state_: str | N
     kind = str(last.get("type", ""))
     status: dict[str, Any] = {"state": state_ or _STATES.get(kind, "working"), "timestamp": _now()}
     task: dict[str, Any] = {"kind": "task", "id": task_id, "contextId": context, "status": status}
-    if kind == "invocation.completed":
+    if kind == "invocation.succeeded":
         answer = str(last.get("content") or "")
         status["message"] = _message(task_id, context, answer)
         task["artifacts"] = [

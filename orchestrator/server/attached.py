@@ -47,7 +47,7 @@ class Attached:
                 # paused, and not resumed since: what waits is the answer
                 yield Ending(self.invocation_id, None, FinishReason.APPROVAL_REQUIRED, None, waiting)
                 return
-            elif kind == "invocation.completed":
+            elif kind == "invocation.succeeded":
                 yield self._completed(event)
                 return
             elif kind == "invocation.failed":

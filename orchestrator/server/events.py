@@ -7,7 +7,7 @@ replica) reads on from the next entry: nothing lost, nothing repeated. The strea
 
 The types: `invocation.started`, `text.delta`, `tool_call.queued`, `tool_call.started`,
 `tool_call.finished` (tool, pool, worker, outcome, elapsed), `compensation.queued`,
-`compensation.started`, `compensation.finished`, then `invocation.completed` (content,
+`compensation.started`, `compensation.finished`, then `invocation.succeeded` (content,
 finish_reason, usage), `invocation.failed` (error) or `invocation.cancelled`. An invocation that
 pauses for approvals adds `approval.requested` (the waiting calls) and `invocation.paused`; when it
 is resumed, on any replica, its stream goes on from `invocation.resumed` (the decisions), written by
@@ -59,7 +59,7 @@ RUNNER_KEY = "toolfleet:events:{}:runner"  # the run whose events the stream tak
 END_KEY = "toolfleet:events:{}:ended"  # set with the stream's one terminal event
 EVENTS_TTL_S = 24 * 3600
 MAX_EVENTS = 100_000  # an invocation that streams more keeps its latest (approximately)
-TERMINAL_TYPES = frozenset({"invocation.completed", "invocation.failed", "invocation.cancelled"})
+TERMINAL_TYPES = frozenset({"invocation.succeeded", "invocation.failed", "invocation.cancelled"})
 KEEPALIVE_S = 15.0  # a followed stream's longest silence
 KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: ignored by clients, traffic for proxies
 MIN_BLOCK_MS = 100

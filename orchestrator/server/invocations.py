@@ -44,7 +44,7 @@ from orchestrator.service import AiService
 from orchestrator.telemetry.metrics import SERVED_ENDED, SERVED_STARTED
 from workers.protocol import CANCEL_CHANNEL, CANCELLED_KEY, COMPENSATION_PREFIX
 
-__all__ = ["Invocations", "Run", "completed_event"]
+__all__ = ["Invocations", "Run", "succeeded_event"]
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +238,7 @@ class Invocations:
                     else run.service.stream(
                         run.question,
                         memory=run.memory,
+                        memory_id=run.conversation_id,  # what the journal and the run view name it by
                         parameters=run.parameters,
                         invocation_id=invocation_id,
                     )
@@ -267,7 +268,7 @@ class Invocations:
                             )
                         elif isinstance(event, CompleteResponse):
                             await wrap_up()
-                            ending = completed_event(event, time.monotonic() - started)
+                            ending = succeeded_event(event, time.monotonic() - started)
                             await add(invocation_id, ending)
                             SERVED_ENDED.labels(run.agent, run.tenant, ending["type"].split(".")[1]).inc()
                             tell(event)
@@ -288,8 +289,8 @@ class Invocations:
             await wrap_up()
             answered = await journaled_answer(self.journal, invocation_id)
             if answered is not None:  # it failed after the journal had its answer: the answer stands
-                await add(invocation_id, completed_event(answered, time.monotonic() - started))
-                SERVED_ENDED.labels(run.agent, run.tenant, "completed").inc()
+                await add(invocation_id, succeeded_event(answered, time.monotonic() - started))
+                SERVED_ENDED.labels(run.agent, run.tenant, "succeeded").inc()
                 tell(answered)
                 return
             await self._tell_settled(invocation_id)
@@ -378,14 +379,14 @@ def approval_event(event: ApprovalRequested) -> dict[str, Any]:
     }
 
 
-def completed_event(event: CompleteResponse, elapsed_s: float) -> dict[str, Any]:
-    """The invocation's end (`invocation.completed`), or its pause (`invocation.paused`, not the last
+def succeeded_event(event: CompleteResponse, elapsed_s: float) -> dict[str, Any]:
+    """The invocation's end (`invocation.succeeded`), or its pause (`invocation.paused`, not the last
     event: the stream goes on when the invocation is resumed, on any replica)."""
     result = event.result
     usage = result.token_usage
     paused = result.finish_reason is FinishReason.APPROVAL_REQUIRED
     return {
-        "type": "invocation.paused" if paused else "invocation.completed",
+        "type": "invocation.paused" if paused else "invocation.succeeded",
         "content": result.content,
         "finish_reason": None if result.finish_reason is None else str(result.finish_reason).lower(),
         "usage": None

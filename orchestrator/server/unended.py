@@ -25,7 +25,7 @@ from orchestrator.server.answers import answer_of
 from orchestrator.server.conversations import conversation_key
 from orchestrator.server.error_shape import failure_text
 from orchestrator.server.events import tell_settled
-from orchestrator.server.invocations import completed_event
+from orchestrator.server.invocations import succeeded_event
 from orchestrator.server.state import ServiceState
 from orchestrator.server.turns import take_turn
 
@@ -99,7 +99,7 @@ def _holds(messages: list[ChatMessage], question: str, answer: str) -> bool:
 def _end(record: InvocationRecord) -> dict[str, Any]:
     """The invocation's last event, as the journal has its end."""
     if record.state is InvocationState.SUCCEEDED:
-        return completed_event(answer_of(record), 0.0)
+        return succeeded_event(answer_of(record), 0.0)
     if record.state is InvocationState.CANCELLED:
         return {"type": "invocation.cancelled", "invocation_id": record.id}
     return {"type": "invocation.failed", "error": failure_text(record.id)}

@@ -95,7 +95,7 @@ SERVED_STARTED = Counter(
 SERVED_ENDED = Counter(
     "toolfleet_served_invocations_ended",
     "Invocations the service ran that ended (or paused), by agent, tenant and outcome "
-    "(completed, paused, failed, cancelled)",
+    "(succeeded, paused, failed, cancelled)",
     ("agent", "tenant", "outcome"),
 )
 

@@ -27,7 +27,7 @@ async def _followed(redis_url: str, socket_timeout_s: float, quiet_s: float) -> 
 
         async def finish() -> float:
             await asyncio.sleep(quiet_s)
-            await events.add(invocation_id, {"type": "invocation.completed", "content": "done"})
+            await events.add(invocation_id, {"type": "invocation.succeeded", "content": "done"})
             return time.monotonic()
 
         finishing = asyncio.create_task(finish())
@@ -61,7 +61,7 @@ def test_a_quiet_stream_stays_open_with_keep_alives_until_its_last_event(
     chunks, took_s = asyncio.run(_followed(redis_url, socket_timeout_s, quiet_s=2.0))
     # then: both events arrive, the silence between carries keep-alives, and nothing else
     types = _types(chunks)
-    assert types[0] == "invocation.started" and types[-1] == "invocation.completed", types
+    assert types[0] == "invocation.started" and types[-1] == "invocation.succeeded", types
     assert set(types[1:-1]) == {"keep-alive"}
     assert 3 <= len(types[1:-1]) <= 2.0 / 0.3 + 1, types
     assert took_s >= 2.0

@@ -213,7 +213,7 @@ def test_an_invocation_failing_after_its_answer_was_journaled_ends_with_that_ans
 
     # then: its stream ends with the journal's answer, and so does what its request hears
     ending = ran(run, RecordedLog(), journal)[-1][1]
-    assert (ending["type"], ending["content"]) == ("invocation.completed", "42")
+    assert (ending["type"], ending["content"]) == ("invocation.succeeded", "42")
     assert isinstance(told[-1], CompleteResponse) and told[-1].result.content == "42"
 
 

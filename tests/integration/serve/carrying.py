@@ -179,8 +179,8 @@ def carried_on_once(outcome: Outcome, survivor: Replica) -> None:
     assert story.json()["state"] == "succeeded" and story.json()["final_answer"] == outcome.answer, story.text
     types = outcome.types
     assert types.count("invocation.adopted") == 1, types
-    ends = [t for t in types if t in ("invocation.completed", "invocation.failed", "invocation.cancelled")]
-    assert ends == ["invocation.completed"] and types[-1] == ends[-1], types
+    ends = [t for t in types if t in ("invocation.succeeded", "invocation.failed", "invocation.cancelled")]
+    assert ends == ["invocation.succeeded"] and types[-1] == ends[-1], types
     print(f"adopted {outcome.adopted_in_s:.2f} s after the kill")  # shown with -s: docs/RELIABILITY.md
     assert outcome.adopted_in_s < ADOPTED_WITHIN_S, f"adopted {outcome.adopted_in_s:.2f} s after the kill"
     told = [(str(e["type"]), str(e["call_id"])) for _, e in outcome.events if e.get("call_id") is not None]

@@ -87,9 +87,9 @@ def test_an_approval_posted_to_the_other_replica_resumes_the_invocation_there(
     assert decided.status_code == 202, decided.text
     assert decided.json()["status"] == "resuming"
     # then: the stream, resumed there after the last event read, shows the call and the answer
-    after = _read_until(second, invocation_id, before[-1][0], "invocation.completed")
+    after = _read_until(second, invocation_id, before[-1][0], "invocation.succeeded")
     kinds = [event["type"] for _, event in after]
-    assert kinds[0] == "invocation.resumed" and kinds[-1] == "invocation.completed"
+    assert kinds[0] == "invocation.resumed" and kinds[-1] == "invocation.succeeded"
     assert kinds.count("invocation.resumed") == 1
     [decided] = after[0][1]["approvals"]
     assert (
@@ -183,7 +183,7 @@ def test_a_chat_completion_that_pauses_says_what_waits_and_an_approval_anywhere_
     assert decided.status_code == 202, decided.text
 
     # then: the invocation goes on to its end, the call run once
-    after = _read_until(second, invocation_id, before[-1][0], "invocation.completed")
+    after = _read_until(second, invocation_id, before[-1][0], "invocation.succeeded")
     assert after[-1][1]["content"] == "banker: wired 2500"
     assert process_client().lrange(f"serve:{ns}:wired", 0, -1) == [b"2500"]
     story = httpx.get(f"{first.base_url}/invocations/{invocation_id}", headers=AUTH, timeout=30).json()
@@ -221,7 +221,7 @@ def test_a_call_decided_outside_the_service_is_resumed_by_a_replicas_housekeepin
         journal.engine.dispose()
     assert decided.state.value == "approved"
     # then: a replica goes on with it within a round of its housekeeping (half the 2 s heartbeat TTL)
-    after = _read_until(second, invocation_id, before[-1][0], "invocation.completed")
+    after = _read_until(second, invocation_id, before[-1][0], "invocation.succeeded")
     kinds = [event["type"] for _, event in after]
     assert kinds[0] == "invocation.resumed" and kinds.count("invocation.resumed") == 1  # both replicas tried
     assert after[-1][1]["content"] == "banker: wired 2500"

@@ -34,9 +34,9 @@ def test_a_stream_tells_one_end_and_a_superseded_run_writes_no_more(redis_url: s
             assert await log.add(invocation_id, {"type": "text.delta", "text": "a"}, runner="first")
             await log.take(invocation_id, "adopter")  # the first run is taken for dead and adopted
             assert await log.add(invocation_id, {"type": "text.delta", "text": "b"}, runner="first") is None
-            assert await log.add(invocation_id, {"type": "invocation.completed"}, runner="first") is None
+            assert await log.add(invocation_id, {"type": "invocation.succeeded"}, runner="first") is None
             assert await log.add(invocation_id, {"type": "text.delta", "text": "c"}, runner="adopter")
-            assert await log.add(invocation_id, {"type": "invocation.completed"}, runner="adopter")
+            assert await log.add(invocation_id, {"type": "invocation.succeeded"}, runner="adopter")
             # a recovery, or a second cancel, after the end: not written
             assert await log.add(invocation_id, {"type": "invocation.failed"}) is None
             assert await log.add(invocation_id, {"type": "invocation.cancelled"}) is None
@@ -51,7 +51,7 @@ def test_a_stream_tells_one_end_and_a_superseded_run_writes_no_more(redis_url: s
         "invocation.started",
         "text.deltaa",
         "text.deltac",
-        "invocation.completed",
+        "invocation.succeeded",
     ]
 
 
@@ -81,7 +81,7 @@ def test_a_follower_reads_on_through_a_redis_restart(tmp_path: Path) -> None:
                 server.start()
                 restarted.set()
                 plain = redis.Redis.from_url(server.url)
-                event = json.dumps({"type": "invocation.completed"})
+                event = json.dumps({"type": "invocation.succeeded"})
                 plain.xadd(f"toolfleet:events:{invocation_id}", {"event": event})
                 plain.close()
 
@@ -97,7 +97,7 @@ def test_a_follower_reads_on_through_a_redis_restart(tmp_path: Path) -> None:
             assert restarted.is_set()
             return read
 
-        assert asyncio.run(story()) == ["invocation.started", "invocation.completed"]
+        assert asyncio.run(story()) == ["invocation.started", "invocation.succeeded"]
     finally:
         server.stop()
 
@@ -151,12 +151,12 @@ def test_an_end_written_while_redis_restarts_lands_once(tmp_path: Path) -> None:
                 await log.add(invocation_id, {"type": "invocation.started"})
                 server.stop()  # the invocation ends while Redis is away; it is back a second later
                 threading.Timer(1.0, server.start).start()
-                assert await log.add(invocation_id, {"type": "invocation.completed"}) is not None
+                assert await log.add(invocation_id, {"type": "invocation.succeeded"}) is not None
                 return [str(event["type"]) async for _, event in _all(log, invocation_id)]
             finally:
                 await client.aclose()
 
-        assert asyncio.run(story()) == ["invocation.started", "invocation.completed"]
+        assert asyncio.run(story()) == ["invocation.started", "invocation.succeeded"]
     finally:
         server.stop()
 

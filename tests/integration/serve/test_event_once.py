@@ -36,7 +36,7 @@ def test_an_event_whose_answer_was_lost_is_written_once(redis_url: str) -> None:
         try:
             ids = [
                 await log.add(invocation_id, {"type": "invocation.started", "invocation_id": invocation_id}),
-                await log.add(invocation_id, {"type": "invocation.completed", "content": "done"}),
+                await log.add(invocation_id, {"type": "invocation.succeeded", "content": "done"}),
             ]
             entries: Any = await client.xrange(f"toolfleet:events:{invocation_id}")
             return [e[1][b"event"].decode() for e in entries], ids
@@ -47,6 +47,6 @@ def test_an_event_whose_answer_was_lost_is_written_once(redis_url: str) -> None:
 
     assert [e.split('"type":"')[1].split('"')[0] for e in events] == [
         "invocation.started",
-        "invocation.completed",
+        "invocation.succeeded",
     ]
     assert all(ids)

@@ -114,7 +114,7 @@ def test_a_client_that_leaves_a_keyed_stream_finds_its_answer_when_it_comes_back
     assert again.headers["X-Invocation-Id"] == invocation_id
     assert _streamed_text(again) == "done: slept 2 s"
     assert process_client().lrange(f"serve:{ns}:undone", 0, -1) == []
-    assert _read_all(second, invocation_id)[-1][1]["type"] == "invocation.completed"
+    assert _read_all(second, invocation_id)[-1][1]["type"] == "invocation.succeeded"
 
 
 def test_a_native_invocation_started_again_with_its_key_is_the_same_one(
@@ -129,5 +129,5 @@ def test_a_native_invocation_started_again_with_its_key_is_the_same_one(
     ]
     assert [r.status_code for r in started] == [202, 202]
     assert started[0].json()["id"] == started[1].json()["id"]
-    assert _read_all(replicas[1], started[0].json()["id"])[-1][1]["type"] == "invocation.completed"
+    assert _read_all(replicas[1], started[0].json()["id"])[-1][1]["type"] == "invocation.succeeded"
     assert int(process_client().get(f"serve:{ns}:napping") or 0) == 1

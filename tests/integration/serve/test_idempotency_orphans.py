@@ -80,4 +80,4 @@ def test_a_retry_never_names_an_invocation_that_has_not_started(
     started = httpx.post(url, content=body, headers={**headers, "Idempotency-Key": key}, timeout=30)
     assert started.status_code == 202 and started.json()["id"] != never
     events = _read_all(replicas[1], started.json()["id"])
-    assert events[-1][1]["type"] == "invocation.completed"
+    assert events[-1][1]["type"] == "invocation.succeeded"

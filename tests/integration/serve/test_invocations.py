@@ -62,7 +62,7 @@ def test_an_invocation_streams_its_calls_and_its_answer(replicas: tuple[Replica,
         "tool_call.queued",
         "tool_call.started",
         "tool_call.finished",
-        "invocation.completed",
+        "invocation.succeeded",
     ]
     assert "".join(str(e["text"]) for e in events if e["type"] == "text.delta").strip() == "done: 5"
     finished = events[3]
@@ -103,7 +103,7 @@ def test_a_dropped_event_stream_resumes_on_the_other_replica(
     ids = [entry_id for entry_id, _ in whole]
     assert len(set(ids)) == len(ids)
     assert [e["type"] for _, e in whole].count("tool_call.finished") == 3
-    assert whole[-1][1]["type"] == "invocation.completed" and whole[-1][1]["content"].strip() == "done: 7"
+    assert whole[-1][1]["type"] == "invocation.succeeded" and whole[-1][1]["content"].strip() == "done: 7"
 
 
 def test_cancel_stops_a_long_tool_at_once_and_compensates(replicas: tuple[Replica, Replica], ns: str) -> None:

@@ -76,7 +76,7 @@ def run(replica: Replica, tenant: str, text: str, **body: Any) -> tuple[int, dic
     url = f"{replica.base_url}/invocations/{started.json()['id']}/events"
     with httpx.stream("GET", url, headers=auth(tenant), timeout=30) as response:
         for _, event in server_sent_events(response.iter_lines()):
-            if event["type"] in ("invocation.completed", "invocation.failed"):
+            if event["type"] in ("invocation.succeeded", "invocation.failed"):
                 return 202, event
     raise AssertionError("the invocation's events ended without its end")
 

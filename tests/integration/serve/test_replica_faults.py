@@ -127,6 +127,6 @@ def test_sigterm_drains_then_exits_zero(
         long_events = _read_all(with_other, long)
     finally:
         with_other.stop()
-    assert short_events[-1][1]["type"] == "invocation.completed"
+    assert short_events[-1][1]["type"] == "invocation.succeeded"
     assert long_events[-1][1]["type"] == "invocation.cancelled"
     assert process_client().lrange(f"serve:{ns}:undone", 0, -1) == [b"stay"], long_events

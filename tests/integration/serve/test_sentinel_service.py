@@ -66,7 +66,7 @@ def _added(replica: Replica, a: int, b: int) -> str | None:
     except (httpx.HTTPError, AssertionError):
         return None
     last = events[-1][1]
-    return str(last["content"]).strip() if last["type"] == "invocation.completed" else None
+    return str(last["content"]).strip() if last["type"] == "invocation.succeeded" else None
 
 
 def test_the_service_carries_on_through_a_failover(group: SentinelGroup, service: Replica) -> None:

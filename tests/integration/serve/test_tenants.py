@@ -95,7 +95,7 @@ def events_until(replica: Replica, tenant: str, invocation_id: str, last: str) -
 
 
 def answer(replica: Replica, tenant: str, invocation_id: str) -> str:
-    return str(events_until(replica, tenant, invocation_id, "invocation.completed")[-1]["content"])
+    return str(events_until(replica, tenant, invocation_id, "invocation.succeeded")[-1]["content"])
 
 
 def told(response: httpx.Response, invocation_id: str) -> tuple[int, str]:
@@ -318,8 +318,8 @@ def test_the_served_invocations_are_counted_by_tenant(tenant_replicas: tuple[Rep
     def counted() -> bool:
         after = scrape(metrics)
         ended = "toolfleet_served_invocations_ended_total"
-        return total(after, ended, agent="teller", tenant="globex", outcome="completed") == 1 + total(
-            before, ended, agent="teller", tenant="globex", outcome="completed"
+        return total(after, ended, agent="teller", tenant="globex", outcome="succeeded") == 1 + total(
+            before, ended, agent="teller", tenant="globex", outcome="succeeded"
         )
 
     wait_for(counted, timeout_s=10, what="the invocation counted as globex's")

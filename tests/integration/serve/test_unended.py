@@ -111,7 +111,7 @@ def test_a_journaled_end_never_told_is_told_and_its_lost_turn_added_once(
     assert _told(seen["events"]) == [
         ("invocation.started", None),
         ("tool_call.finished", "c1"),
-        ("invocation.completed", ANSWER),
+        ("invocation.succeeded", ANSWER),
     ]
     memory: list[ChatMessage] = seen["memory"]
     assert memory == [UserMessage(QUESTION), AiMessage(ANSWER)]
@@ -137,7 +137,7 @@ def test_a_turn_already_saved_is_not_added_again(
     seen = asyncio.run(_recovery(redis_url, journal_file, conversation_id, invocation_id))
 
     # then: the end is told; the conversation is as the ghost saved it
-    assert _told(seen["events"])[-1] == ("invocation.completed", ANSWER)
+    assert _told(seen["events"])[-1] == ("invocation.succeeded", ANSWER)
     assert seen["memory"] == saved
 
 
@@ -153,5 +153,5 @@ def test_a_conversation_still_held_leaves_the_end_for_a_later_look(
 
     # then: the ghost stayed known after the first look; the second told the end and added the turn
     assert seen["known after the first look"] is True
-    assert _told(seen["events"])[-1] == ("invocation.completed", ANSWER)
+    assert _told(seen["events"])[-1] == ("invocation.succeeded", ANSWER)
     assert seen["memory"] == [UserMessage(QUESTION), AiMessage(ANSWER)]
