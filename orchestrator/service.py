@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
+import copy
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -35,7 +35,7 @@ from orchestrator.loop.resuming import resume
 from orchestrator.loop.run import run_invocation
 from orchestrator.loop.service_tool import service_tool
 from orchestrator.loop.state import Emit, new_state
-from orchestrator.loop.streaming import events_of
+from orchestrator.loop.streaming import events_of, outside_a_loop
 from orchestrator.loop.toolset import Tool, resolve_tools
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
@@ -186,7 +186,7 @@ class AiService(ServiceConfiguration):
     ) -> Result:
         """Run one invocation and return its `Result` (from synchronous code); `memory` replaces the
         memory of `memory_id` for it, `invocation_id` (a UUID) names it instead of a new one."""
-        _outside_a_loop("chat", "achat")
+        outside_a_loop("chat", "achat")
         return asyncio.run(self._invoke("chat", user_message, memory_id, parameters, memory, invocation_id))
 
     async def achat(
@@ -261,7 +261,7 @@ class AiService(ServiceConfiguration):
         """Decide calls of a paused invocation (call id → `approve()` / `reject(reason)`) and, once none
         waits, go on with it here, in any process: its `Result`; one listing the calls still waiting;
         or None when another process goes on with it (exactly one does). `by` names who decided."""
-        _outside_a_loop("resume", "aresume")
+        outside_a_loop("resume", "aresume")
         return asyncio.run(resume(self._config, invocation_id, decisions, by=by, mode="chat", memory=memory))
 
     async def aresume(
@@ -338,6 +338,12 @@ class AiService(ServiceConfiguration):
         """Cancel one running call of an invocation here (it fails, the invocation goes on); if it ran."""
         return cancel_call(invocation_id, call_id)
 
+    def named(self, name: str) -> AiService:
+        """This service under `name`: its invocations are journaled, traced and counted as `name`'s."""
+        twin = copy.copy(self)
+        twin._config = self._config.renamed(name)
+        return twin
+
     # -- memory -----------------------------------------------------------------------------------
 
     def memory(self, memory_id: str = "default") -> ChatMemory:
@@ -374,14 +380,6 @@ class AiService(ServiceConfiguration):
         `template` with it filled in (`template="Review this code:\n{request}"`).
         """
         return service_tool(self.achat, name, description, parameter, template)
-
-
-def _outside_a_loop(method: str, instead: str) -> None:
-    with contextlib.suppress(RuntimeError):  # raised when no loop runs here, as it should be
-        asyncio.get_running_loop()
-        raise OrchestratorError(
-            f"{method}() cannot run inside an event loop: use `await service.{instead}(...)`"
-        )
 
 
 def _notice_defaults() -> None:

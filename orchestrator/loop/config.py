@@ -7,6 +7,7 @@ invocation; it never reaches back into the service. The error handlers of each e
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -186,6 +187,12 @@ class LoopConfig:
     def handlers_defaulted(self) -> bool:
         """A handler was left to its default (the service then gives its notice)."""
         return self.arguments_handler is None or self.execution_handler is None
+
+    def renamed(self, name: str) -> LoopConfig:
+        """The same configuration under `name`, sharing everything else (journal, budgets, tools)."""
+        twin = copy.copy(self)
+        object.__setattr__(twin, "name", name)  # frozen: set once, here
+        return twin
 
     def system_message_for(self, memory_id: str) -> str | None:
         if callable(self.system_message):

@@ -1,16 +1,19 @@
-"""An invocation run as a task whose events are yielded as they happen, then its `Result`."""
+"""An invocation run as a task whose events are yielded as they happen, then its `Result`; and the
+guard of the synchronous edges, which must not be called inside an event loop."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from orchestrator.errors import OrchestratorError
 from orchestrator.loop.state import Emit
 from orchestrator.messages import AiMessage
 from orchestrator.models.base import ChatResponse
 from orchestrator.result import CompleteResponse, Result, StreamEvent
 
-__all__ = ["events_of"]
+__all__ = ["events_of", "outside_a_loop"]
 
 
 async def events_of(start: Callable[[Emit], Awaitable[Result | None]]) -> AsyncIterator[StreamEvent]:
@@ -41,3 +44,12 @@ async def events_of(start: Callable[[Emit], Awaitable[Result | None]]) -> AsyncI
 
 def _final_response(result: Result) -> ChatResponse:
     return ChatResponse(AiMessage(result.content), result.finish_reason, result.token_usage)
+
+
+def outside_a_loop(method: str, instead: str) -> None:
+    """Refuse synchronous `method` inside a running event loop, naming its async twin `instead`."""
+    with contextlib.suppress(RuntimeError):  # raised when no loop runs here, as it should be
+        asyncio.get_running_loop()
+        raise OrchestratorError(
+            f"{method}() cannot run inside an event loop: use `await service.{instead}(...)`"
+        )

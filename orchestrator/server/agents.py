@@ -39,8 +39,9 @@ def load_agent(spec: AgentSpec) -> AiService:
 
 
 def load_agents(specs: Iterable[AgentSpec]) -> dict[str, AiService]:
-    """Every agent by name, in the order given."""
-    return {spec.name: load_agent(spec) for spec in specs}
+    """Every agent by name, in the order given, each under its name (what its invocations are
+    journaled as, whatever name its `AiService` was given, if any)."""
+    return {spec.name: load_agent(spec).named(spec.name) for spec in specs}
 
 
 def required_pools(agents: Mapping[str, AiService]) -> dict[str, set[str]]:

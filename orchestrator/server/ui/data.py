@@ -17,13 +17,14 @@ from typing import Any
 import redis
 import sqlalchemy as sa
 
-from orchestrator.saga._journal_tables import compensations, invocations, tool_calls
+from orchestrator.saga._journal_tables import approvals, compensations, invocations, tool_calls
 from orchestrator.saga._late import LateCompensation, late_compensation
 from orchestrator.saga.journal import CallRecord, CompensationRecord, InvocationRecord, Journal
 from workers.protocol import POOL_KEY
 from workers.runtime.catalog import Catalog, WorkerEntry, pool_tools
 
 __all__ = [
+    "SEARCH_CHARS",
     "SINCE",
     "STATES",
     "PoolView",
@@ -43,9 +44,11 @@ __all__ = [
 ]
 
 # The state filter's choices, each the invocations it keeps.
-STATES = ("running", "paused", "completed", "failed", "compensated", "cancelled", "compensating")
+# The journal's own states, and `compensated`: the invocations with a compensation that succeeded.
+STATES = ("running", "paused", "compensating", "succeeded", "failed", "cancelled", "compensated")
 SINCE = {"1h": 3600, "24h": 24 * 3600, "7d": 7 * 24 * 3600, "all": None}
 ACTIVE = ("running", "compensating", "paused")  # invocations whose dispatched calls are in flight
+SEARCH_CHARS = 255  # the longest search kept (an id, a conversation, a tool name fit)
 FIRST_WORDS = 12
 FIRST_CHARS = 90
 
@@ -55,6 +58,9 @@ class RunFilter:
     agent: str = ""
     state: str = ""
     since: str = "all"
+    # an invocation id's first characters, a conversation (its id or first characters), or a tool
+    # one of its calls ran: the invocations that match any of them
+    search: str = ""
     limit: int = 100
 
 
@@ -64,6 +70,7 @@ class RunRow:
 
     id: str
     agent: str
+    conversation: str
     input: str
     calls: int
     undone: int
@@ -79,8 +86,7 @@ class RunRow:
 
     @property
     def outcome(self) -> str:
-        said = "completed" if self.state == "succeeded" else self.state
-        return f"{said}, compensated ({self.undone} undone)" if self.undone else said
+        return f"{self.state}, compensated ({self.undone} undone)" if self.undone else self.state
 
 
 def first_words(text: str | None) -> str:
@@ -93,10 +99,16 @@ def first_words(text: str | None) -> str:
 
 def run_rows(journal: Journal, chosen: RunFilter, tenant: str | None = None) -> list[RunRow]:
     """The invocations `chosen` keeps (of `tenant` only, if given), latest first, with their number of
-    calls and of undone calls."""
+    calls (those waiting for approval included) and of undone calls."""
     calls = (
         sa.select(tool_calls.c.invocation_id, sa.func.count().label("n"))
         .group_by(tool_calls.c.invocation_id)
+        .subquery()
+    )
+    waiting = (
+        sa.select(approvals.c.invocation_id, sa.func.count().label("n"))
+        .where(approvals.c.state == "pending")
+        .group_by(approvals.c.invocation_id)
         .subquery()
     )
     undone = (
@@ -109,15 +121,17 @@ def run_rows(journal: Journal, chosen: RunFilter, tenant: str | None = None) -> 
         sa.select(
             invocations.c.id,
             invocations.c.service_name,
+            invocations.c.memory_id,
             invocations.c.user_message,
             invocations.c.state,
             invocations.c.started_at,
             invocations.c.finished_at,
             invocations.c.error,
-            sa.func.coalesce(calls.c.n, 0).label("calls"),
+            (sa.func.coalesce(calls.c.n, 0) + sa.func.coalesce(waiting.c.n, 0)).label("calls"),
             sa.func.coalesce(undone.c.n, 0).label("undone"),
         )
         .outerjoin(calls, calls.c.invocation_id == invocations.c.id)
+        .outerjoin(waiting, waiting.c.invocation_id == invocations.c.id)
         .outerjoin(undone, undone.c.invocation_id == invocations.c.id)
         .order_by(invocations.c.started_at.desc())
         .limit(chosen.limit)
@@ -126,12 +140,12 @@ def run_rows(journal: Journal, chosen: RunFilter, tenant: str | None = None) -> 
         query = query.where(invocations.c.tenant == tenant)
     if chosen.agent:
         query = query.where(invocations.c.service_name == chosen.agent)
-    if chosen.state == "completed":
-        query = query.where(invocations.c.state == "succeeded")
-    elif chosen.state == "compensated":
+    if chosen.state == "compensated":
         query = query.where(undone.c.n > 0)
     elif chosen.state in STATES:
         query = query.where(invocations.c.state == chosen.state)
+    if chosen.search:
+        query = query.where(_matching(chosen.search))
     seconds = SINCE.get(chosen.since)
     if seconds is not None:
         query = query.where(invocations.c.started_at >= datetime.now(UTC) - timedelta(seconds=seconds))
@@ -139,6 +153,7 @@ def run_rows(journal: Journal, chosen: RunFilter, tenant: str | None = None) -> 
         RunRow(
             id=row["id"],
             agent=row["service_name"] or "—",
+            conversation=row["memory_id"],
             input=first_words(row["user_message"]),
             calls=int(row["calls"]),
             undone=int(row["undone"]),
@@ -149,6 +164,19 @@ def run_rows(journal: Journal, chosen: RunFilter, tenant: str | None = None) -> 
         )
         for row in journal.select(query)
     ]
+
+
+def _matching(search: str) -> sa.ColumnElement[bool]:
+    """Invocations whose id or conversation starts with `search`, or with a call of the tool `search`."""
+    prefix = search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    of_tool = sa.select(tool_calls.c.invocation_id).where(tool_calls.c.tool == search)
+    waits_for_tool = sa.select(approvals.c.invocation_id).where(approvals.c.tool == search)
+    return sa.or_(
+        invocations.c.id.like(prefix.lower(), escape="\\"),
+        invocations.c.memory_id.like(prefix, escape="\\"),
+        invocations.c.id.in_(of_tool),
+        invocations.c.id.in_(waits_for_tool),
+    )
 
 
 def agent_names(journal: Journal, tenant: str | None = None) -> list[str]:
@@ -176,6 +204,7 @@ class Story:
     compensations: list[CompensationRecord]
     late: dict[int, LateCompensation] = field(default_factory=dict)
     waiting: list[Any] = field(default_factory=list)  # the calls it waits on (`ApprovalRecord`s)
+    live: dict[str, Any] = field(default_factory=dict)  # its running calls' latest steps (`LiveStep`s)
 
     def call_of(self, row: int) -> CallRecord | None:
         """The call of journal row `row` (what a compensation undoes)."""

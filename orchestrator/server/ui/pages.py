@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request
-from redis.exceptions import RedisError
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
+from redis.exceptions import RedisError
 
 from orchestrator.server.events import once_journaled, stream_position
 from orchestrator.server.ui import data
@@ -36,7 +37,9 @@ from orchestrator.server.ui.auth import (
     valid_login_nonce,
 )
 from orchestrator.server.ui.context import UiContext, ui_context
+from orchestrator.server.ui.live import live_steps
 from orchestrator.server.ui.render import html, static_file
+from orchestrator.server.ui.waterfall import waterfall_svg
 from orchestrator.server.visibility import sees_invocation
 
 __all__ = ["Page", "acted", "common", "guarded", "router", "uuid_or_none"]
@@ -131,6 +134,7 @@ async def _invocations(request: Request, context: UiContext, session: Session) -
         agent=query.get("agent", ""),
         state=query.get("state", "") if query.get("state", "") in data.STATES else "",
         since=query.get("since", "all") if query.get("since", "all") in data.SINCE else "all",
+        search=query.get("q", "").strip()[: data.SEARCH_CHARS],
     )
     only = session.viewer.only  # a tenant's rows only, in SQL; an operator's: every tenant's
     rows, agents = await context.journal.run(
@@ -181,10 +185,13 @@ async def _invocation(
         )
     if any(c.state == "abandoned" and c.compensable for c in story.calls):
         story.late = await asyncio.to_thread(data.late_compensations, context.redis, story.calls)
+    if any(c.state == "dispatched" for c in story.calls):  # where each stands, between its journal writes
+        story.live = await live_steps(context.events, story.record.id)
     return html(
         template,
         after=after,
         story=story,
+        waterfall=waterfall_svg(story, datetime.now(UTC)),
         record=story.record,
         active=story.record.state in data.ACTIVE,
         **common(context, session),

@@ -24,12 +24,23 @@ from tests.orchestrator._databases import fresh_database
 from workers.runtime.process import WorkerProcess
 
 AGENT = "clerk"
-AGENTS = f"{AGENT}=tests.integration.ui_agents:{AGENT}"
+# `front` serves the same service (whose own name is `clerk`) under another name: its invocations are front's
+FRONT = "front"
+AGENTS = f"{AGENT}=tests.integration.ui_agents:{AGENT},{FRONT}=tests.integration.ui_agents:{AGENT}"
 FLOWER = "http://flower.example.test:5555"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 FINISHED = ("succeeded", "failed", "cancelled")
 DOCS = Path(__file__).resolve().parents[3] / "docs"
-README_PICTURES = ("ui-invocations", "ui-invocation", "ui-pools", "ui-approvals")
+README_PICTURES = (
+    "ui-invocations",
+    "ui-invocation",
+    "ui-pools",
+    "ui-approvals",
+    "ui-invocation-live",
+    "ui-search",
+    "ui-timeline",
+    "ui-fleet",
+)
 
 
 @pytest.fixture(scope="module")

@@ -70,7 +70,7 @@ def test_the_list_shows_a_completed_and_a_failed_and_compensated_invocation(
 
     # then: each row says its agent, first words, calls and outcome
     assert _cells(_row(browser, completed))[:3] == [AGENT, "book table", "1"]
-    assert _cells(_row(browser, completed))[5] == "completed"
+    assert _cells(_row(browser, completed))[5] == "succeeded"
     assert _cells(_row(browser, failed))[:3] == [AGENT, "book flight ; book hotel & refuse", "3"]
     assert _cells(_row(browser, failed))[5] == "failed, compensated (2 undone)"
     screenshot(browser, tmp_path, "ui-invocations")

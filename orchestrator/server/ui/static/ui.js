@@ -28,20 +28,29 @@
     return marked !== null && marked.getAttribute("data-active") === "true";
   }
 
-  function refresher(box) {
+  // A function fetching `box`'s fragment again; `swapped(before)`, if given, is called after each
+  // swap with the ids of the rows shown before it.
+  function refresher(box, swapped) {
     var waiting = false;
     var again = false;
     function load() {
       waiting = true;
       again = false;
+      var before = {};
+      Array.prototype.forEach.call(box.querySelectorAll("[data-invocation]"), function (row) {
+        before[row.getAttribute("data-invocation")] = true;
+      });
       fetch(box.getAttribute("data-fragment"), { credentials: "same-origin" })
         .then(function (response) {
-          if (!response.ok) throw new Error("status " + response.status);
+          if (response.redirected) window.location.reload(); // signed out: the page asks to sign in
+          if (!response.ok || response.redirected) throw new Error("status " + response.status);
           return response.text();
         })
         .then(function (text) {
           box.innerHTML = text; // the server's own escaped HTML
           applyProgress(box);
+          tick();
+          if (swapped) swapped(before);
         })
         .catch(function () {})
         .then(function () {
@@ -98,7 +107,7 @@
     ].forEach(function (type) {
       source.addEventListener(type, refresh);
     });
-    ["invocation.completed", "invocation.failed", "invocation.cancelled"].forEach(function (type) {
+    ["invocation.succeeded", "invocation.failed", "invocation.cancelled"].forEach(function (type) {
       source.addEventListener(type, function () {
         source.close();
         refresh();
@@ -117,10 +126,45 @@
     if (question && !window.confirm(question)) event.preventDefault();
   });
 
+  // Durations that go on while the page is open (`data-since`: epoch seconds), worded as the server
+  // words them (render.py's `duration`).
+  function duration(seconds) {
+    if (seconds < 1) return Math.round(seconds * 1000) + " ms";
+    if (seconds < 120) return seconds.toFixed(1) + " s";
+    var minutes = Math.floor(seconds / 60);
+    if (minutes < 120) return minutes + " min " + Math.floor(seconds % 60) + " s";
+    return Math.floor(minutes / 60) + " h " + (minutes % 60) + " min";
+  }
+
+  function tick() {
+    var now = Date.now() / 1000;
+    var counting = document.querySelectorAll("[data-since]");
+    Array.prototype.forEach.call(counting, function (element) {
+      var since = parseFloat(element.getAttribute("data-since"));
+      if (!isNaN(since)) element.textContent = duration(Math.max(0, now - since));
+    });
+  }
+
+  // The list of invocations, fetched again every few seconds while the page is shown: new rows come
+  // in (marked until the next refresh), states and durations move.
+  function keepListed(box) {
+    var load = refresher(box, function (before) {
+      var rows = box.querySelectorAll("tr[data-invocation]");
+      Array.prototype.forEach.call(rows, function (row) {
+        if (!before[row.getAttribute("data-invocation")]) row.classList.add("new");
+      });
+    });
+    setInterval(function () {
+      if (!document.hidden) load();
+    }, 3000);
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     var timeline = document.getElementById("timeline");
     if (timeline) follow(timeline);
     var runs = document.getElementById("runs");
-    if (runs) poll(runs, refresher(runs), 3000);
+    if (runs) keepListed(runs);
+    tick();
+    setInterval(tick, 1000);
   });
 })();
