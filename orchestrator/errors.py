@@ -24,6 +24,7 @@ with the original kept as `__cause__`.
         ├── InvocationTakenOverError    a run ended after another process took its invocation over
         ├── UnknownFleetToolError       no live worker serves a tool a `FleetClient` was asked to call
         ├── JsonRpcError                an A2A request `toolfleet serve` refuses (`code`, JSON-RPC's shape)
+        ├── NonFiniteNumberError        JSON text holding NaN or an infinity (also a `ValueError`)
         └── ApiError                    a request `toolfleet serve` refuses (`status`, OpenAI's shape)
 
 Errors aimed at the model (`SystemToolError`, `VisibleRemoteToolError`) also derive from
@@ -53,6 +54,7 @@ __all__ = [
     "ModelServerError",
     "ModelSpecError",
     "ModelTimeoutError",
+    "NonFiniteNumberError",
     "OrchestratorError",
     "RemoteToolError",
     "RoundTripLimitError",
@@ -223,3 +225,13 @@ class ApiError(OrchestratorError):
         self.param = param
         self.code = code
         self.headers = dict(headers or {})
+
+
+class NonFiniteNumberError(OrchestratorError, ValueError):
+    """JSON text holds `NaN`, `Infinity` or `-Infinity`, or a number too large for a float: `location`
+    is where (`parameters.limit`; None for the whole text), `written` the number as written."""
+
+    def __init__(self, message: str, *, location: str | None, written: str) -> None:
+        super().__init__(message)
+        self.location = location
+        self.written = written

@@ -6,23 +6,25 @@ from __future__ import annotations
 import io
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from orchestrator.approvals import ApprovalState, approve
-from orchestrator.cli.console import LiveTable, short_arguments
-from orchestrator.cli.demo import CITIES, STORIES, Script
+from orchestrator.cli.console import LiveTable, progress_text, short_arguments
+from orchestrator.cli.demo import CITIES, STORIES, Script, write_summary
 from orchestrator.executors.celery import CallEvent
 from orchestrator.executors.local import LocalExecutor
 from orchestrator.messages import UserMessage
 from orchestrator.models.base import ChatRequest, FinishReason
 from orchestrator.models.scripted import ScriptedChatModel
+from orchestrator.result import Result
 from orchestrator.saga.journal import Journal
 from orchestrator.service import AiService
 from workers.examples.bank import BankTools
 from workers.examples.teller import APPROVAL_THRESHOLD, large_transfer, teller
-from workers.protocol import ToolExecutionRequest
+from workers.protocol import ToolExecution, ToolExecutionRequest
 
 
 def _story(title: str) -> tuple[str, Script]:
@@ -212,3 +214,137 @@ def test_arguments_are_shortened_to_fit_a_row() -> None:
     assert short_arguments("not json at all") == "not json at all"
     long = short_arguments(json.dumps({"text": "x" * 100}))
     assert len(long) == 48 and long.endswith("…")
+
+
+def test_a_progress_message_too_long_for_its_row_is_cut_with_an_ellipsis() -> None:
+    shown = progress_text(0.4, "copied " + "part " * 30)
+
+    assert shown.startswith("40% copied part") and shown.endswith("…")
+    assert len(shown) == len("40% ") + 48
+
+
+LONG_WORKER = "io@worker-7f9c8d5b6-xk2lpq.tools.production.example.internal"  # 60 characters
+# Where the state column begins in a row: after the indent, task 24, pool 6 and worker 12.
+STATE_AT = 4 + 24 + 1 + 6 + 1 + 12 + 1
+
+
+def _placed_events(worker: str, task_id: str, call_id: str) -> list[CallEvent]:
+    arguments = json.dumps({"city": "Lisbon"})
+    return [
+        CallEvent(task_id, "tool.get_weather", "io", "queued", None, 10.0, arguments, call_id),
+        CallEvent(task_id, "tool.get_weather", "io", "started", worker, 10.1, arguments, call_id),
+        CallEvent(task_id, "tool.get_weather", "io", "success", worker, 10.6, arguments, call_id),
+    ]
+
+
+def test_a_worker_name_longer_than_its_column_is_cut_and_the_rows_stay_aligned() -> None:
+    # given: one call on a worker with a short name, one on a worker with a 60-character name
+    assert len(LONG_WORKER) == 60
+    out = io.StringIO()
+    table = LiveTable(out)
+    # when
+    for event in [*_placed_events("io@demo", "t1", "c1"), *_placed_events(LONG_WORKER, "t2", "c2")]:
+        table(event)
+    # then: the long name is cut to its column, ending with an ellipsis, and every row's state
+    # starts where the others' does
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 6
+    assert [line[STATE_AT:].split()[0] for line in lines] == ["queued", "started", "success"] * 2
+    assert {line[4 + 24 + 1 + 6 + 1 : STATE_AT] for line in lines[4:]} == {LONG_WORKER[:11] + "… "}
+    assert LONG_WORKER not in out.getvalue()
+
+
+def test_on_a_terminal_a_long_worker_name_keeps_the_rows_under_the_header(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    out = _Terminal()
+    table = LiveTable(out)
+    table.redraw = True
+    for event in [*_placed_events("io@demo", "t1", "c1"), *_placed_events(LONG_WORKER, "t2", "c2")]:
+        table(event)
+    header, *rows = out.getvalue().split("\x1b[J")[-1].split("\x1b[3F")[0].splitlines()
+    assert header.index("state") == STATE_AT
+    assert [row[STATE_AT:].split()[0] for row in rows] == ["success", "success"]
+
+
+def _execution(
+    name: str, call_id: str, result: str, *, status: str = "success", pool: str | None, worker: str | None
+) -> ToolExecution:
+    began = datetime(2026, 1, 1, tzinfo=UTC)
+    return ToolExecution(
+        ToolExecutionRequest(call_id, name, "{}"),
+        result,
+        status=status,
+        started_at=began,
+        finished_at=began + timedelta(milliseconds=20),
+        pool=pool,
+        worker=worker,
+    )
+
+
+def _summary_lines(tmp_path: Path, executions: list[ToolExecution], table: LiveTable) -> list[str]:
+    out = io.StringIO()
+    result = Result("done", executions, invocation_id="inv-1")
+    write_summary(out, "Story", result, Journal(f"sqlite:///{tmp_path}/journal.db"), table.placed())
+    return [line for line in out.getvalue().splitlines() if line.startswith("    ")]
+
+
+def test_the_summary_cuts_a_long_result_with_an_ellipsis_on_one_line(tmp_path: Path) -> None:
+    # given: a result longer than the summary shows, over two lines
+    text = "Tool 'credit' was executed successfully but was rolled back\ndue to failure of tool 'withdraw'"
+    executions = [_execution("credit", "c1", text, pool="io", worker="io@demo")]
+    # when
+    (line,) = _summary_lines(tmp_path, executions, LiveTable(io.StringIO()))
+    # then: one line, the result cut to 70 characters, the last an ellipsis
+    shown = line.split(" ms  ", 1)[1]
+    assert len(shown) == 70 and shown.endswith("…")
+    assert shown.startswith("Tool 'credit' was executed successfully but was rolled back due to")
+
+
+def test_the_summary_names_the_pool_and_worker_the_live_table_showed(tmp_path: Path) -> None:
+    # given: a call that timed out (its outcome knows the pool, not the worker) and a cancelled one
+    # (its outcome knows neither), both seen starting on a worker by the live table
+    table = LiveTable(io.StringIO())
+    for task, pool, call_id, worker, end in [
+        ("tool.rentCar", "heavy", "call_car", "heavy@demo", "timed_out"),
+        ("tool.watch_fare", "io", "call_watch", "io@demo", "cancelled"),
+    ]:
+        table(CallEvent(call_id, task, pool, "queued", None, 1.0, "{}", call_id))
+        table(CallEvent(call_id, task, pool, "started", worker, 1.1, "{}", call_id))
+        table(CallEvent(call_id, task, pool, end, None, 3.1, "{}", call_id))
+    executions = [
+        _execution(
+            "rentCar",
+            "call_car",
+            "Tool 'rentCar' did not finish",
+            status="timed_out",
+            pool="heavy",
+            worker=None,
+        ),
+        _execution(
+            "watch_fare",
+            "call_watch",
+            "Tool 'watch_fare' was cancelled",
+            status="execution_error",
+            pool=None,
+            worker=None,
+        ),
+    ]
+    # when
+    car, watch = _summary_lines(tmp_path, executions, table)
+    # then: each names where it ran, as the table did
+    assert car.split()[:4] == ["rentCar", "timed_out", "heavy", "heavy@demo"]
+    assert watch.split()[:4] == ["watch_fare", "execution_error", "io", "io@demo"]
+
+
+def test_the_summary_widens_a_column_to_a_long_worker_name_and_stays_aligned(tmp_path: Path) -> None:
+    executions = [
+        _execution("get_weather", "c1", "sunny", pool="io", worker="io@demo"),
+        _execution("get_weather", "c2", "rain", pool="io", worker=LONG_WORKER),
+    ]
+
+    short, long = _summary_lines(tmp_path, executions, LiveTable(io.StringIO()))
+
+    assert LONG_WORKER in long
+    assert short.index("20 ms") == long.index("20 ms")

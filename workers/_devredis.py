@@ -17,13 +17,16 @@ Usage (this is what the Makefile does)::
     python -m workers._devredis -- python -m pytest
 
 The exit status is the command's.  ``embedded_redis`` and ``redis_answers`` are importable for
-code (such as the demo) that wants the same behaviour in-process.
+code (such as the demo) that wants the same behaviour in-process.  The command is told (in
+``TOOLFLEET_DEVREDIS``) what was found or started, so that such code, run as the command, says what
+it uses without telling again what this wrapper told.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import signal
 import subprocess
@@ -31,7 +34,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from urllib.parse import urlsplit
@@ -42,6 +45,8 @@ from workers.settings import redact_url
 
 ENV_VAR = "TOOLFLEET_REDIS_URL"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+# What `main` tells its command of the Redis at the URL: {"url": ..., "embedded_pid": pid or null}.
+PROVIDED_VAR = "TOOLFLEET_DEVREDIS"
 
 PING_TIMEOUT_S = 0.5
 STARTUP_TIMEOUT_S = 15.0
@@ -148,11 +153,36 @@ def embedded_redis(url: str) -> Iterator[str]:
 
     If a server already answers there it is used and left alone.  Otherwise, for a local URL, an
     embedded redis-server is started on that host and port and stopped again on exit (including
-    on KeyboardInterrupt).  Raises DevRedisError if no server can be provided.
+    on KeyboardInterrupt).  Raises DevRedisError if no server can be provided.  Run as the command
+    of ``main`` (its environment says so), the Redis ``main`` provided is used: an embedded one is
+    named as such, one already running is not told of again.
     """
+    told = _told(url, os.environ)
+    if told is not None and redis_answers(url):
+        if told.get("embedded_pid") is not None:
+            _log(f"using the embedded Redis at {redact_url(url)}")
+        yield url
+        return
+    with _provided(url):
+        yield url
+
+
+def _told(url: str, environ: Mapping[str, str]) -> dict[str, object] | None:
+    """What ``main`` told its command of the Redis at ``url``, or None (not told, or of another URL)."""
+    try:
+        told = json.loads(environ.get(PROVIDED_VAR) or "null")
+    except ValueError:
+        return None
+    return told if isinstance(told, dict) and told.get("url") == url else None
+
+
+@contextlib.contextmanager
+def _provided(url: str) -> Iterator[int | None]:
+    """A Redis at ``url`` for the block, as ``embedded_redis`` describes; yield the pid of the
+    embedded server started, or None when one was already running."""
     if redis_answers(url):
         _log(f"using the Redis already running at {redact_url(url)}")
-        yield url
+        yield None
         return
 
     endpoint = _local_endpoint(url)
@@ -166,7 +196,7 @@ def embedded_redis(url: str) -> Iterator[str]:
 
     with tempfile.TemporaryDirectory(prefix="toolfleet-redis-") as workdir:
         log_path = Path(workdir) / "redis-server.log"
-        _log(f"no Redis answers at {redact_url(url)}; starting embedded redis-server on {host}:{port}")
+        _log(f"no Redis answers at {redact_url(url)}; starting an embedded redis-server on {host}:{port}")
         with log_path.open("wb") as log_file:
             proc = subprocess.Popen(
                 [
@@ -200,11 +230,11 @@ def embedded_redis(url: str) -> Iterator[str]:
                         f"{STARTUP_TIMEOUT_S:.0f} s; its log ends with:\n{_log_tail(log_path)}"
                     )
                 time.sleep(0.05)
-            _log(f"using embedded redis-server (pid {proc.pid}) at {redact_url(url)}")
-            yield url
+            _log(f"the embedded redis-server (pid {proc.pid}) answers at {redact_url(url)}")
+            yield proc.pid
         finally:
             _stop_process(proc)
-            _log(f"stopped embedded redis-server on {host}:{port}")
+            _log(f"stopped the embedded redis-server on {host}:{port}")
 
 
 def _exit_status(returncode: int) -> int:
@@ -261,7 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        with embedded_redis(url):
+        with _provided(url) as pid:
+            env[PROVIDED_VAR] = json.dumps({"url": url, "embedded_pid": pid})
             return run_command(args, env)
     except DevRedisError as exc:
         _log(f"error: {exc}")

@@ -15,6 +15,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -27,7 +28,9 @@ __all__ = [
     "LiveTable",
     "ModelSpecError",
     "add_model_argument",
+    "aligned",
     "chat_model",
+    "cut",
     "model_of",
     "short_arguments",
 ]
@@ -39,6 +42,9 @@ PROVIDERS = {
 }
 
 ARGUMENTS_WIDTH = 48
+# The widths of the table's columns task, pool, worker and state (the longest outcome kind,
+# `execution_error`, and a space); elapsed and the call's arguments follow. A longer name is cut.
+_WIDTHS = (24, 6, 12, 16)
 
 
 def chat_model(spec: str, *, base_url: str | None = None, api_key: str | None = None) -> ChatModel:
@@ -108,14 +114,24 @@ def short_arguments(arguments: str, width: int = ARGUMENTS_WIDTH) -> str:
         text = ", ".join(f"{key}={_value(value)}" for key, value in parsed.items())
     else:
         text = " ".join(arguments.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return cut(text, width)
+
+
+def cut(text: str, width: int) -> str:
+    """`text` as is when it fits in `width` characters, else cut to `width` ending with "…"."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def aligned(texts: Iterable[str], widths: Iterable[int]) -> str:
+    """Columns of a table: each text padded, or cut (`cut`), to its width, a space between."""
+    return " ".join(f"{cut(text, width):{width}}" for text, width in zip(texts, widths, strict=True))
 
 
 def progress_text(fraction: float | None, message: str | None) -> str:
     """A progress report as people read it: `40% copied part 4`."""
     parts = [f"{fraction * 100:.0f}%"] if fraction is not None else []
     if message:
-        parts.append(message[:ARGUMENTS_WIDTH])
+        parts.append(cut(message, ARGUMENTS_WIDTH))
     return " ".join(parts) or "working"
 
 
@@ -134,12 +150,11 @@ class _Row:
     first: float
     at: float
     arguments: str
+    call_id: str | None = None  # the model's id of the call (of a compensation: of the call it undoes)
     progress: str = ""  # the latest progress its tool reported, while it runs
 
 
 _RUNNING = ("waiting", "queued", "started")
-# Columns: task 24, pool 6, worker 12, state 16 (the longest outcome kind, `execution_error`, and a
-# space), elapsed, then the call's arguments.
 
 
 class LiveTable:
@@ -147,8 +162,9 @@ class LiveTable:
     terminal, a line per change otherwise.
 
     Feed it `CallEvent`s (it is a `CeleryExecutor(on_call=...)` observer) or, for calls that run
-    elsewhere, `update()`. `write_text()` prints streamed text between the rows; `close()` ends the
-    current block of rows (the next call starts a new one).
+    elsewhere, `update()`. `write_text()` prints streamed text between the rows; `placed()` tells
+    where the block's calls ran, as shown; `close()` ends the current block of rows (the next call
+    starts a new one).
     """
 
     def __init__(self, out: TextIO) -> None:
@@ -168,6 +184,7 @@ class LiveTable:
             worker=event.worker,
             at=event.at,
             arguments=event.arguments,
+            call_id=event.call_id,
         )
 
     def update(
@@ -180,13 +197,15 @@ class LiveTable:
         worker: str | None = None,
         at: float | None = None,
         arguments: str = "",
+        call_id: str | None = None,
     ) -> None:
         """A call `key` is now in `state` (a row is added for a key not seen yet)."""
         at = time.monotonic() if at is None else at
         with self.lock:
             row = self.rows.get(key)
             if row is None:
-                row = self.rows[key] = _Row(task, pool, worker, state, at, at, short_arguments(arguments))
+                shown = short_arguments(arguments)
+                row = self.rows[key] = _Row(task, pool, worker, state, at, at, shown, call_id)
             else:
                 row.worker = worker or row.worker
                 row.state, row.at = state, at
@@ -215,6 +234,16 @@ class LiveTable:
                 self._draw()
             else:
                 self._line(self._row(row, time.monotonic()))
+
+    def placed(self) -> dict[tuple[str, str], tuple[str, str | None]]:
+        """Where each call of the current block ran, as its row shows it: (task, the model's call id)
+        -> (pool, worker); of a call dispatched again, its last dispatch."""
+        with self.lock:
+            return {
+                (row.task, row.call_id): (row.pool, row.worker)
+                for row in self.rows.values()
+                if row.call_id is not None
+            }
 
     def write_text(self, text: str) -> None:
         """Streamed text (a model's answer), below the rows drawn so far."""
@@ -256,7 +285,7 @@ class LiveTable:
             self.out.write("\n")
             self._at_line_start = True
         now = time.monotonic()
-        lines = [f"    {'task':24} {'pool':6} {'worker':12} {'state':16} {'elapsed':>8}  call"]
+        lines = [f"    {aligned(('task', 'pool', 'worker', 'state'), _WIDTHS)} {'elapsed':>8}  call"]
         lines += [self._row(row, row.at if row.state not in _RUNNING else now) for row in self.rows.values()]
         # A line wider than the terminal would wrap, and moving back up would miss the table's top.
         width = max(shutil.get_terminal_size().columns - 1, 20)
@@ -269,7 +298,5 @@ class LiveTable:
     def _row(row: _Row, until: float) -> str:
         elapsed = until - row.first
         progress = f"  [{row.progress}]" if row.progress and row.state in _RUNNING else ""
-        return (
-            f"    {row.task:24} {row.pool:6} {row.worker or '-':12} {row.state:16} {elapsed:6.2f} s"
-            f"  {row.arguments}{progress}"
-        ).rstrip()
+        cells = aligned((row.task, row.pool, row.worker or "-", row.state), _WIDTHS)
+        return f"    {cells} {elapsed:6.2f} s  {row.arguments}{progress}".rstrip()

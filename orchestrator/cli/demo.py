@@ -19,14 +19,14 @@ import json
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
 from cryptography.fernet import Fernet
 
 from orchestrator.cli.commands._journal_source import DEFAULT_DATABASE_URL
-from orchestrator.cli.console import LiveTable, chat_model, progress_text
+from orchestrator.cli.console import LiveTable, aligned, chat_model, cut, progress_text
 from orchestrator.cli.demo_approval import approve_in_another_process, shared_environment
 from orchestrator.cli.demo_mcp import MCP_STORY, mcp_story
 from orchestrator.executors.celery import CeleryExecutor
@@ -38,14 +38,14 @@ from orchestrator.result import CompleteResponse, Result, ToolProgress
 from orchestrator.saga.journal import Journal
 from orchestrator.service import AiService
 from workers.examples.teller import teller, teller_script, transfer_asked
-from workers.protocol import ToolExecutionRequest
+from workers.protocol import ToolExecution, ToolExecutionRequest
 from workers.redis_client import connect as connect_redis
 from workers.runtime.catalog import Catalog
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 from workers.tools import ToolDefinition
 
-__all__ = ["STORIES", "run_demo"]
+__all__ = ["STORIES", "run_demo", "write_summary"]
 
 Script = Callable[[ChatRequest], AiMessage | str]
 
@@ -184,18 +184,45 @@ def _service(
     )
 
 
-def _summary(out: TextIO, title: str, result: Result, journal: Journal) -> None:
+# The summary's columns at their narrowest: tool, status, pool, worker; a longer name widens its column.
+SUMMARY_WIDTHS = (12, 16, 6, 12)
+RESULT_WIDTH = 70
+
+
+def write_summary(
+    out: TextIO,
+    title: str,
+    result: Result,
+    journal: Journal,
+    placed: Mapping[tuple[str, str], tuple[str, str | None]],
+) -> None:
+    """The story's calls, each with where it ran (`placed`: as the live table showed it, else as its
+    outcome tells), how long it took and its result; then the compensations and the answer."""
     out.write(f"  Summary of '{title}' (invocation {result.invocation_id}):\n")
-    for execution in result.tool_executions:
-        took = f"{execution.duration_s * 1000:.0f} ms" if execution.duration_s is not None else "-"
-        out.write(
-            f"    {execution.request.name:12} {execution.status:16} {execution.pool or '-':6} "
-            f"{execution.worker or '-':12} {took:>8}  {execution.result[:70]}\n"
-        )
+    rows = [_summary_row(execution, placed) for execution in result.tool_executions]
+    widths = [max([width, *(len(row[i]) for row in rows)]) for i, width in enumerate(SUMMARY_WIDTHS)]
+    for *cells, took, text in rows:
+        out.write(f"    {aligned(cells, widths)} {took:>8}  {text}\n")
     compensations = journal.compensations(result.invocation_id)
     for compensation in compensations:
         out.write(f"    compensation of {compensation.tool}: {compensation.state} (#{compensation.id})\n")
     out.write(f"  Answer: {result.content}\n\n")
+
+
+def _summary_row(
+    execution: ToolExecution, placed: Mapping[tuple[str, str], tuple[str, str | None]]
+) -> tuple[str, ...]:
+    """Tool, status, pool, worker, duration and result (on one line, cut) of one call."""
+    pool, worker = placed.get((f"tool.{execution.request.name}", execution.request.id or ""), ("", None))
+    took = f"{execution.duration_s * 1000:.0f} ms" if execution.duration_s is not None else "-"
+    return (
+        execution.request.name,
+        execution.status,
+        pool or execution.pool or "-",
+        worker or execution.worker or "-",
+        took,
+        cut(" ".join(execution.result.split()), RESULT_WIDTH),
+    )
 
 
 @contextlib.contextmanager
@@ -308,13 +335,14 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
                     service = _service(_model(model, script), script, tools, executor, journal)
                     began = time.monotonic()
                     result = asyncio.run(_streamed(service, question, table))
+                    placed = table.placed()
                     table.close()
                     out.write(f"  ({time.monotonic() - began:.2f} s)\n")
                     if result.pending_approvals:
                         approve_in_another_process(out, result, journal, environment)
                         out.write("\n")
                     else:
-                        _summary(out, title, result, journal)
+                        write_summary(out, title, result, journal, placed)
                 out.write(f"== {len(STORIES) + 1}. {MCP_STORY}\n")
                 mcp_story(out, environment, scratch)
             finally:

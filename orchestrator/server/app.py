@@ -2,7 +2,8 @@
 
 Every replica is alike and keeps nothing an invocation needs beyond its run: conversations are in
 SQL, tool calls on the worker pools. A replica admits at most `max_invocations` at once (429 beyond),
-reads a body up to `max_body_bytes` (413 beyond) and asks for a bearer key when keys are configured.
+reads a body up to `max_body_bytes` (413 beyond), refuses (400) a JSON body holding `NaN` or an
+infinity, and asks for a bearer key when keys are configured.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from orchestrator.errors import ApiError
+from orchestrator.errors import ApiError, NonFiniteNumberError
 from orchestrator.executors.celery import CeleryExecutor
+from orchestrator.finite_json import loads_finite
 from orchestrator.loop.cancellation import listen_for_cancels
 from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.saga.async_journal import AsyncJournal
@@ -123,6 +125,7 @@ def create_app(
         lifespan=lifespan,
     )
     _install_error_handlers(app)
+    app.add_middleware(_FiniteJson)  # inside `_BearerKeys`: no body is read before its key is checked
     app.add_middleware(_BearerKeys)
     app.include_router(routes.router)
     app.include_router(completions.router)
@@ -162,6 +165,57 @@ class _BearerKeys:
                     return
                 scope[VIEWER_SCOPE_KEY] = key.viewer
         await self.app(scope, receive, send)
+
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class _FiniteJson:
+    """Refuse (400, naming where: `parameters.limit`) a request whose body is JSON holding `NaN`,
+    `Infinity`, `-Infinity` or too large a number, on every route, before any reads it: Python's
+    parser takes them, and they would be journaled as text no JSON reader accepts. The body is read
+    up to the replica's limit and handed on as it came; one over the limit, or that is not JSON, is
+    left to the route, which says what is wrong with it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        limit: int = scope["app"].state.toolfleet.serve.max_body_bytes
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self.app(scope, receive, send)
+            return
+        received: list[Message] = []
+        chunks: list[bytes] = []
+        size, whole = 0, False
+        while size <= limit:
+            message = await receive()
+            received.append(message)
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if not message.get("more_body", False):
+                whole = size <= limit
+                break
+        if whole and size:
+            try:
+                loads_finite(b"".join(chunks))
+            except NonFiniteNumberError as exc:
+                refusal = ApiError(400, f"invalid request: {exc}", param=exc.location)
+                await _error(refusal)(scope, receive, send)
+                return
+            except (ValueError, RecursionError):
+                pass  # not JSON: the route refuses it in its own words
+
+        async def replay() -> Message:
+            return received.pop(0) if received else await receive()
+
+        await self.app(scope, replay, send)
 
 
 def _run_view(path: str) -> bool:

@@ -1,0 +1,75 @@
+"""JSON text read as the standard has it. Python's `json` reads `NaN`, `Infinity` and `-Infinity`, and
+a number too large for a float (`1e400`) as an infinity; none of them is JSON, `json.dumps` writes them
+back as `NaN` or `Infinity`, and every other reader (PostgreSQL's `jsonb`, a browser, another
+language's client) refuses that text. `loads_finite` reads JSON refusing them, naming where the first
+one is, so that such a value is turned away where it arrives and never stored or sent on."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from orchestrator.errors import NonFiniteNumberError
+
+__all__ = ["loads_finite"]
+
+
+class _NonFinite:
+    """Where the reader met a number that is not finite: the number as written."""
+
+    __slots__ = ("written",)
+
+    def __init__(self, written: str) -> None:
+        self.written = written
+
+
+def loads_finite(text: str | bytes) -> Any:
+    """The value of the JSON `text`, as `json.loads` reads it; `NonFiniteNumberError` (a `ValueError`)
+    naming where the first `NaN`, `Infinity`, `-Infinity` or too large a number is, as a dotted path
+    (`parameters.limit`, `messages.0.content`). Text that is not JSON raises as `json.loads` does."""
+    seen: list[str] = []
+
+    def constant(written: str) -> _NonFinite:  # NaN, Infinity, -Infinity
+        seen.append(written)
+        return _NonFinite(written)
+
+    def number(written: str) -> float | _NonFinite:
+        value = float(written)
+        if math.isfinite(value):
+            return value
+        seen.append(written)
+        return _NonFinite(written)
+
+    value = json.loads(text, parse_constant=constant, parse_float=number)
+    if not seen:
+        return value
+    # The first in the value, in the text's order (one under a key given twice is read over: no path).
+    path, written = _first(value) or ((), seen[0])
+    location = ".".join(str(part) for part in path) or None
+    reason = (
+        f"{written} is not a JSON number (JSON has no NaN or infinities)"
+        if written in ("NaN", "Infinity", "-Infinity")
+        else f"{written} is too large a number (a float would hold it as infinite)"
+    )
+    message = f"{location}: {reason}" if location else reason
+    raise NonFiniteNumberError(message, location=location, written=written)
+
+
+def _first(value: Any) -> tuple[tuple[str | int, ...], str] | None:
+    """The path to the first non-finite number in `value`, depth first in document order, and how it
+    was written; None when there is none. Iterative: as deep a value as `json.loads` reads."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), value)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, _NonFinite):
+            return path, node.written
+        children: list[tuple[str | int, Any]]
+        if isinstance(node, dict):
+            children = list(node.items())
+        elif isinstance(node, list):
+            children = list(enumerate(node))
+        else:
+            continue
+        stack.extend(((*path, key), child) for key, child in reversed(children))
+    return None
