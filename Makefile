@@ -13,7 +13,7 @@ WITH_REDIS := $(BIN)/python -m workers._devredis --
 # The unit tests: no worker processes (nothing of tests/integration, nothing marked integration).
 UNIT_TESTS := tests --ignore=tests/integration -m 'not integration'
 
-.PHONY: setup compiled test test-fast lint lock demo bench soak capacity clean
+.PHONY: setup compiled test test-fast lint docs lock demo bench soak capacity clean
 
 $(VENV)/.uv-$(UV_VERSION):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The documentation site (mkdocs.yml) into site/: strict, so a broken link, anchor or page fails it; its
+# configuration and command-line references are generated from the code as it builds.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 # Every dependency to the newest version pyproject.toml's ranges allow, then the virtualenv to match.
 lock: $(VENV)/.uv-$(UV_VERSION)
 	$(UV) lock --upgrade
@@ -67,5 +72,5 @@ capacity: compiled
 	$(BIN)/python -m bench.capacity
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +

@@ -84,4 +84,5 @@ def test_the_services_send_spans_to_the_collectors_otlp_receiver() -> None:
         assert endpoint == "${OTEL_EXPORTER_OTLP_ENDPOINT:-}", name
     # the documented value names the collector's service and receiver port
     assert f"OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector:{port}" in COMPOSE.read_text()
-    assert re.search(r"docker compose --profile observability up", (ROOT / "README.md").read_text())
+    page = ROOT / "docs" / "observability.md"
+    assert re.search(r"docker compose --profile observability up", page.read_text())

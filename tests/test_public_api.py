@@ -1,6 +1,7 @@
 """The public faces of `workers` and `orchestrator`: each `__all__` listing public names once, the
-DESIGN.md contract, the names the README imports, every class and function of the modules `orchestrator`
-re-exports whole, every package's `__all__` against what it defines, and import isolation."""
+DESIGN.md contract, the names the README and the docs pages import, every class and function of the
+modules `orchestrator` re-exports whole, every package's `__all__` against what it defines, and import
+isolation."""
 
 import __future__
 
@@ -176,9 +177,13 @@ def test_what_constructors_take_or_give_is_importable_from_orchestrator() -> Non
     assert (Journal, RetryPolicy, CallEvent) == (journal, retry_policy, call_event)
 
 
-def _readme_imports() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"^```python\n(.*?)^```", readme, re.MULTILINE | re.DOTALL)
+DOCUMENTATION = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _documented_imports() -> list[str]:
+    """The imports of toolfleet's packages the README and the docs pages show."""
+    text = "\n".join(page.read_text() for page in DOCUMENTATION)
+    blocks = re.findall(r"^ *```python\n(.*?)^ *```", text, re.MULTILINE | re.DOTALL)
     in_blocks = [
         line.strip()
         for block in blocks
@@ -186,16 +191,17 @@ def _readme_imports() -> list[str]:
         if re.match(r"\s*from (orchestrator|workers)\S* import ", line)
     ]
     # and those the prose shows inline: `from orchestrator import RetryPolicy`
-    inline = re.findall(r"`(from (?:orchestrator|workers)\S* import [^`]+)`", readme)
-    return in_blocks + inline
+    inline = re.findall(r"`(from (?:orchestrator|workers)\S* import [^`]+)`", text)
+    return sorted(set(in_blocks + inline))
 
 
-def test_the_readme_shows_imports() -> None:
-    assert len(_readme_imports()) >= 5
+def test_the_documentation_shows_imports() -> None:
+    assert len(DOCUMENTATION) > 10, "the docs pages were found"
+    assert len(_documented_imports()) >= 5
 
 
-@pytest.mark.parametrize("statement", _readme_imports())
-def test_every_import_the_readme_shows_works(statement: str) -> None:
+@pytest.mark.parametrize("statement", _documented_imports())
+def test_every_import_the_documentation_shows_works(statement: str) -> None:
     # when / then: no ImportError
     exec(statement, {})
 

@@ -16,7 +16,7 @@ from workers.redis_client import SENTINEL_SCHEME, URL_LIST, is_sentinel, parse_s
 from workers.telemetry.logs import LOG_FORMATS
 from workers.tools.versions import check_build_id
 
-__all__ = ["ENVIRONMENT", "Settings", "is_amqp", "redact_url"]
+__all__ = ["DESCRIPTIONS", "ENVIRONMENT", "Settings", "is_amqp", "redact_url"]
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -109,6 +109,51 @@ class Settings:
 
 
 ENVIRONMENT: dict[str, str] = {item.name: f"TOOLFLEET_{item.name.upper()}" for item in fields(Settings)}
+
+# What each setting means, with its range where it has one: the configuration reference
+# (docs/configuration.md) is generated from this, the variable and default from the class above.
+DESCRIPTIONS: dict[str, str] = {
+    "redis_url": "catalog, call states, result subscription; the default broker and result backend "
+    "(`redis://`, `rediss://`, `unix://`, or `sentinel://…;sentinel://…/db?master_name=NAME`: see Brokers)",
+    "broker_url": "Celery broker (`redis://`, `rediss://`, `sentinel://` or `amqp://`)",
+    "result_backend": "Celery result backend (Redis, or Redis behind Sentinel)",
+    "database_url": "the saga journal and conversations (PostgreSQL: `postgresql+psycopg://...`; "
+    "`postgres://` and `postgresql://` mean the same, through psycopg 3, which needs "
+    "`pip install 'toolfleet[postgres]'`)",
+    "default_tool_timeout_s": "deadline of a tool without `timeout=` (> 0)",
+    "visibility_timeout_s": "Redis broker redelivery delay; default twice the longest deadline plus 30 s "
+    "(> 0)",
+    "result_expires_s": "how long results and call states stay in Redis (>= 1)",
+    "heartbeat_ttl_s": "a worker leaves the catalog this long after its last heartbeat (>= 0.1)",
+    "invocation_heartbeat_s": "how often a running invocation's owner beats in the journal (>= 0.01); "
+    "recovery takes an invocation over only after three beats missed",
+    "liveness_check_interval_s": "how often pending calls' workers and pools are checked "
+    "(> 0, below the heartbeat TTL)",
+    "max_fanout": "tool calls of one invocation in flight at once: `AiService` (its `max_fanout=` "
+    "overrides it) and `execute_batch()` (>= 1)",
+    "max_argument_bytes": "larger arguments are an arguments error (>= 1)",
+    "max_result_bytes": "larger results are an execution error (>= 1)",
+    "compensation_retries": "retries of a failing compensation (>= 0)",
+    "retry_backoff_s": "exponential backoff with jitter for retries: the first delay (>= 0)",
+    "retry_backoff_max_s": "exponential backoff with jitter for retries: the longest delay (>= 0)",
+    "send_sent_events": "queued calls visible in Flower",
+    "task_events": "Celery task events, what Flower shows of each call (worker events and `task-sent`); "
+    "`false` where no Flower watches (see Monitoring with Flower)",
+    "tools": "tool modules for `celery -A workers.app worker`",
+    "journal_keys": "Fernet keys, comma-separated, sealing invocation parameters in the journal: the "
+    "first encrypts, all decrypt (see Compensation); unset: stored in clear, with a warning",
+    "log_format": "`json`: every command logs one JSON object per line, with the call's ids, tool, pool, "
+    "worker and trace id (see Tracing and metrics)",
+    "trace_content": "spans carry tool arguments and results (never invocation parameters); "
+    "only with tracing on",
+    "pool_concurrency": "a worker's `--pool-concurrency` when it gives none: at most that many calls of "
+    "its pools at once in the fleet (>= 1); unset: no limit",
+    "build_id": "a worker's `--build-id` when it gives none (also for `celery -A workers.app worker`): "
+    "its tools' versions name this build (1 to 64 letters, digits, `.`, `_`, `-`); an orchestrator "
+    "with the tools' code calls only workers of its own build; unset: versions are digests alone "
+    "(see Rolling deploys: tool versions)",
+    "broker_queue_type": "a RabbitMQ broker's queues: `quorum` (replicated) or `classic` (see Brokers)",
+}
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")

@@ -17,7 +17,14 @@ from orchestrator.server.tenants import (
 )
 from workers.errors import SettingsError
 
-__all__ = ["SERVE_ENVIRONMENT", "AgentSpec", "ServeSettings", "is_loopback", "parse_agents"]
+__all__ = [
+    "SERVE_DESCRIPTIONS",
+    "SERVE_ENVIRONMENT",
+    "AgentSpec",
+    "ServeSettings",
+    "is_loopback",
+    "parse_agents",
+]
 
 # The service's own settings and the variables they are read from (the rest are `Settings`').
 SERVE_ENVIRONMENT = {
@@ -30,6 +37,25 @@ SERVE_ENVIRONMENT = {
     "drain_grace_s": "TOOLFLEET_SERVE_DRAIN_GRACE_S",
     "turn_wait_s": "TOOLFLEET_SERVE_TURN_WAIT_S",
     "history_messages": "TOOLFLEET_SERVE_HISTORY_MESSAGES",
+}
+# What each of them means, with its range: the configuration reference (docs/configuration.md).
+SERVE_DESCRIPTIONS = {
+    "agents": "`toolfleet serve`'s agents, `name=module:attr` comma-separated, after its `--agent`s",
+    "api_keys": "bearer keys `toolfleet serve` accepts, comma-separated (several while rotating), each "
+    "`key` (the tenant `default`'s) or `tenant:key`; unset (and no keys file): no key asked, and the "
+    "service listens on loopback only",
+    "api_keys_file": "a JSON file of bearer keys with their tenant, scopes and priority, "
+    '`{"keys": [{"key": "…", "tenant": "acme", "scopes": ["admin"], "priority": 3}]}`, read at start '
+    "beside `TOOLFLEET_API_KEYS` (`admin`: sees every tenant's invocations; `priority`: its "
+    "invocations', and the highest a request may ask)",
+    "max_body_bytes": "a larger request body is refused with 413 (>= 1)",
+    "max_messages": "a request with more messages is refused with 400 (>= 1)",
+    "max_invocations": "invocations one replica runs at once; beyond, 429 with `Retry-After` (>= 1)",
+    "drain_grace_s": "on SIGTERM, how long running requests may take to finish (>= 0)",
+    "turn_wait_s": "how long a turn of a kept conversation waits for the earlier turns of that "
+    "conversation before it is refused with 409 `conversation_busy` (>= 0)",
+    "history_messages": "messages of a conversation (`conversation_id`) kept in SQL and sent to the "
+    "model (>= 1)",
 }
 
 

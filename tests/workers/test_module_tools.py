@@ -244,7 +244,7 @@ class SeatDesk(SeatBase):
 
 
 def test_a_tool_class_with_a_no_argument_constructor_is_served() -> None:
-    # Given: a module holding the class only, as the README's example does
+    # Given: a module holding the class only, as docs/tools.md's `--tools myapp.tools:BankTools` does
     module = module_of("ledger_tools", Ledger=Ledger)
 
     # When

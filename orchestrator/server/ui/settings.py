@@ -10,13 +10,20 @@ from orchestrator.server.settings import SERVE_ENVIRONMENT, is_loopback
 from orchestrator.server.tenants import ApiKey, configured_keys, unique_keys
 from workers.errors import SettingsError
 
-__all__ = ["UI_ENVIRONMENT", "UiSettings"]
+__all__ = ["UI_DESCRIPTIONS", "UI_ENVIRONMENT", "UiSettings"]
 
 # The run view's own variables (the API keys are the service's: `TOOLFLEET_API_KEYS` and the file
 # `TOOLFLEET_API_KEYS_FILE` names).
 UI_ENVIRONMENT = {
     "flower_url": "TOOLFLEET_FLOWER_URL",
     "basic_auth": "TOOLFLEET_UI_BASIC_AUTH",
+}
+# What each of them means: the configuration reference (docs/configuration.md).
+UI_DESCRIPTIONS = {
+    "flower_url": "Flower's address (e.g. `http://flower.internal:5555`): the run view links each call "
+    "and compensation to its task page there",
+    "basic_auth": "`user:password`: the run view asks for HTTP basic authentication instead of a "
+    "sign-in with one of `TOOLFLEET_API_KEYS`",
 }
 
 

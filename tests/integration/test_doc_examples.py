@@ -1,13 +1,15 @@
-"""The README's examples run as written: "Defining tools", "The AI service", "Pools and workers".
+"""The documentation's examples run as written: the README's first tool and first agent, and the
+examples of "Defining tools" (docs/tools.md), "The AI service" (docs/ai-service.md) and "Pools and
+workers" (docs/pools.md).
 
-The fenced python blocks of those sections are read from README.md. The first block of "Defining
-tools" is a tool module whose first line names its path and the worker command that serves it; the
-test writes it there, in a temporary directory, and starts that worker (pools and modules taken from
-the command) with the directory on its PYTHONPATH. Every other block runs as a script of its own, in
-a fresh directory, the way a newcomer would run it: only the blocks of "Defining tools" see the tool
-code; the orchestrator's blocks run without it, against the worker.
+The fenced python blocks are read from those pages. The first block of "Defining tools" is a tool
+module whose first line names its path and the worker command that serves it; the test writes it
+there, in a temporary directory, and starts that worker (pools and modules taken from the command)
+with the directory on its PYTHONPATH; the README's first tool is that same module. Every other block
+runs as a script of its own, in a fresh directory, the way a newcomer would run it: only the blocks
+of "Defining tools" see the tool code; the orchestrator's blocks run without it, against the worker.
 
-One substitution, and only one: the AI service's model line
+One substitution, and only one: the agents' model line
 `chat_model=OpenAiChatModel("gpt-4o-mini"),  # key from OPENAI_API_KEY` is asserted verbatim and given
 `base_url=` of a local server that speaks OpenAI's chat-completions format (tests/integration/
 fake_openai.py) and answers from the script below, recording what the model was shown.
@@ -33,7 +35,11 @@ from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+TOOLS_PAGE = ROOT / "docs" / "tools.md"
+AI_SERVICE_PAGE = ROOT / "docs" / "ai-service.md"
+POOLS_PAGE = ROOT / "docs" / "pools.md"
 MODEL_LINE = '    chat_model=OpenAiChatModel("gpt-4o-mini"),  # key from OPENAI_API_KEY\n'
 NOTICE = "Tool error handlers are not configured"
 MODULE_HEADER = re.compile(
@@ -41,12 +47,23 @@ MODULE_HEADER = re.compile(
 )
 
 
-def python_blocks(section: str) -> list[str]:
-    """The fenced python blocks of README section `## <section>`, its subsections included."""
-    text = README.read_text()
-    match = re.search(rf"^## {re.escape(section)}\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
-    assert match is not None, f"README.md has no section '## {section}'"
-    return re.findall(r"^```python\n(.*?)^```\n", match.group(1), re.MULTILINE | re.DOTALL)
+def python_blocks(page: Path, section: str | None = None) -> list[str]:
+    """The fenced python blocks of `page`, or of its section headed `section` (at any level), up to
+    the next heading of that level or above."""
+    text = page.read_text()
+    if section is not None:
+        heading = re.search(rf"^(#+) {re.escape(section)}\n", text, re.MULTILINE)
+        assert heading is not None, f"{page.name} has no section '{section}'"
+        rest = text[heading.end() :]
+        end = re.search(rf"^#{{1,{len(heading.group(1))}}} ", _without_code(rest), re.MULTILINE)
+        text = rest[: end.start()] if end else rest
+    return re.findall(r"^```python\n(.*?)^```\n", text, re.MULTILINE | re.DOTALL)
+
+
+def _without_code(text: str) -> str:
+    """`text` with the lines of its fenced blocks blanked (a `# comment` there is no heading), the
+    offsets of everything else kept."""
+    return re.sub(r"^```.*?^```", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.M | re.S)
 
 
 @dataclass(frozen=True)
@@ -77,39 +94,39 @@ def run_script(code: str, directory: Path, *, tool_code: Path | None = None, **e
     return Ran(completed.stdout, completed.stderr)
 
 
-# -- the fixtures: the README's tool module, served by the README's worker ------------------------------
+# -- the fixtures: the tool module of "Defining tools", served by the worker its first line names ----
 
 
 @dataclass(frozen=True)
-class ReadmeWorker:
+class ExampleWorker:
     tool_code: Path
     worker: WorkerProcess
 
 
 @pytest.fixture(scope="module")
-def readme_worker(
+def example_worker(
     redis_url: str, worker_logs: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ReadmeWorker]:
-    module = python_blocks("Defining tools")[0]
+) -> Iterator[ExampleWorker]:
+    module = python_blocks(TOOLS_PAGE)[0]
     header = MODULE_HEADER.match(module.splitlines()[0])
     assert header is not None, f"the tool module's first line names no path and worker: {module[:120]!r}"
-    tool_code = tmp_path_factory.mktemp("readme-tools")
+    tool_code = tmp_path_factory.mktemp("example-tools")
     (tool_code / header["path"]).parent.mkdir(parents=True, exist_ok=True)
     (tool_code / header["path"]).write_text(module)
     pools, modules = header["pools"].split(","), header["mods"].split(",")
-    log_path, code_path = worker_logs / "readme.log", {"PYTHONPATH": str(tool_code)}
+    log_path, code_path = worker_logs / "examples.log", {"PYTHONPATH": str(tool_code)}
     worker = tool_worker(
-        redis_url, pools, modules, log_path, "readme@integration", concurrency=8, env=code_path
+        redis_url, pools, modules, log_path, "examples@integration", concurrency=8, env=code_path
     )
     with worker.running(timeout_s=60):
-        yield ReadmeWorker(tool_code, worker)
+        yield ExampleWorker(tool_code, worker)
 
 
-# -- the model: what a sensible model would answer to the README's questions ---------------------------
+# -- the model: what a sensible model would answer to the examples' questions ------------------------
 
 
 def _bank_clerk(body: dict[str, Any]) -> Reply:
-    """Calls the tools the README's questions need, if the model is shown them; then sums up."""
+    """Calls the tools the examples' questions need, if the model is shown them; then sums up."""
     messages = body["messages"]
     shown = {tool["function"]["name"] for tool in body.get("tools") or []}
     last = messages[-1]
@@ -141,9 +158,8 @@ def model() -> Iterator[FakeOpenAi]:
         yield server
 
 
-def _ai_service_example(base_url: str, *, drop: str | None = None) -> str:
-    (code,) = python_blocks("The AI service")
-    assert code.count(MODEL_LINE) == 1, f"the README's model line changed; expected {MODEL_LINE!r}"
+def _agent_example(code: str, base_url: str, *, drop: str | None = None) -> str:
+    assert code.count(MODEL_LINE) == 1, f"the example's model line changed; expected {MODEL_LINE!r}"
     code = code.replace(
         MODEL_LINE, f'    chat_model=OpenAiChatModel("gpt-4o-mini", base_url="{base_url}"),\n'
     )
@@ -156,41 +172,42 @@ def _ai_service_example(base_url: str, *, drop: str | None = None) -> str:
 # -- the tests ----------------------------------------------------------------------------------------
 
 
-def test_defining_tools_runs_its_tools_in_process(readme_worker: ReadmeWorker, tmp_path: Path) -> None:
+def test_defining_tools_runs_its_tools_in_process(example_worker: ExampleWorker, tmp_path: Path) -> None:
     # given: the section's other block, with the tool module importable
-    blocks = python_blocks("Defining tools")
+    blocks = python_blocks(TOOLS_PAGE)
     assert len(blocks) == 2
 
     # when
-    ran = run_script(blocks[1], tmp_path, tool_code=readme_worker.tool_code)
+    ran = run_script(blocks[1], tmp_path, tool_code=example_worker.tool_code)
 
     # then: the outcome its comment shows
     assert ran.stdout == "success 2\n"
 
 
-def test_pools_and_workers_example_calls_the_readme_worker(
-    readme_worker: ReadmeWorker, tmp_path: Path
+def test_pools_and_workers_example_calls_the_worker_of_the_tools_page(
+    example_worker: ExampleWorker, tmp_path: Path
 ) -> None:
-    # given: the section's python block, run without the tool code
-    (code,) = python_blocks("Pools and workers")
+    # given: the python block of the catalog's section, run without the tool code
+    (code,) = python_blocks(POOLS_PAGE, "The catalog")
 
     # when
     ran = run_script(code, tmp_path)
 
-    # then: `credit` ran on the README's worker, and the catalog lists the module's tools
+    # then: `credit` ran on the example's worker, and the catalog lists the module's tools
     outcome, names = ran.stdout.splitlines()
-    assert re.fullmatch(r"success Dmytro now has \d+\.0 readme@integration", outcome), outcome
+    assert re.fullmatch(r"success Dmytro now has \d+\.0 examples@integration", outcome), outcome
     assert {"add", "credit", "withdraw"} <= set(json.loads(names.replace("'", '"')))
 
 
 def test_the_ai_service_example_runs_on_the_live_catalog(
-    readme_worker: ReadmeWorker, model: FakeOpenAi, tmp_path: Path
+    example_worker: ExampleWorker, model: FakeOpenAi, tmp_path: Path
 ) -> None:
     # given: the example as written, its model pointed at the local server
-    code = _ai_service_example(model.base_url)
+    (code,) = python_blocks(AI_SERVICE_PAGE)
+    code = _agent_example(code, model.base_url)
 
     # when
-    ran = run_script(code, tmp_path, OPENAI_API_KEY="sk-readme-example")
+    ran = run_script(code, tmp_path, OPENAI_API_KEY="sk-doc-example")
 
     # then: with no tools= the model was shown what the worker serves, and the calls ran there
     assert {"withdraw", "credit", "add"} <= model.tool_names(0)
@@ -209,15 +226,39 @@ def test_the_ai_service_example_runs_on_the_live_catalog(
 
 
 def test_the_handler_notice_appears_without_the_arguments_handler(
-    readme_worker: ReadmeWorker, model: FakeOpenAi, tmp_path: Path
+    example_worker: ExampleWorker, model: FakeOpenAi, tmp_path: Path
 ) -> None:
     # given: the control for the check above: the example without its arguments handler
-    code = _ai_service_example(
-        model.base_url, drop="    tool_arguments_error_handler=send_exception_message_to_llm(),\n"
+    (code,) = python_blocks(AI_SERVICE_PAGE)
+    code = _agent_example(
+        code, model.base_url, drop="    tool_arguments_error_handler=send_exception_message_to_llm(),\n"
     )
 
     # when
-    ran = run_script(code, tmp_path, OPENAI_API_KEY="sk-readme-example")
+    ran = run_script(code, tmp_path, OPENAI_API_KEY="sk-doc-example")
 
     # then: the process says once that the defaults apply
     assert ran.stderr.count(NOTICE) == 1
+
+
+def test_the_readme_first_tool_is_the_module_the_worker_serves() -> None:
+    # the README's first tool is the module the tests serve: it runs as written
+    assert python_blocks(README, "A first tool") == [python_blocks(TOOLS_PAGE)[0]]
+
+
+def test_the_readme_first_agent_runs_on_the_live_catalog(
+    example_worker: ExampleWorker, model: FakeOpenAi, tmp_path: Path
+) -> None:
+    # given: the README's agent as written, its model pointed at the local server
+    (code,) = python_blocks(README, "A first agent")
+    code = _agent_example(code, model.base_url)
+
+    # when
+    ran = run_script(code, tmp_path, OPENAI_API_KEY="sk-doc-example")
+
+    # then: the model was shown what the worker serves, and the transfer ran there
+    assert {"withdraw", "credit"} <= model.tool_names(0)
+    assert re.fullmatch(
+        r"Done: Mario has \d+\.0 left; Dmytro now has \d+\.0 \['withdraw', 'credit'\]\n", ran.stdout
+    ), ran.stdout
+    assert NOTICE not in ran.stderr
