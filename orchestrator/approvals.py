@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from orchestrator.errors import ApprovalConflictError, ApprovalError, OrchestratorError
+from orchestrator.finite_json import loads_finite
 from orchestrator.providers import ToolRunContext
 from orchestrator.saga.journal import ApprovalRecord, ApprovalState, Journal, arguments_hash
 from workers.protocol import ToolExecutionRequest
@@ -59,7 +60,7 @@ class ApprovalDecision:
             if not self.approve:
                 raise OrchestratorError("Only an approval takes edited arguments")
             try:
-                parsed = json.loads(self.arguments)
+                parsed = loads_finite(self.arguments)
             except ValueError as exc:
                 raise OrchestratorError(f"Edited arguments are not valid JSON: {exc}") from None
             if not isinstance(parsed, dict):

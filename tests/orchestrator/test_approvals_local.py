@@ -24,6 +24,7 @@ from orchestrator import (
     InvocationState,
     Journal,
     LocalExecutor,
+    OrchestratorError,
     ScriptedChatModel,
     ToolExecuted,
     ToolExecutionRequest,
@@ -275,3 +276,9 @@ def test_an_invocation_cancelled_as_it_paused_leaves_no_approval_pending(journal
     record = reader.invocation("c0ffee00-0000-4000-8000-000000000001")
     assert journal.cancelled and record is not None and record.state is InvocationState.CANCELLED
     assert [(a.call_id, a.state) for a in reader.approvals(None)] == [("p1", ApprovalState.CANCELLED)]
+
+
+@pytest.mark.parametrize("edited", ['{"amount": NaN}', '{"amount": -Infinity}', {"amount": float("inf")}])
+def test_edited_arguments_holding_no_json_number_are_refused(edited: Any) -> None:
+    with pytest.raises(OrchestratorError, match="Edited arguments are not valid JSON: amount: "):
+        approve(edited)

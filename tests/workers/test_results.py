@@ -219,6 +219,8 @@ def test_int_and_str_enums_become_their_member_name(value: Any, text: str) -> No
         (float("nan"), "Result of tool 'give': nan is not a JSON number"),
         ({"x": float("inf")}, "Result of tool 'give': inf is not a JSON number"),
         ([Decimal("NaN")], "Result of tool 'give': NaN is not a JSON number"),
+        # finite as a Decimal, infinite as the float its result object would hold
+        ({"x": Decimal("1e400")}, "Result of tool 'give': 1E+400 is not a JSON number"),
     ],
 )
 def test_a_non_serializable_result_is_an_execution_error(value: Any, text: str) -> None:

@@ -140,7 +140,7 @@ def _dump(node: Any, out: list[str]) -> None:
     elif node is None or isinstance(node, bool | int | float):
         out.append(json.dumps(node))
     elif isinstance(node, Decimal):
-        if not node.is_finite():
+        if not node.is_finite() or not math.isfinite(float(node)):  # 1e400: a float reads it as inf
             raise ToolResultError(f"{node} is not a JSON number")
         out.append(str(node))
     elif isinstance(node, dict):
