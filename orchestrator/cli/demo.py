@@ -237,12 +237,14 @@ def _pools(settings: Settings, logs: str, out: TextIO) -> Iterator[list[str]]:
             + "\n"
         )
         yield [w for names in live.values() for w in names]
+        out.write("The live worker pools were left running.\n")
         return
     out.write(
         "Starting worker pools: io (threads x16: weather, bank, fares), heavy (prefork x3: math, travel)\n"
     )
     with _own_pools(settings, logs) as workers:
         yield [w.hostname for w in workers]
+    out.write("The demo's worker processes stopped.\n")
 
 
 # The demo's pools: name, kind, concurrency, example modules.
@@ -347,5 +349,5 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
                 mcp_story(out, environment, scratch)
             finally:
                 executor.close()
-    out.write("Demo complete: all worker processes stopped.\n")
+    out.write("Demo complete.\n")
     return 0

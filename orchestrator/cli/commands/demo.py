@@ -10,13 +10,13 @@ from orchestrator.cli.commands._command import add_command, refuse
 from orchestrator.cli.console import add_model_argument
 from workers.settings import Settings
 
-HELP = "run the whole system on this machine: two worker pools and six stories"
+HELP = "run the whole system on this machine: two worker pools and seven stories"
 DESCRIPTION = (
     "Start two worker pools (io: threads, heavy: prefork) with the example tools and run "
     "six conversations through them: the documentation's square root, weather lookups fanned out, a "
     "bank transfer that is compensated, a trip booking whose timed-out car rental undoes the rest, a "
     "fare watch cancelled, and a large transfer that waits for approval and is approved (and goes on) "
-    "in a second process. An embedded Redis is started when none answers at TOOLFLEET_REDIS_URL."
+    "in a second process; then an MCP client calls the io pool's fare search. An embedded Redis is started when none answers at TOOLFLEET_REDIS_URL."
 )
 
 
