@@ -121,7 +121,9 @@ def result_retries(settings: Settings, registry: ToolRegistry | None) -> int:
 
 def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: str = "toolfleet") -> Celery:
     """The worker-side app: result backend on, task events on (unless `TOOLFLEET_TASK_EVENTS=false`: no
-    Flower then), one task per tool of `registry`."""
+    Flower then), one task per tool of `registry`. Its worker program (`app.Worker`,
+    `workers.runtime._program`) lists in its banner only the tools of the pools it serves, and writes
+    nothing but JSON lines when the process logs JSON."""
     backend_url, backend_options = celery_url(settings.result_backend)
     app = Celery(name, broker=celery_url(settings.broker_url)[0], backend=backend_url, set_as_current=False)
     if settings.result_backend.startswith(("redis://", "rediss://")):
@@ -163,6 +165,9 @@ def make_app(settings: Settings, registry: ToolRegistry | None = None, *, name: 
         },
         result_backend_transport_options={"retry_policy": {"timeout": 5.0}, **backend_options},
     )
+    from workers.runtime._program import Worker
+
+    app.Worker = app.subclass_with_self(Worker)  # what `celery worker` and `worker_main` start
     _worker_apps.add(app)
     if registry is not None:
         from workers.runtime.tasks import register_tasks

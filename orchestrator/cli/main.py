@@ -15,11 +15,13 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.errors import JournalKeyError, SchemaError
-from workers.settings import Settings, redact_url
-from workers.telemetry.logs import configure_logging
+from workers.settings import ENVIRONMENT, Settings, redact_url
+from workers.telemetry.logs import configure_logging, notice
 from workers.telemetry.tracing import setup_tracing, stop_tracing
 
 __all__ = ["COMMANDS", "build_parser", "main"]
+
+log = logging.getLogger(__name__)
 
 DISTRIBUTION = "toolfleet"
 BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE  # what a shell reports for a process ended by SIGPIPE
@@ -76,30 +78,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    level = logging.DEBUG if args.verbose else logging.WARNING
     try:
         settings = Settings.from_env()
     except ValueError as exc:
-        print(f"toolfleet: {exc}", file=sys.stderr)
+        # Said in the format asked for, when that setting is not the one refused.
+        asked = os.environ.get(ENVIRONMENT["log_format"])
+        configure_logging("json" if asked == "json" else "text", level)
+        notice(log, f"toolfleet: {exc}", logging.ERROR)
         return 2
-    configure_logging(settings.log_format, logging.DEBUG if args.verbose else logging.WARNING)
+    configure_logging(settings.log_format, level)
     traced = args.command in TRACED_COMMANDS and setup_tracing(
         "toolfleet-orchestrator", record_content=settings.trace_content
     )
     try:
         code: int = args.run(args, settings)
     except (SchemaError, JournalKeyError) as exc:
-        print(f"toolfleet {args.command}: {exc}", file=sys.stderr)
+        notice(log, f"toolfleet {args.command}: {exc}", logging.ERROR)
         return 2
     except SQLAlchemyError as exc:
         database = redact_url(getattr(args, "database_url", None) or settings.database_url)
-        print(
-            f"toolfleet {args.command}: the database at {database} failed: {_first_line(exc)}",
-            file=sys.stderr,
-        )
+        failed = f"the database at {database} failed: {_first_line(exc)}"
+        notice(log, f"toolfleet {args.command}: {failed}", logging.ERROR)
         return 2
     except RedisError as exc:
         redis_url = settings.redacted()["redis_url"]
-        print(f"toolfleet {args.command}: Redis at {redis_url} failed: {_first_line(exc)}", file=sys.stderr)
+        failed = f"Redis at {redis_url} failed: {_first_line(exc)}"
+        notice(log, f"toolfleet {args.command}: {failed}", logging.ERROR)
         return 2
     finally:
         if traced:

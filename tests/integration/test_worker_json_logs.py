@@ -117,19 +117,20 @@ def test_every_line_a_worker_writes_about_a_call_is_one_json_object_naming_it(
     assert root.context is not None
     trace_id = format(root.context.trace_id, "032x")
 
-    # then: read whole once the worker stopped, each line naming a call or its task is one JSON object
+    # then: read whole once the worker stopped, each line is one JSON object
     lines = log_path.read_text(encoding="utf-8").splitlines()
     names = {call.id: call for call in calls}
     for execution, call in zip(result.tool_executions, calls, strict=True):
         names[execution.task_id or call.id] = call
     assert len(names) == 4, result.tool_executions
     about: dict[str, list[dict[str, Any]]] = {call.id: [] for call in calls}
+    banners = []
     for line in lines:
-        named = {call.id for name, call in names.items() if name in line}
-        if not named and not line.startswith("{"):
-            continue  # Celery's banner and Python's warnings, about no call
-        entry = json.loads(line)
+        entry = json.loads(line)  # every line, Celery's banner and Python's warnings included
         assert isinstance(entry, dict), line
+        if "tools" in entry and entry["logger"] == "workers.runtime._program":
+            banners.append(entry)
+        named = {call.id for name, call in names.items() if name in line}
         if entry["logger"] not in OUTSIDE_THE_CALL:
             for call_id in named:
                 about[call_id].append(entry)
@@ -143,5 +144,9 @@ def test_every_line_a_worker_writes_about_a_call_is_one_json_object_naming_it(
             assert (entry.get("call_id"), entry.get("tool")) == (call.id, call.name), entry
             assert (entry.get("pool"), entry.get("worker")) == (log_tools.POOL, hostname), entry
             assert entry.get("trace_id") == trace_id, entry
+    # and: the banner is one record, naming the pool kind as `toolfleet worker --kind` does
+    (banner,) = banners
+    assert (banner["hostname"], banner["pool_kind"]) == (hostname, "threads")
+    assert banner["tools"] == ["logs_read_and_fail", "logs_read_file"]
     failed = [e["message"] for e in about["fail-1"]]
     assert any("execution_error (ValueError)" in message for message in failed), failed

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 from typing import Any
 
+from workers.telemetry.logs import notice
+
 __all__ = ["SETUP_ERROR_STATUS", "add_command", "refuse"]
+
+log = logging.getLogger(__name__)
 
 SETUP_ERROR_STATUS = 2
 
@@ -24,5 +28,5 @@ def add_command(
 
 def refuse(command: str, error: Exception) -> int:
     """Say on stderr why `toolfleet <command>` cannot go on; the exit status of a usage or setup error."""
-    print(f"toolfleet {command}: {error}", file=sys.stderr)
+    notice(log, f"toolfleet {command}: {error}", logging.ERROR)
     return SETUP_ERROR_STATUS

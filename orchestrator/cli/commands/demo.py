@@ -16,7 +16,8 @@ DESCRIPTION = (
     "six conversations through them: the documentation's square root, weather lookups fanned out, a "
     "bank transfer that is compensated, a trip booking whose timed-out car rental undoes the rest, a "
     "fare watch cancelled, and a large transfer that waits for approval and is approved (and goes on) "
-    "in a second process; then an MCP client calls the io pool's fare search. An embedded Redis is started when none answers at TOOLFLEET_REDIS_URL."
+    "in a second process; then an MCP client calls the io pool's fare search. An embedded Redis is "
+    "started when none answers at TOOLFLEET_REDIS_URL."
 )
 
 

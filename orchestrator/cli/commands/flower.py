@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -12,6 +13,9 @@ from typing import Any
 
 from orchestrator.cli.commands._command import add_command
 from workers.settings import Settings
+from workers.telemetry.logs import notice
+
+log = logging.getLogger(__name__)
 
 HELP = "run Flower, the web monitor of every tool call and compensation"
 DESCRIPTION = (
@@ -88,11 +92,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     app.conf.broker_transport = None
     redacted = settings.redacted()
     auth = f"basic auth for {', '.join(users)}" if users else ("OAuth" if authenticated else "no auth")
-    print(
+    notice(
+        log,
         f"toolfleet flower: http://{args.address or '0.0.0.0'}:{args.port} ({auth}); "
         f"broker {redacted['broker_url']}, result backend {redacted['result_backend']}",
-        file=sys.stderr,
-        flush=True,
     )
     status = 1
     try:
@@ -134,5 +137,5 @@ def _users(credentials: str) -> list[str] | None:
 
 
 def _fail(message: str) -> int:
-    print(f"toolfleet flower: {message}", file=sys.stderr)
+    notice(log, f"toolfleet flower: {message}", logging.ERROR)
     return 2

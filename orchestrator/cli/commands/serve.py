@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import Any
@@ -10,6 +11,9 @@ from typing import Any
 from orchestrator.cli.commands._command import add_command, refuse
 from workers.errors import ToolfleetError
 from workers.settings import Settings
+from workers.telemetry.logs import notice
+
+log = logging.getLogger(__name__)
 
 HELP = "serve agents over HTTP (OpenAI-compatible chat completions and native invocations)"
 
@@ -48,18 +52,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     except (ValueError, ToolfleetError) as exc:
         return refuse("serve", exc)
     if not serve.api_keys:
-        print(
+        notice(
+            log,
             f"toolfleet serve: no API keys ({SERVE_ENVIRONMENT['api_keys']} and "
             f"{SERVE_ENVIRONMENT['api_keys_file']} give none): every request is accepted, as an operator "
             f"of the default tenant, so the service listens on {serve.host} only",
-            file=sys.stderr,
+            logging.WARNING,
         )
     else:
         tenants = sorted({key.tenant for key in serve.api_keys})
-        print(f"toolfleet serve: API keys of tenants {', '.join(tenants)}", file=sys.stderr)
-    print(
-        f"toolfleet serve: agents {', '.join(agents)} on http://{serve.host}:{serve.port}/v1", file=sys.stderr
-    )
+        notice(log, f"toolfleet serve: API keys of tenants {', '.join(tenants)}")
+    notice(log, f"toolfleet serve: agents {', '.join(agents)} on http://{serve.host}:{serve.port}/v1")
     setup_tracing("toolfleet-orchestrator", record_content=settings.trace_content)
     try:
         serve_until_signalled(create_app(agents, serve, settings, ui), serve)

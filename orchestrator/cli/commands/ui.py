@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
 from typing import Any
 
 from orchestrator.cli.commands._command import add_command, refuse
 from workers.errors import ToolfleetError
 from workers.settings import Settings
+from workers.telemetry.logs import notice
+
+log = logging.getLogger(__name__)
 
 HELP = "show invocations, their calls and compensations, and the pools on a web page (the run view)"
 
@@ -35,6 +38,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if ui.api_keys
         else "open, loopback only"
     )
-    print(f"toolfleet ui: the run view on http://{ui.host}:{ui.port}/ui ({how})", file=sys.stderr)
+    notice(log, f"toolfleet ui: the run view on http://{ui.host}:{ui.port}/ui ({how})")
     serve_ui(create_ui_app(ui, settings), ui)
     return 0
