@@ -63,9 +63,7 @@ def _rebuild_failure(name: str, args: tuple[Any, ...]) -> ToolFailure:
 
 def failure_for(outcome: ToolOutcome, worker: str | None = None) -> ToolFailure:
     """The exception a task raises for an error outcome, named after the tool's exception type."""
-    return failure_type(outcome.error_type or "ToolFailure")(
-        outcome.text, {**outcome.to_json(), "worker": worker}
-    )
+    return failure_type(outcome.error_type or "ToolFailure")(outcome.text, outcome.to_wire(worker))
 
 
 def __getattr__(name: str) -> Any:

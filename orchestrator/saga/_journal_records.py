@@ -88,6 +88,8 @@ class CallRecord:
     # None when it did not wait (or in rows older than the columns).
     waited_ms: int | None = None
     wait_reason: str | None = None
+    # How long it waited in its pool's queue (ms), as its worker measured it; None when unknown.
+    queued_ms: int | None = None
 
     @property
     def request(self) -> ToolExecutionRequest:

@@ -71,6 +71,9 @@ tool_calls = sa.Table(
     sa.Column("last_progress", sa.Text),  # the last progress report of its tool (JSON), if any
     sa.Column("waited_ms", sa.Integer),  # how long it waited before it was published, if it did
     sa.Column("wait_reason", sa.String(32)),  # ... for what: concurrency, rate_limit
+    # how long it waited in its pool's queue, from its publish to a worker starting it, as the worker
+    # measured it (ms); None when unknown (in process, retried, an older worker, no outcome yet)
+    sa.Column("queued_ms", sa.Integer),
 )
 
 compensations = sa.Table(

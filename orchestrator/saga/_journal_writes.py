@@ -193,6 +193,7 @@ def outcome_write(
             "last_progress": None if progress is None else json.dumps(progress),
             "waited_ms": None if outcome.waited_s is None else round(outcome.waited_s * 1000),
             "wait_reason": outcome.wait_reason,
+            "queued_ms": None if outcome.queued_s is None else round(outcome.queued_s * 1000),
             "finished_at": utc_now(),
         },
         again=True,

@@ -163,7 +163,7 @@ def test_a_batch_of_100_calls_succeeds_in_request_order_with_stored_results(
         assert meta["status"] == "SUCCESS"
         assert meta["task_id"] == outcome.task_id
         assert meta["result"]["worker"] == "alpha@integration"
-        assert meta["result"] == {**outcome.to_json(), "worker": "alpha@integration"}
+        assert meta["result"] == outcome.to_wire("alpha@integration")
         assert meta["result"]["text"] == f"n{i}"
     assert elapsed < 5.0
 

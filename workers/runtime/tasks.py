@@ -8,6 +8,7 @@ outcome travels in the exception's arguments for the orchestrator to read.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -24,6 +25,7 @@ from workers.calls.runner import bound_outcome, call_identity, log_call, run_too
 from workers.protocol import (
     CALL_CANCELLED_KEY,
     IDEMPOTENCY_HEADER,
+    SENT_AT_HEADER,
     CallTask,
     CompensationTask,
     OutcomeKind,
@@ -55,12 +57,14 @@ def _run_call(
     task: Task, definition: ToolDefinition, settings: Settings, envelope: CallTask
 ) -> dict[str, Any]:
     started = time.perf_counter()
+    queued_s = _queued_s(task)
     request, deadline = envelope.request, envelope.deadline
     if deadline is not None and time.time() >= deadline:
         outcome = ToolOutcome(
             kind=OutcomeKind.TIMED_OUT,
             text=f"Tool '{definition.name}' did not start before its deadline",
             error_type="DeadlineExceeded",
+            queued_s=queued_s,
         )
         raise failure_for(_logged(task, definition, request, outcome, started))
     if _given_up(task):
@@ -68,6 +72,7 @@ def _run_call(
             kind=OutcomeKind.EXECUTION_ERROR,
             text=f"Tool '{definition.name}' was cancelled before it started",
             error_type="ToolCancelled",
+            queued_s=queued_s,
         )
         raise failure_for(_logged(task, definition, request, outcome, started))
     rates = rates_of(task.backend.client, definition, envelope, at_start=True)
@@ -76,6 +81,7 @@ def _run_call(
             kind=OutcomeKind.TIMED_OUT,
             text=f"Tool '{definition.name}' did not start before its deadline: its rate limit left no turn",
             error_type="DeadlineExceeded",
+            queued_s=queued_s,
         )
         raise failure_for(_logged(task, definition, request, outcome, started))
     identity = None
@@ -97,7 +103,9 @@ def _run_call(
             text=f"Tool '{definition.name}' did not finish within its deadline",
             error_type="TimeoutError",
         )
-    outcome = bound_outcome(outcome, definition.name, settings.max_result_bytes)
+    outcome = dataclasses.replace(
+        bound_outcome(outcome, definition.name, settings.max_result_bytes), queued_s=queued_s
+    )
     if outcome.is_error:
         attempt = int(task.request.retries or 0)
         if attempt < definition.options.retries and is_transient(outcome, definition):
@@ -123,7 +131,19 @@ def _run_call(
     if envelope.compensate_if_late and definition.compensation is not None:
         invocation = envelope.invocation
         finish_or_compensate_late(task, definition, settings, request, invocation, outcome, deadline)
-    return {**_logged(task, definition, request, outcome, started).to_json(), "worker": task.request.hostname}
+    return _logged(task, definition, request, outcome, started).to_wire(task.request.hostname)
+
+
+def _queued_s(task: Task) -> float | None:
+    """How long the call waited in its pool's queue, from its publish (the message's `SENT_AT_HEADER`,
+    the orchestrator's clock) to now (this worker's): on its first attempt only, as a retry's message
+    keeps the first publish's time; None when unknown (a message sent without the header)."""
+    if task.request.retries:
+        return None
+    sent_at = getattr(task.request, SENT_AT_HEADER, None) or (task.request.headers or {}).get(SENT_AT_HEADER)
+    if isinstance(sent_at, bool) or not isinstance(sent_at, int | float):
+        return None
+    return max(time.time() - sent_at, 0.0)  # clocks apart: a message "from the future" waited none
 
 
 def _past_its_deadline(outcome: ToolOutcome, deadline: float | None) -> bool:

@@ -10,7 +10,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
-from orchestrator.server.ui import decisions, pages
+from orchestrator.server.ui import decisions, fleet, pages
 from orchestrator.server.ui.context import UiContext, install_settings, set_context
 from orchestrator.server.ui.settings import UiSettings
 from workers.settings import Settings
@@ -23,6 +23,7 @@ def mount_ui(app: FastAPI, ui: UiSettings) -> None:
     install_settings(app, ui)
     app.include_router(pages.router)
     app.include_router(decisions.router)
+    app.include_router(fleet.router)
 
 
 def create_ui_app(ui: UiSettings, settings: Settings) -> FastAPI:
@@ -55,5 +56,7 @@ def create_ui_app(ui: UiSettings, settings: Settings) -> FastAPI:
 
 def serve_ui(app: FastAPI, ui: UiSettings) -> None:
     """Serve `app` at `ui.host:ui.port` until SIGINT or SIGTERM."""
-    config = uvicorn.Config(app, host=ui.host, port=ui.port, log_level="warning", server_header=False)
+    config = uvicorn.Config(
+        app, host=ui.host, port=ui.port, log_level="warning", log_config=None, server_header=False
+    )  # uvicorn's lines go to the root logger, in the format of TOOLFLEET_LOG_FORMAT
     uvicorn.Server(config).run()
