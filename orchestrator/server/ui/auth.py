@@ -5,7 +5,8 @@ one of the service's keys (`TOOLFLEET_API_KEYS`) on a form: the view answers wit
 (HttpOnly, SameSite=Strict) whose value is a random nonce, its time of issue, and an HMAC of both
 under that key: any replica checks it, and removing the key ends its sessions. Signing out ends the
 session everywhere: its nonce is kept in Redis (`SIGNED_OUT_KEY`) until the cookie would have expired,
-and a cookie whose nonce is there is refused. With `TOOLFLEET_UI_BASIC_AUTH` the browser's HTTP basic authentication is asked instead.
+and a cookie whose nonce is there is refused. With `TOOLFLEET_UI_BASIC_AUTH` the browser's HTTP basic
+authentication is asked instead.
 A session is its key's tenant's (`Session.viewer`): it sees that tenant's invocations, or every
 tenant's with the key's `admin` scope; basic authentication and an open view let operators in.
 
