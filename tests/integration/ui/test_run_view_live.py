@@ -104,7 +104,8 @@ def test_a_running_call_shows_its_worker_and_its_time_as_they_come(
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{what_it_saw(browser)}\n{service.log()[-2000:]}") from None
     # once ended, the call's worker is the journal's, and the time stops
-    assert text_of(browser, "li.call .worker") == worker
+    wait_for(lambda: text_of(browser, "li.call .worker") == worker, timeout_s=5, what="the journal's worker")
+    assert text_of(browser, "li.call .elapsed") != ""
     assert browser.find_elements(By.CSS_SELECTOR, "li.call .elapsed[data-since]") == []
     assert browser.execute_script("return window.sameDocument") is True
 
