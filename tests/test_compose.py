@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,10 @@ ALLOWED_ENVIRONMENT = {
     "OTEL_EXPORTER_OTLP_ENDPOINT": "OpenTelemetry reads it natively: where spans go (tracing on when set)",
 }
 # Variables whose values are secrets: required (`${VAR:?message}`) wherever they are used.
-SECRETS = ("REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH", "TOOLFLEET_API_KEYS")
+SECRETS = (
+    *("REDIS_PASSWORD", "POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH", "TOOLFLEET_API_KEYS"),
+    "TOOLFLEET_JOURNAL_KEYS",
+)
 # Secrets that may be left out: passed on from the environment as `${VAR:-}`, never given a value.
 OPTIONAL_SECRETS = ("OPENAI_API_KEY",)
 BALANCER_CONFIG = "./deploy/nginx.conf"
@@ -248,7 +250,7 @@ def test_parser_rejects_what_it_does_not_understand(text: str) -> None:
         parse_yaml(text)
 
 
-# --- the compose file ------------------------------------------------------------------------------
+# --- the compose file (its secrets and health checks: test_compose_secrets.py, test_compose_health.py)
 
 
 @pytest.fixture(scope="module")
@@ -365,22 +367,6 @@ def test_the_workers_have_their_pools(compose: dict[str, Any]) -> None:
     assert (heavy.pool, heavy.kind, heavy.concurrency) == ("heavy", "prefork", 2)
     timeout = float(services["worker-heavy"]["environment"][ENVIRONMENT["default_tool_timeout_s"]])
     assert timeout >= 60
-
-
-def test_redis_is_durable_and_authenticated(compose: dict[str, Any]) -> None:
-    redis = _services(compose)["redis"]
-    assert redis["image"].split(":")[0] == "redis"
-    assert int(redis["image"].split(":")[1].split(".")[0]) >= 7
-    # Compose substitutes variables first, then splits the command into words.
-    words = shlex.split(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}", r"<\1>", redis["command"]))
-    assert words[0] == "redis-server"
-    assert words[words.index("--appendonly") + 1] == "yes"
-    assert words[words.index("--maxmemory-policy") + 1] == "noeviction"
-    assert words[words.index("--requirepass") + 1] == "<REDIS_PASSWORD>"
-    assert "${REDIS_PASSWORD:?" in redis["command"]
-    assert any(volume.endswith(":/data") for volume in redis["volumes"])
-    assert redis["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
-    assert "ports" not in redis, "Redis stays inside the stack's network"
 
 
 def test_postgres_is_persistent_and_checked(compose: dict[str, Any]) -> None:

@@ -118,7 +118,7 @@ def test_the_readme_links_into_the_site_where_github_finds_them_too() -> None:
     # then: the home page points at the same files from inside the site
     home = _hooks().home_page(readme)
     assert "](docs/" not in home
-    assert "](configuration.md)" in home and "](ui-pools.png)" in home
+    assert "](configuration.md)" in home and "](ui-fleet.png)" in home
 
 
 def test_each_generated_page_holds_its_marker_once_and_gets_its_reference() -> None:

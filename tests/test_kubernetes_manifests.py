@@ -1,7 +1,9 @@
 """The Kubernetes deploy files (deploy/kubernetes/) are valid against Kubernetes' own schemas
 (kubernetes-validate, strict: no unknown field), and say what toolfleet does: probes on routes the
 service has, terminations as long as its drain and its workers' longest calls, each pool's worker
-serving that pool's tools, and KEDA scaling each pool on the signals the service exports for it."""
+serving that pool's tools and ready once it beats in the live catalog, KEDA scaling each pool on the
+signals the service exports for it, and secrets reaching the processes through their environment only,
+the journal's key required."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from orchestrator.cli import build_parser
 from orchestrator.server import routes as service_routes
 from orchestrator.server.process import ANSWER_AFTER_GRACE_S
 from orchestrator.telemetry.queues import QueueSample, QueueSignals
@@ -122,3 +125,54 @@ def test_keda_scales_each_pool_on_the_signals_the_service_exports_for_it() -> No
             assert match.group(2) == pool, (name, metadata["query"])
             queried.add(match.group(1))
         assert queried == exported, (name, queried)
+
+
+def _containers() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{doc['metadata']['name']}/{container['name']}", container)
+        for doc in _of_kind("Deployment").values()
+        for container in doc["spec"]["template"]["spec"]["containers"]
+    ]
+
+
+def test_no_container_takes_a_secret_on_its_command_line() -> None:
+    # given: every value the Secret documents, by name, and password-carrying options
+    documented = set(re.findall(r"--from-literal=(\w+)=", (DEPLOY / "config.yaml").read_text()))
+    assert {
+        "TOOLFLEET_REDIS_URL",
+        "TOOLFLEET_DATABASE_URL",
+        "TOOLFLEET_API_KEYS",
+        "TOOLFLEET_JOURNAL_KEYS",
+    } <= (documented)
+    for name, container in _containers():
+        line = " ".join(str(word) for word in [*container.get("command", []), *container.get("args", [])])
+        # then: secrets come from the environment; none is named, spelled or referenced on the line
+        assert not re.search(r"://[^/\s]*:[^/\s]*@", line), f"{name}: credentials in a URL: {line}"
+        assert not any(variable in line for variable in documented), f"{name}: {line}"
+        assert not re.search(r"--(requirepass|password|pass|basic-auth)\b", line), f"{name}: {line}"
+        assert {"secretRef": {"name": "toolfleet"}} in container["envFrom"], name
+
+
+def test_the_service_does_not_start_without_the_journals_key() -> None:
+    [container] = _of_kind("Deployment")["toolfleet-serve"]["spec"]["template"]["spec"]["containers"]
+    [journal_keys] = [v for v in container["env"] if v["name"] == "TOOLFLEET_JOURNAL_KEYS"]
+    reference = journal_keys["valueFrom"]["secretKeyRef"]
+    assert reference["name"] == "toolfleet" and reference["key"] == "TOOLFLEET_JOURNAL_KEYS"
+    assert reference.get("optional", False) is False, "a missing key keeps the pod from starting"
+
+
+def test_each_worker_is_ready_once_it_beats_in_the_live_catalog() -> None:
+    parser = build_parser()
+    for name, deployment in _workers().items():
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        probe = container["readinessProbe"]
+        command = probe["exec"]["command"]
+        # `toolfleet worker-health`, as the CLI accepts it, finding the worker by the pod's host name
+        assert command[0] == "toolfleet", name
+        args = parser.parse_args(command[1:])
+        assert (args.command, args.hostname) == ("worker-health", None), name
+        # a check outlasts its Redis client's timeouts (connect 2 s, read 3 s) and the CLI's start
+        assert probe["timeoutSeconds"] >= 8 and probe["periodSeconds"] >= probe["timeoutSeconds"], name
+        assert probe["failureThreshold"] >= 2, name
+        # the rollout waits for it: a new worker replaces an old one only once ready
+        assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0, name

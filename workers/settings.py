@@ -141,7 +141,8 @@ DESCRIPTIONS: dict[str, str] = {
     "`false` where no Flower watches (see Monitoring with Flower)",
     "tools": "tool modules for `celery -A workers.app worker`",
     "journal_keys": "Fernet keys, comma-separated, sealing invocation parameters in the journal: the "
-    "first encrypts, all decrypt (see Compensation); unset: stored in clear, with a warning",
+    "first encrypts, all decrypt (see Compensation); unset: stored in clear, with one warning from the "
+    "process that writes them",
     "log_format": "`json`: every command logs one JSON object per line, with the call's ids, tool, pool, "
     "worker and trace id (see Tracing and metrics)",
     "trace_content": "spans carry tool arguments and results (never invocation parameters); "

@@ -29,7 +29,7 @@ BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE  # what a shell reports for a process 
 # Each name is a module of orchestrator.cli.commands with `add_parser(commands)` and `run(args, settings)`.
 COMMANDS = (
     *("demo", "chat", "serve", "cancel", "approvals", "approve", "reject", "worker", "recover"),
-    *("sagas", "runs", "show", "tools", "flower", "db", "ui", "mcp"),
+    *("sagas", "runs", "show", "tools", "flower", "db", "ui", "mcp", "worker-health"),
 )
 # The commands that run (or go on with, or compensate) invocations here: traced when an OTLP endpoint
 # is configured, their spans exported before they exit. `serve` and `worker` set up their own.
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     for name in COMMANDS:
-        module = importlib.import_module(f"orchestrator.cli.commands.{name}")
+        module = importlib.import_module(f"orchestrator.cli.commands.{name.replace('-', '_')}")
         module.add_parser(commands).set_defaults(run=module.run)
     return parser
 

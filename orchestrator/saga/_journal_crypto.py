@@ -3,14 +3,15 @@
 Keys come from `TOOLFLEET_JOURNAL_KEYS` (`Settings.journal_keys`, comma-separated Fernet keys): the
 first encrypts, every one decrypts (MultiFernet), so a key is rotated by putting the new one first
 and keeping the old ones until no row needs them. Without a key the parameters are stored in clear
-and the first such write of the process logs a warning. Rows written in clear stay readable once a
-key is set.
+and the process's first such write logs a warning, once whatever its threads; a process that writes
+no parameters (`toolfleet tools`, `show`, `worker`, ...) never does. Rows written in clear stay
+readable once a key is set.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
+import threading
 from collections.abc import Sequence
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -18,11 +19,13 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from orchestrator.errors import JournalKeyError
 from workers.settings import ENVIRONMENT
 
-__all__ = ["KEYS_VARIABLE", "JournalCipher", "JournalKeyError"]
+__all__ = ["KEYS_VARIABLE", "MAKE_KEY", "JournalCipher", "JournalKeyError"]
 
 logger = logging.getLogger(__name__)
 
 KEYS_VARIABLE = ENVIRONMENT["journal_keys"]
+# How to make a key, as messages show it.
+MAKE_KEY = "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
 # A sealed value starts with this; clear JSON starts with "{".
 _PREFIX = "fernet:"
 
@@ -44,8 +47,7 @@ class JournalCipher:
             except (ValueError, TypeError):
                 raise JournalKeyError(
                     f"{KEYS_VARIABLE}: key {position} of {len(parsed)} is not a Fernet key (32 url-safe "
-                    "base64-encoded bytes; make one with `python -c 'from cryptography.fernet import "
-                    "Fernet; print(Fernet.generate_key().decode())'`)"
+                    f"base64-encoded bytes; make one with `{MAKE_KEY}`)"
                 ) from None
         self._fernet = MultiFernet(fernets) if fernets else None
         self.key_count = len(fernets)
@@ -75,9 +77,31 @@ class JournalCipher:
             ) from None
 
 
-@functools.cache
-def _warn_once() -> None:
-    logger.warning(
-        "%s is not set: the journal stores invocation parameters, credentials included, in clear",
-        KEYS_VARIABLE,
-    )
+class _WarnOnce:
+    """Logs that the journal stores parameters in clear the first time a process does, whatever its
+    threads: the check and the mark are one step under a lock, so writers racing through their first
+    write (a service's concurrent invocations) log it once between them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def __call__(self) -> None:
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        logger.warning(
+            "%s is not set: the journal stores invocation parameters, credentials included, in clear; "
+            "set it to a Fernet key (%s)",
+            KEYS_VARIABLE,
+            MAKE_KEY,
+        )
+
+    def cache_clear(self) -> None:
+        """Forget that this process warned (for tests, which each want to see the first warning)."""
+        with self._lock:
+            self._warned = False
+
+
+_warn_once = _WarnOnce()

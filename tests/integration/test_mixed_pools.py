@@ -114,8 +114,9 @@ def test_with_allow_mixed_pool_it_starts_warns_is_flagged_and_a_call_it_lacks_sa
         rows = {
             line.split()[0]: line.split() for line in text.stdout.splitlines() if line.startswith("  mix_")
         }
-        assert rows["mix_echo"][:7] == ["mix_echo", mix.POOL, "10", "s", "no", "no", "2"]
-        assert rows["mix_shout"][:9] == ["mix_shout", mix.POOL, "10", "s", "no", "no", "1", "of", "2"]
+        behaviour = ["no", "-", "no", "-"]  # approval, heartbeat, idempotent, compensation
+        assert rows["mix_echo"][:9] == ["mix_echo", mix.POOL, "10", "s", *behaviour, "2"]
+        assert rows["mix_shout"][:11] == ["mix_shout", mix.POOL, "10", "s", *behaviour, "1", "of", "2"]
         listed = _toolfleet_tools(redis_url, "--json")
         assert json.loads(listed.stdout)["mixed_pools"] == [
             {"pool": mix.POOL, "workers": {FULL_HOST: ["mix_echo", "mix_shout"], PARTIAL_HOST: ["mix_echo"]}}

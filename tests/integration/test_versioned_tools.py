@@ -167,9 +167,9 @@ def test_toolfleet_tools_shows_both_versions_and_the_rolling_pool(redis_url: str
     # Then: one row per version, the newest first, each served by one of the pool's two workers
     assert text.returncode == 0, text.stderr
     rows = [line.split() for line in text.stdout.splitlines() if line.startswith("  vt_lookup")]
-    assert [row[:10] for row in rows] == [
-        ["vt_lookup", v1.POOL, "20", "s", "no", "no", "1", "of", "2", V2_VERSION],
-        ["vt_lookup", v1.POOL, "10", "s", "no", "no", "1", "of", "2", V1_VERSION],
+    assert [row[:12] for row in rows] == [  # ... approval, heartbeat, idempotent, compensation, workers
+        ["vt_lookup", v1.POOL, "20", "s", "no", "-", "no", "-", "1", "of", "2", V2_VERSION],
+        ["vt_lookup", v1.POOL, "10", "s", "no", "-", "no", "-", "1", "of", "2", V1_VERSION],
     ]
     assert (
         "Rolling pools (1): their workers serve different versions of some tools; each call goes to a "

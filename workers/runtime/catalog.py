@@ -12,6 +12,10 @@ worker joining a pool whose live workers serve others is refused (`pool_conflict
 its tools' versions and also consumes the queue of its build of each pool (`WorkerEntry.queue`), whose
 live workers are kept under `toolfleet:pool:<that queue>` as a pool's are; an orchestrator publishes a
 call to the queue of a build that serves the version the model was given.
+
+Each tool is advertised as a `CatalogTool` (`workers.runtime._catalog_tool`), with what a reader shows
+of its behaviour; a worker's own health check (`toolfleet worker-health`) reads its entry here too
+(`Catalog.beating`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,9 +33,8 @@ import redis
 from workers._redis_errors import mapped_redis_errors
 from workers.errors import MixedPoolError
 from workers.protocol import POOL_KEY, POOLS_KEY, WORKER_KEY, WORKERS_KEY
-from workers.tools import Compensation, ToolDefinition, ToolOptions
-from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
-from workers.tools.versions import build_queue, tool_version, version_digest
+from workers.runtime._catalog_tool import CatalogTool
+from workers.tools.versions import build_queue
 
 __all__ = [
     "Catalog",
@@ -51,94 +54,6 @@ log = logging.getLogger(__name__)
 
 RETRY_INTERVAL_S = 0.25  # between heartbeats while Redis is unreachable
 FORGET_AFTER_S = 3600.0  # a worker silent this long leaves the index of workers (its entry long expired)
-
-
-@dataclass(frozen=True)
-class CatalogTool:
-    """A tool as a worker advertises it: enough to call it without its code."""
-
-    specification: ToolSpecification
-    options: ToolOptions
-    compensable: bool
-    version: str | None = None  # None: advertised by a worker that names no versions
-
-    @classmethod
-    def of(cls, definition: ToolDefinition, build_id: str | None = None) -> CatalogTool:
-        """`definition` as a worker of build `build_id` advertises it, with its version."""
-        return cls(
-            definition.specification,
-            definition.options,
-            definition.compensation is not None,
-            tool_version(definition, build_id),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "specification": self.specification.to_dict(),
-            "pool": self.options.pool,
-            "timeout": self.options.timeout,
-            "retries": self.options.retries,
-            "idempotent": self.options.idempotent,
-            "heartbeat_timeout_s": self.options.heartbeat_timeout_s,
-            "requires_approval": self.options.requires_approval,
-            "concurrency": self.options.concurrency,
-            "concurrency_key": self.options.concurrency_key,
-            "rate_limit": self.options.rate_limit,
-            "rate_limit_key": self.options.rate_limit_key,
-            "return_behavior": self.options.return_behavior.value,
-            "search_behavior": self.options.search_behavior.value,
-            "compensable": self.compensable,
-            "version": self.version,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CatalogTool:
-        spec = ToolSpecification.from_json(data["specification"])
-        options = ToolOptions(
-            name=spec.name,
-            description=spec.description,
-            return_behavior=ReturnBehavior(data.get("return_behavior", "TO_LLM")),
-            search_behavior=SearchBehavior(data.get("search_behavior", "SEARCHABLE")),
-            metadata=dict(spec.metadata),
-            pool=str(data.get("pool", "default")),
-            timeout=data.get("timeout"),
-            retries=int(data.get("retries", 0)),
-            idempotent=bool(data.get("idempotent", False)),
-            heartbeat_timeout_s=data.get("heartbeat_timeout_s"),
-            requires_approval=bool(data.get("requires_approval", False)),
-            concurrency=data.get("concurrency"),
-            concurrency_key=data.get("concurrency_key"),
-            rate_limit=data.get("rate_limit"),
-            rate_limit_key=data.get("rate_limit_key"),
-        )
-        version = data.get("version")
-        return cls(spec, options, bool(data.get("compensable", False)), str(version) if version else None)
-
-    def definition(self) -> ToolDefinition:
-        """A definition that can be dispatched to a pool but not run in this process; calls of it go to
-        the workers of any build serving its digest (the build id is not part of what the model sees)."""
-        return ToolDefinition(
-            specification=self.specification,
-            function=_remote_only(self.specification.name),
-            parameters=(),
-            options=self.options,
-            returns_none=False,
-            is_async=False,
-            compensation=(
-                Compensation(self.specification.name, _remote_only(self.specification.name), (), False)
-                if self.compensable
-                else None
-            ),
-            version=version_digest(self.version) if self.version else None,
-        )
-
-
-def _remote_only(name: str) -> Any:
-    def run(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"Tool '{name}' comes from the worker catalog: it runs only on its pool")
-
-    run.__name__ = name
-    return run
 
 
 @dataclass(frozen=True)
@@ -310,6 +225,25 @@ class Catalog:
         with mapped_redis_errors(self._client):
             return bool(self._client.exists(WORKER_KEY.format(hostname)))
 
+    def beating(self, accept: Callable[[str], bool]) -> list[tuple[WorkerEntry, float]]:
+        """The live workers whose hostname `accept` takes, each with the time (epoch seconds) its
+        heartbeat expires: two commands that read only those workers' entries, so a health check
+        asked often on every host never reads the whole fleet's."""
+        with mapped_redis_errors(self._client):
+            scored = self._client.zrangebyscore(WORKERS_KEY, time.time(), "+inf", withscores=True)
+            chosen = [(name, float(expires)) for name, expires in _named(scored) if accept(name)]
+            raws = self._client.mget([WORKER_KEY.format(name) for name, _ in chosen]) if chosen else []
+        found = []
+        for (name, expires_at), raw in zip(chosen, raws, strict=True):
+            try:
+                entry = WorkerEntry.from_json(json.loads(raw)) if raw else None
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                log.warning("catalog entry of %r is not a worker's and is skipped: %r", name, exc)
+                continue
+            if entry is not None:  # no entry: it expired since the index was read
+                found.append((entry, expires_at))
+        return found
+
     def tools(self, pools: Iterable[str] | None = None) -> list[CatalogTool]:
         """Each tool served by a live worker, once: the newest worker's, so that while two builds serve
         different versions of a tool every orchestrator gives the model the same one."""
@@ -326,6 +260,12 @@ class Catalog:
                 if wanted is None or item.options.pool in wanted:
                     found.setdefault(item.specification.name, newest[item.specification.name])
         return list(found.values())
+
+
+def _named(scored: Iterable[Any]) -> Iterable[tuple[str, Any]]:
+    """(name, score) pairs of a sorted set read `withscores`, names as text."""
+    for name, score in scored:
+        yield (name.decode() if isinstance(name, bytes) else str(name)), score
 
 
 def newest_first(workers: Iterable[WorkerEntry]) -> list[WorkerEntry]:

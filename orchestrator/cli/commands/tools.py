@@ -1,10 +1,12 @@
-"""`toolfleet tools`: the live catalog — which workers are up, and the tools they serve, at which versions."""
+"""`toolfleet tools`: the live catalog — which workers are up, and the tools they serve: how each behaves
+(approval, heartbeat, idempotence, compensation) and at which versions."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import unicodedata
 from collections.abc import Sequence
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -28,8 +30,10 @@ from workers.settings import ENVIRONMENT, Settings
 HELP = "list the live workers and the tools they serve"
 DESCRIPTION = (
     "Show the live catalog in Redis (TOOLFLEET_REDIS_URL): every worker whose heartbeat "
-    "has not expired, with its pools, pool kind and concurrency, and every tool those workers serve, "
-    "with its version (a digest of its schema and options, +build id). "
+    "has not expired, with its pools, pool kind and concurrency, and every tool those workers serve: "
+    "whether a person approves its calls first, its heartbeat timeout, whether it is idempotent, the "
+    "compensation that undoes it, and its version (a digest of its schema and options, +build id); "
+    "'?' marks what a worker of an earlier toolfleet did not advertise. "
     "Pools whose workers serve different tools are flagged: a call lands on any worker of its pool; "
     "so are pools whose workers serve different versions of a tool (a rolling deploy), where each call "
     "goes to a worker of the version its model was given. "
@@ -37,6 +41,11 @@ DESCRIPTION = (
 )
 
 _DESCRIPTION_WIDTH = 72
+TOOL_COLUMNS = (
+    *("NAME", "POOL", "TIMEOUT", "APPROVAL", "HEARTBEAT", "IDEMPOTENT", "COMPENSATION", "WORKERS"),
+    *("VERSION", "DESCRIPTION"),
+)
+UNKNOWN = "?"  # a fact the tool's worker did not advertise
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -54,7 +63,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         workers = _read_workers(settings.redis_url)
     except (redis.RedisError, OSError, ValueError) as exc:
-        reason = _scrub(str(exc) or type(exc).__name__, settings.redis_url)
+        reason = scrubbed(str(exc) or type(exc).__name__, settings.redis_url)
         print(
             f"toolfleet tools: cannot read the catalog from Redis at {url} "
             f"({ENVIRONMENT['redis_url']}): {reason}",
@@ -89,8 +98,9 @@ def _read_workers(redis_url: str) -> list[WorkerEntry]:
         client.close()
 
 
-def _scrub(text: str, redis_url: str) -> str:
-    """Error texts should not carry the password, but make sure they never do."""
+def scrubbed(text: str, redis_url: str) -> str:
+    """`text` without the password of `redis_url`: error texts should not carry it, but make sure they
+    never do."""
     try:
         password = urlsplit(redis_url).password
     except ValueError:
@@ -167,8 +177,7 @@ def _as_json(
                 "pool": s.tool.options.pool,
                 "timeout": s.tool.options.timeout,
                 "retries": s.tool.options.retries,
-                "idempotent": s.tool.options.idempotent,
-                "compensable": s.tool.compensable,
+                **_behaviour(s.tool),
                 "return_behavior": s.tool.options.return_behavior.value,
                 "description": s.tool.specification.description,
                 "parameters": s.tool.specification.parameters,
@@ -230,14 +239,13 @@ def _print_text(
         pool_sizes.setdefault(rolled.pool, sum(1 for w in workers if rolled.pool in w.pools))
     _table(
         out,
-        ("NAME", "POOL", "TIMEOUT", "IDEMPOTENT", "COMPENSABLE", "WORKERS", "VERSION", "DESCRIPTION"),
+        TOOL_COLUMNS,
         [
             (
                 s.tool.specification.name,
                 s.tool.options.pool,
                 _timeout(s.tool.options.timeout),
-                _yes_no(s.tool.options.idempotent),
-                _yes_no(s.tool.compensable),
+                *_behaviour_cells(s.tool),
                 _workers_cell(len(s.workers), pool_sizes.get(s.tool.options.pool)),
                 s.tool.version or "-",
                 _short(s.tool.specification.description),
@@ -249,6 +257,8 @@ def _print_text(
         out.write(
             f"\ntimeout 'default': the orchestrator's {ENVIRONMENT['default_tool_timeout_s']} applies.\n"
         )
+    if any(s.tool.unknown for s in tools):
+        out.write(f"\n{UNKNOWN}: not in the catalog entry of the worker (an earlier toolfleet's).\n")
     _print_mixed(out, mixed)
     _print_rolling(out, rolling)
 
@@ -289,16 +299,64 @@ def _print_mixed(out: TextIO, mixed: Sequence[MixedPool]) -> None:
 
 
 def _table(out: TextIO, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    """Columns padded to their widest cell as a terminal shows it (a wide character takes two
+    columns, a combining one none); the last column is left unpadded."""
+    widths = [max(display_width(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
-        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=False)]
+        cells = [
+            cell + " " * (width - display_width(cell)) for cell, width in zip(row[:-1], widths, strict=False)
+        ]
         out.write("  " + "  ".join([*cells, row[-1]]).rstrip() + "\n")
 
 
+def display_width(text: str) -> int:
+    """How many terminal columns `text` takes."""
+    return sum(
+        0 if unicodedata.combining(char) else 2 if unicodedata.east_asian_width(char) in "WF" else 1
+        for char in text
+    )
+
+
+def _behaviour(tool: CatalogTool) -> dict[str, Any]:
+    """What `--json` says of how a tool behaves; a fact its worker did not advertise is null, and named
+    in `unknown`."""
+    options = tool.options
+    facts: dict[str, Any] = {
+        "requires_approval": options.requires_approval,
+        "heartbeat_timeout_s": options.heartbeat_timeout_s,
+        "idempotent": options.idempotent,
+        "compensable": tool.compensable,
+        "compensation": tool.compensation,
+    }
+    return {
+        **{name: None if name in tool.unknown else value for name, value in facts.items()},
+        "unknown": sorted(tool.unknown),
+    }
+
+
+def _behaviour_cells(tool: CatalogTool) -> tuple[str, str, str, str]:
+    """APPROVAL, HEARTBEAT, IDEMPOTENT and COMPENSATION: `?` where its worker did not say."""
+    options, unknown = tool.options, tool.unknown
+    if "compensable" in unknown:
+        compensation = UNKNOWN
+    elif not tool.compensable:
+        compensation = "-"
+    else:  # compensable; its name is unknown when an earlier worker advertised it
+        compensation = tool.compensation or "yes"
+    return (
+        UNKNOWN if "requires_approval" in unknown else _yes_no(options.requires_approval),
+        UNKNOWN if "heartbeat_timeout_s" in unknown else _seconds(options.heartbeat_timeout_s, "-"),
+        UNKNOWN if "idempotent" in unknown else _yes_no(options.idempotent),
+        compensation,
+    )
+
+
 def _timeout(value: float | None) -> str:
-    if value is None:
-        return "default"
-    return f"{value:g} s"
+    return _seconds(value, "default")
+
+
+def _seconds(value: float | None, none: str) -> str:
+    return none if value is None else f"{value:g} s"
 
 
 def _yes_no(value: bool) -> str:
