@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.errors import NonFiniteNumberError
 
-__all__ = ["loads_finite"]
+__all__ = ["dumps_finite", "loads_finite"]
 
 
 class _NonFinite:
@@ -22,6 +22,16 @@ class _NonFinite:
 
     def __init__(self, written: str) -> None:
         self.written = written
+
+
+def dumps_finite(value: Any, what: str) -> str:
+    """`value` as JSON text (as `json.dumps` writes it), or `NonFiniteNumberError` when it holds a NaN
+    or an infinity, which JSON has no room for: `what` says what it was to be (`the parameters`)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        reason = f"{what} hold NaN or an infinity, which JSON has no room for: not written"
+        raise NonFiniteNumberError(reason, location=None, written="NaN or Infinity") from None
 
 
 def loads_finite(text: str | bytes) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 
+from orchestrator.finite_json import dumps_finite
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga._journal_records import columns_of, utc_now
 from orchestrator.saga._journal_tables import approvals, invocations
@@ -123,7 +124,7 @@ class JournalApprovals:
                 .values(
                     state=InvocationState.PAUSED.value,
                     heartbeat_at=now,
-                    paused_state=self._cipher.seal(json.dumps(paused_state)),
+                    paused_state=self._cipher.seal(dumps_finite(paused_state, "the paused state")),
                 )
             )
             for call in waiting:

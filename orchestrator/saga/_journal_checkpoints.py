@@ -22,6 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from orchestrator.finite_json import dumps_finite
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga._journal_records import utc_now
 from orchestrator.saga._journal_tables import invocations, owner_id, tool_calls, turns
@@ -105,7 +106,7 @@ def _turn_values(invocation_id: str, turn: int, message: dict[str, Any]) -> dict
     return {
         "invocation_id": invocation_id,
         "turn": turn,
-        "message": json.dumps(message),
+        "message": dumps_finite(message, "the model's message"),
         "created_at": utc_now(),
     }
 
@@ -128,7 +129,7 @@ class JournalCheckpoints:
 
     def seal_opening(self, opening: dict[str, Any]) -> str:
         """The `opening` column's value for the conversation an invocation starts from."""
-        return self._cipher.seal(json.dumps(opening))
+        return self._cipher.seal(dumps_finite(opening, "the opening messages"))
 
     def record_intent(
         self,

@@ -9,12 +9,12 @@ invocations waiting at the same time share one round trip and one commit: `_fast
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 
+from orchestrator.finite_json import dumps_finite
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga._journal_records import utc_now
 from orchestrator.saga._journal_tables import invocations, owned_update, owner_id, tool_calls
@@ -122,7 +122,7 @@ def start_write(
 ) -> Write:
     """The invocation's row; with `opening` (the conversation it starts from, JSON), its checkpoint."""
     now = utc_now()
-    sealed_opening = None if opening is None else cipher.seal(json.dumps(opening))
+    sealed_opening = None if opening is None else cipher.seal(dumps_finite(opening, "the opening messages"))
     return Write(
         _START,
         {
@@ -134,7 +134,9 @@ def start_write(
             "owner": owner_id(),
             "started_at": now,
             "heartbeat_at": now,
-            "invocation_json": cipher.seal(json.dumps(invocation_json)),
+            "invocation_json": cipher.seal(
+                dumps_finite(invocation_json, "the invocation's context and parameters")
+            ),
             "opening": sealed_opening,
             "tenant": tenant_of(invocation_json.get("parameters")),
         },
@@ -187,10 +189,12 @@ def outcome_write(
             "state": state.value,
             "outcome": outcome.kind.value,
             "result": result_text,
-            "result_object": None if outcome.result_object is None else json.dumps(outcome.result_object),
+            "result_object": None
+            if outcome.result_object is None
+            else dumps_finite(outcome.result_object, "the result object"),
             "task_id": outcome.task_id,
             "worker": outcome.worker,
-            "last_progress": None if progress is None else json.dumps(progress),
+            "last_progress": None if progress is None else dumps_finite(progress, "the progress report"),
             "waited_ms": None if outcome.waited_s is None else round(outcome.waited_s * 1000),
             "wait_reason": outcome.wait_reason,
             "queued_ms": None if outcome.queued_s is None else round(outcome.queued_s * 1000),

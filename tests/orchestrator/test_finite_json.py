@@ -4,11 +4,14 @@ float are refused, naming where the first one is; everything else reads as `json
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
 import pytest
 
+from orchestrator import AiService, Journal, ScriptedChatModel
 from orchestrator.errors import NonFiniteNumberError
-from orchestrator.finite_json import loads_finite
+from orchestrator.finite_json import dumps_finite, loads_finite
 
 
 @pytest.mark.parametrize(
@@ -70,3 +73,23 @@ def test_a_deeply_nested_number_is_named_by_its_whole_path() -> None:
 def test_text_that_is_not_json_raises_as_json_loads_does() -> None:
     with pytest.raises(json.JSONDecodeError):
         loads_finite("{not json")
+
+
+def test_an_invocation_whose_parameters_hold_nan_is_refused_and_nothing_is_journaled(tmp_path: Path) -> None:
+    # given: a journaled service, called from Python with a NaN among its parameters
+    journal = Journal(f"sqlite:///{tmp_path / 'journal.db'}")
+    service = AiService(chat_model=ScriptedChatModel(lambda _: "hello"), journal=journal, tools=[])
+
+    # when/then: the start is refused, saying why, and the journal holds no invocation
+    with pytest.raises(NonFiniteNumberError, match="parameters hold NaN or an infinity"):
+        service.chat("hi", parameters={"limit": float("nan")})
+    assert journal.invocations() == []
+    assert service.chat("hi", parameters={"limit": 1.5}).content == "hello"
+    assert len(journal.invocations()) == 1
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), [1, {"x": -math.inf}]])
+def test_dumps_finite_refuses_what_json_has_no_room_for(value: object) -> None:
+    with pytest.raises(NonFiniteNumberError, match=r"^the report hold NaN or an infinity"):
+        dumps_finite(value, "the report")
+    assert dumps_finite({"x": 1.5, "y": [None, "NaN"]}, "the report") == '{"x": 1.5, "y": [null, "NaN"]}'
