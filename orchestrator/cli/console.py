@@ -24,6 +24,7 @@ from orchestrator.executors.celery import CallEvent
 from orchestrator.models.base import ChatModel
 
 __all__ = [
+    "COLUMN_WIDTHS",
     "PROVIDERS",
     "LiveTable",
     "ModelSpecError",
@@ -44,7 +45,7 @@ PROVIDERS = {
 ARGUMENTS_WIDTH = 48
 # The widths of the table's columns task, pool, worker and state (the longest outcome kind,
 # `execution_error`, and a space); elapsed and the call's arguments follow. A longer name is cut.
-_WIDTHS = (24, 6, 12, 16)
+COLUMN_WIDTHS = (24, 6, 12, 16)
 
 
 def chat_model(spec: str, *, base_url: str | None = None, api_key: str | None = None) -> ChatModel:
@@ -285,7 +286,7 @@ class LiveTable:
             self.out.write("\n")
             self._at_line_start = True
         now = time.monotonic()
-        lines = [f"    {aligned(('task', 'pool', 'worker', 'state'), _WIDTHS)} {'elapsed':>8}  call"]
+        lines = [f"    {aligned(('task', 'pool', 'worker', 'state'), COLUMN_WIDTHS)} {'elapsed':>8}  call"]
         lines += [self._row(row, row.at if row.state not in _RUNNING else now) for row in self.rows.values()]
         # A line wider than the terminal would wrap, and moving back up would miss the table's top.
         width = max(shutil.get_terminal_size().columns - 1, 20)
@@ -298,5 +299,5 @@ class LiveTable:
     def _row(row: _Row, until: float) -> str:
         elapsed = until - row.first
         progress = f"  [{row.progress}]" if row.progress and row.state in _RUNNING else ""
-        cells = aligned((row.task, row.pool, row.worker or "-", row.state), _WIDTHS)
+        cells = aligned((row.task, row.pool, row.worker or "-", row.state), COLUMN_WIDTHS)
         return f"    {cells} {elapsed:6.2f} s  {row.arguments}{progress}".rstrip()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import Journal
+from orchestrator.cli.console import COLUMN_WIDTHS, cut
 from tests._cli import CLI, toolfleet
 from tests._fake_openai import FakeOpenAi
 from tests._waiting import wait_for
@@ -23,6 +24,7 @@ from workers.runtime.process import WorkerProcess
 pytestmark = pytest.mark.integration
 
 HOST = "chat-io@integration"
+SHOWN = re.escape(cut(HOST, COLUMN_WIDTHS[2]))  # the live table's worker column cuts it to its width
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def _env(tmp_path: Path, redis_url: str) -> dict[str, str]:
 
 
 def _row(out: str, state: str, city: str) -> bool:
-    pattern = rf"tool\.get_weather +io +({re.escape(HOST)}|-) +{state} +\d+\.\d\d s  city={city}"
+    pattern = rf"tool\.get_weather +io +({SHOWN}|-) +{state} +\d+\.\d\d s  city={city}"
     return re.search(pattern, out) is not None
 
 
@@ -63,7 +65,7 @@ def test_calls_run_on_the_pool_and_a_memory_id_continues_the_conversation(
         assert first.returncode == 0, first.stderr
         for state in ("queued", "started", "success"):
             assert _row(first.stdout, state, "Lisbon"), first.stdout
-        assert re.search(rf"tool\.get_weather +io +{re.escape(HOST)} +success", first.stdout), first.stdout
+        assert re.search(rf"tool\.get_weather +io +{SHOWN} +success", first.stdout), first.stdout
         assert re.search(r"^Forecast for Lisbon: -?\d+\.\d°C, \w+\.$", first.stdout, re.MULTILINE)
         assert len(server.requests) == 2
 
@@ -105,7 +107,7 @@ def test_tools_of_modules_run_on_the_pool_with_executor_celery(
             "What is the weather in Nairobi?",
         )
     assert result.returncode == 0, result.stderr
-    assert re.search(rf"tool\.get_weather +io +{re.escape(HOST)} +success .* city=Nairobi", result.stdout)
+    assert re.search(rf"tool\.get_weather +io +{SHOWN} +success .* city=Nairobi", result.stdout)
     assert "Forecast for Nairobi: " in result.stdout
     assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["get_weather"]
 

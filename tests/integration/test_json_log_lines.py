@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,24 +22,20 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 import tests.integration.json_log_tools as tools
 from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.executors.celery import CeleryExecutor
 from tests._cli import TOOLFLEET
-from tests._environment import broker_environment
 from tests._ports import free_port
 from tests._processes import reap
 from tests._waiting import wait_for
-from tests.integration.worker_processes import REPO_ROOT, tool_worker
-from workers.runtime.catalog import Catalog
+from tests.integration.worker_processes import REPO_ROOT, celery_worker, tool_worker
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
 MODULE = "tests.integration.json_log_tools"
-CELERY = str(Path(sys.executable).parent / "celery")
 BANNER_LOGGER = "workers.runtime._program"
 SERVED = ["jsonlogs_book", "jsonlogs_fail", "jsonlogs_speak", "jsonlogs_stray", "jsonlogs_warn"]
 CONCURRENCY = 2
@@ -66,36 +61,20 @@ def _toolfleet_worker(redis_url: str, log_path: Path, hostname: str) -> Iterator
 @contextlib.contextmanager
 def _celery_worker(redis_url: str, log_path: Path, hostname: str) -> Iterator[signal.Signals]:
     """`celery -A workers.app worker`, as an operator may start it, stopped by Ctrl-C (SIGINT)."""
-    command = [CELERY, "-A", "workers.app", "worker", "-Q", tools.POOL, "--pool", "prefork"]
-    command += ["--concurrency", str(CONCURRENCY), "--hostname", hostname, "--loglevel", "INFO"]
-    command += ["--without-gossip", "--without-mingle"]
-    variables = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")},
-        "PYTHONPATH": REPO_ROOT,
-        "TOOLFLEET_LOG_FORMAT": "json",
-        "TOOLFLEET_TOOLS": MODULE,
-        "TOOLFLEET_REDIS_URL": redis_url,
-        "TOOLFLEET_HEARTBEAT_TTL_S": "2",
-        **broker_environment(os.environ),
-    }
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=variables, stdout=log, stderr=log, start_new_session=True
-        )
-    client = redis.Redis.from_url(redis_url)
-    try:
-
-        def ready() -> bool:
-            assert process.poll() is None, log_path.read_text(errors="replace")[-3000:]
-            return Catalog(client).worker_alive(hostname)
-
-        wait_for(ready, timeout_s=60, what=f"{hostname} in the catalog")
+    json_mode = {"TOOLFLEET_LOG_FORMAT": "json"}
+    with celery_worker(
+        redis_url,
+        tools.POOL,
+        MODULE,
+        log_path,
+        hostname,
+        kind="prefork",
+        concurrency=CONCURRENCY,
+        env=json_mode,
+    ) as process:
         yield signal.SIGINT
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
-    finally:
-        client.close()
-        reap(process, grace_s=20)
 
 
 STARTS = {"toolfleet worker": _toolfleet_worker, "celery -A workers.app worker": _celery_worker}

@@ -7,32 +7,24 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 import tests.integration.log_tools as log_tools
 from orchestrator import AiMessage, AiService, ScriptedChatModel, ToolExecutionRequest
 from orchestrator.executors.celery import CeleryExecutor
-from tests._processes import reap
 from tests._tracing import traced_to_memory
-from tests._waiting import wait_for
-from tests.integration.worker_processes import REPO_ROOT, tool_worker
+from tests.integration.worker_processes import celery_worker, tool_worker
 from tests.otlp_receiver import OtlpReceiver
-from workers.runtime.catalog import Catalog
 from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
 MODULE = "tests.integration.log_tools"
-CELERY = str(Path(sys.executable).parent / "celery")
 
 
 def _environment(receiver: OtlpReceiver) -> dict[str, str]:
@@ -53,33 +45,8 @@ def _toolfleet_worker(redis_url: str, log_path: Path, hostname: str, env: dict[s
 @contextlib.contextmanager
 def _celery_worker(redis_url: str, log_path: Path, hostname: str, env: dict[str, str]) -> Iterator[None]:
     """`celery -A workers.app worker` serving the log tools, as an operator may start it."""
-    command = [CELERY, "-A", "workers.app", "worker", "-Q", log_tools.POOL, "--pool", "threads"]
-    command += ["--concurrency", "2", "--hostname", hostname, "--loglevel", "DEBUG"]
-    command += ["--without-gossip", "--without-mingle"]
-    variables = {
-        **os.environ,
-        **env,
-        "PYTHONPATH": REPO_ROOT,
-        "TOOLFLEET_TOOLS": MODULE,
-        "TOOLFLEET_REDIS_URL": redis_url,
-        "TOOLFLEET_HEARTBEAT_TTL_S": "2",
-    }
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=variables, stdout=log, stderr=log, start_new_session=True
-        )
-    client = redis.Redis.from_url(redis_url)
-    try:
-
-        def ready() -> bool:
-            assert process.poll() is None, log_path.read_text(errors="replace")[-3000:]
-            return Catalog(client).worker_alive(hostname)
-
-        wait_for(ready, timeout_s=60, what=f"{hostname} in the catalog")
+    with celery_worker(redis_url, log_tools.POOL, MODULE, log_path, hostname, loglevel="DEBUG", env=env):
         yield
-    finally:
-        client.close()
-        reap(process, grace_s=20)
 
 
 # Lines written outside the call's context, which toolfleet binds in the task's body: Celery's as the

@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+import redis
+
 from orchestrator.executors.celery import CeleryExecutor
 from tests._environment import broker_environment
+from tests._processes import reap
+from tests._waiting import wait_for
+from workers.runtime.catalog import Catalog
 from workers.runtime.process import WorkerProcess
 from workers.settings import Settings
 
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
+CELERY = str(Path(sys.executable).parent / "celery")
 
 
 def tool_worker(
@@ -115,3 +123,48 @@ def threads_and_prefork(
     }
     with all_running(starts) as workers:
         yield workers
+
+
+@contextlib.contextmanager
+def celery_worker(
+    redis_url: str,
+    pool: str,
+    module: str,
+    log_path: Path,
+    hostname: str,
+    *,
+    kind: str = "threads",
+    concurrency: int = 2,
+    loglevel: str = "INFO",
+    env: Mapping[str, str] | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`celery -A workers.app worker` serving `module`'s tools on `pool`, as an operator may start it,
+    once it is in the live catalog; no toolfleet variable of this process reaches it but `env`'s."""
+    command = [CELERY, "-A", "workers.app", "worker", "-Q", pool, "--pool", kind]
+    command += ["--concurrency", str(concurrency), "--hostname", hostname, "--loglevel", loglevel]
+    command += ["--without-gossip", "--without-mingle"]
+    variables = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TOOLFLEET_")},
+        "PYTHONPATH": REPO_ROOT,
+        "TOOLFLEET_TOOLS": module,
+        "TOOLFLEET_REDIS_URL": redis_url,
+        "TOOLFLEET_HEARTBEAT_TTL_S": "2",
+        **broker_environment(os.environ),
+        **(env or {}),
+    }
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=variables, stdout=log, stderr=log, start_new_session=True
+        )
+    client = redis.Redis.from_url(redis_url)
+    try:
+
+        def ready() -> bool:
+            assert process.poll() is None, log_path.read_text(errors="replace")[-3000:]
+            return Catalog(client).worker_alive(hostname)
+
+        wait_for(ready, timeout_s=60, what=f"{hostname} in the catalog")
+        yield process
+    finally:
+        client.close()
+        reap(process, grace_s=20)

@@ -12,18 +12,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis.asyncio as aioredis
 
-from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
-from orchestrator.server.events import EventLog
 from orchestrator.server.tenants import ApiKey
-from orchestrator.server.ui import UiSettings, create_ui_app
-from orchestrator.server.ui.context import UiContext, set_context
+from orchestrator.server.ui import UiSettings
 from orchestrator.server.ui.fleet import Bar, calls_chart, latency_chart, ms_text, rate_text
 from orchestrator.server.ui.fleet_data import Bucket, Numbers, PoolNumbers, Window
 from tests.orchestrator._fleet_calls import Call, write_calls
-from workers.settings import Settings
+from tests.orchestrator._view_clients import view_client
 
 ACME = ApiKey("sk-acme-view-0123456789", tenant="acme")
 OPERATOR = ApiKey("sk-ops-view-0123456789", tenant="ops", scopes=frozenset({"admin"}))
@@ -49,24 +45,13 @@ def _calls(now: datetime) -> list[Call]:
 
 @contextlib.asynccontextmanager
 async def _client(tmp_path: Path, calls: list[Call]) -> AsyncIterator[httpx.AsyncClient]:
-    """The run view alone on a SQLite journal holding `calls`; its readers closed afterwards."""
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'journal.db'}")
-    ui = UiSettings(api_keys=(ACME, OPERATOR))
-    app = create_ui_app(ui, settings)
-    filled = Journal(settings.database_url, keys=())
+    """The run view alone on a SQLite journal holding `calls`."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    filled = Journal(f"sqlite:///{tmp_path / 'journal.db'}", keys=())
     write_calls(filled, calls)
     filled.engine.dispose()
-    client = aioredis.Redis.from_url(settings.redis_url)  # never reached by this page
-    journal = AsyncJournal(settings.database_url, keys=())
-    context = UiContext(ui, settings, journal, EventLog(client), owned=[journal, client])
-    set_context(app, context)
-    try:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
-        ) as http:
-            yield http
-    finally:
-        await context.close()
+    async with view_client(tmp_path, UiSettings(api_keys=(ACME, OPERATOR))) as http:
+        yield http
 
 
 async def _signed_in(client: httpx.AsyncClient, key: ApiKey) -> None:

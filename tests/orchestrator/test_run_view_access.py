@@ -4,47 +4,19 @@ cookie, basic authentication, the form token on every POST, and settings that wo
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import redis.asyncio as aioredis
 
-from orchestrator.saga.async_journal import AsyncJournal
-from orchestrator.server.events import EventLog
-from orchestrator.server.ui import UiSettings, create_ui_app
-from orchestrator.server.ui.context import UiContext, set_context
-from tests._environment import integration_redis_url
+from orchestrator.server.ui import UiSettings
 from tests._ports import free_port
+from tests.orchestrator._view_clients import view_client
 from workers.errors import SettingsError
-from workers.settings import Settings
 
 KEY = "sk-view-key-0123456789"
-
-
-@contextlib.asynccontextmanager
-async def _client(
-    tmp_path: Path, ui: UiSettings, redis_url: str | None = None
-) -> AsyncIterator[httpx.AsyncClient]:
-    """The view on a SQLite journal and the test Redis (where signed-out sessions are kept)."""
-    redis_url = redis_url or integration_redis_url(os.environ)
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'journal.db'}", redis_url=redis_url)
-    app = create_ui_app(ui, settings)
-    client = aioredis.Redis.from_url(settings.redis_url)
-    journal = AsyncJournal(settings.database_url, keys=())
-    context = UiContext(ui, settings, journal, EventLog(client), owned=[journal, client])
-    set_context(app, context)
-    try:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
-        ) as http:
-            yield http
-    finally:
-        await context.close()
 
 
 @pytest.fixture
@@ -58,7 +30,7 @@ def test_a_key_signs_in_once_and_the_session_cookie_is_httponly_and_strict(
     tmp_path: Path, run: asyncio.AbstractEventLoop
 ) -> None:
     async def story() -> None:
-        async with _client(tmp_path, UiSettings(api_keys=("old", KEY))) as client:
+        async with view_client(tmp_path, UiSettings(api_keys=("old", KEY))) as client:
             first = await client.get("/ui/pools?x=1")
             assert first.status_code == 303
             assert first.headers["location"] == "/ui/login?next=%2Fui%2Fpools%3Fx%3D1"
@@ -86,7 +58,7 @@ def test_a_key_signs_in_once_and_the_session_cookie_is_httponly_and_strict(
 
 def test_every_post_needs_the_sessions_form_token(tmp_path: Path, run: asyncio.AbstractEventLoop) -> None:
     async def story() -> None:
-        async with _client(tmp_path, UiSettings(api_keys=(KEY,))) as client:
+        async with view_client(tmp_path, UiSettings(api_keys=(KEY,))) as client:
             form = await client.get("/ui/login")
             nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
             assert nonce is not None
@@ -116,7 +88,7 @@ def test_signing_out_ends_the_session_for_every_copy_of_its_cookie(
     tmp_path: Path, run: asyncio.AbstractEventLoop
 ) -> None:
     async def story() -> None:
-        async with _client(tmp_path, UiSettings(api_keys=(KEY,))) as client:
+        async with view_client(tmp_path, UiSettings(api_keys=(KEY,))) as client:
             token = await _signed_in(client)
             kept = client.cookies["toolfleet_ui_session"]  # what a stolen or copied cookie would be
             assert (await client.post("/ui/logout", data={"csrf": token})).status_code == 303
@@ -131,15 +103,31 @@ def test_signing_out_ends_the_session_for_every_copy_of_its_cookie(
     run.run_until_complete(story())
 
 
+def test_a_session_signed_out_on_one_replica_is_refused_by_another(
+    tmp_path: Path, run: asyncio.AbstractEventLoop
+) -> None:
+    async def story() -> None:
+        ui = UiSettings(api_keys=(KEY,))
+        async with view_client(tmp_path, ui) as first, view_client(tmp_path, ui) as second:
+            token = await _signed_in(first)
+            second.cookies.set("toolfleet_ui_session", first.cookies["toolfleet_ui_session"], path="/ui")
+            assert (await second.get("/ui/pools")).status_code == 200  # any replica checks the cookie
+            assert (await first.post("/ui/logout", data={"csrf": token})).status_code == 303
+            refused = await second.get("/ui/pools")
+            assert refused.status_code == 303 and refused.headers["location"].startswith("/ui/login")
+
+    run.run_until_complete(story())
+
+
 def test_a_session_is_not_let_in_while_redis_cannot_say_whether_it_signed_out(
     tmp_path: Path, run: asyncio.AbstractEventLoop
 ) -> None:
     async def story() -> None:
-        async with _client(tmp_path, UiSettings(api_keys=(KEY,))) as client:
+        async with view_client(tmp_path, UiSettings(api_keys=(KEY,))) as client:
             await _signed_in(client)
             cookie = client.cookies["toolfleet_ui_session"]
         nowhere = f"redis://127.0.0.1:{free_port()}/0"
-        async with _client(tmp_path, UiSettings(api_keys=(KEY,)), nowhere) as client:
+        async with view_client(tmp_path, UiSettings(api_keys=(KEY,)), nowhere) as client:
             client.cookies.set("toolfleet_ui_session", cookie, path="/ui")
             refused = await client.get("/ui/pools")
             assert refused.status_code == 503 and "cannot reach Redis" in refused.text
@@ -149,7 +137,7 @@ def test_a_session_is_not_let_in_while_redis_cannot_say_whether_it_signed_out(
 
 def test_basic_authentication_when_configured(tmp_path: Path, run: asyncio.AbstractEventLoop) -> None:
     async def story() -> None:
-        async with _client(tmp_path, UiSettings(basic_auth="ops:s3cret", api_keys=(KEY,))) as client:
+        async with view_client(tmp_path, UiSettings(basic_auth="ops:s3cret", api_keys=(KEY,))) as client:
             refused = await client.get("/ui")
             assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic")
             assert (await client.get("/ui", auth=("ops", "nope"))).status_code == 401

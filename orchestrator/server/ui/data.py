@@ -100,23 +100,26 @@ def first_words(text: str | None) -> str:
 def run_rows(journal: Journal, chosen: RunFilter, tenant: str | None = None) -> list[RunRow]:
     """The invocations `chosen` keeps (of `tenant` only, if given), latest first, with their number of
     calls (those waiting for approval included) and of undone calls."""
-    calls = (
-        sa.select(tool_calls.c.invocation_id, sa.func.count().label("n"))
-        .group_by(tool_calls.c.invocation_id)
-        .subquery()
-    )
-    waiting = (
-        sa.select(approvals.c.invocation_id, sa.func.count().label("n"))
-        .where(approvals.c.state == "pending")
-        .group_by(approvals.c.invocation_id)
-        .subquery()
-    )
-    undone = (
-        sa.select(compensations.c.invocation_id, sa.func.count().label("n"))
-        .where(compensations.c.state == "succeeded")
-        .group_by(compensations.c.invocation_id)
-        .subquery()
-    )
+    # The page's invocations are chosen first; their calls are then counted for them alone (through
+    # each table's invocation_id index), not over the whole tables: every page showing the list reads
+    # it again every few seconds.
+    page = sa.select(invocations.c.id).order_by(invocations.c.started_at.desc()).limit(chosen.limit)
+    if tenant is not None:
+        page = page.where(invocations.c.tenant == tenant)
+    if chosen.agent:
+        page = page.where(invocations.c.service_name == chosen.agent)
+    if chosen.state == "compensated":
+        page = page.where(_count_of(compensations, compensations.c.state == "succeeded") > 0)
+    elif chosen.state in STATES:
+        page = page.where(invocations.c.state == chosen.state)
+    if chosen.search:
+        page = page.where(_matching(chosen.search))
+    seconds = SINCE.get(chosen.since)
+    if seconds is not None:
+        page = page.where(invocations.c.started_at >= datetime.now(UTC) - timedelta(seconds=seconds))
+    chosen_ids = page.subquery()
+    calls = _count_of(tool_calls) + _count_of(approvals, approvals.c.state == "pending")
+    undone = _count_of(compensations, compensations.c.state == "succeeded")
     query = (
         sa.select(
             invocations.c.id,
@@ -127,28 +130,12 @@ def run_rows(journal: Journal, chosen: RunFilter, tenant: str | None = None) -> 
             invocations.c.started_at,
             invocations.c.finished_at,
             invocations.c.error,
-            (sa.func.coalesce(calls.c.n, 0) + sa.func.coalesce(waiting.c.n, 0)).label("calls"),
-            sa.func.coalesce(undone.c.n, 0).label("undone"),
+            calls.label("calls"),
+            undone.label("undone"),
         )
-        .outerjoin(calls, calls.c.invocation_id == invocations.c.id)
-        .outerjoin(waiting, waiting.c.invocation_id == invocations.c.id)
-        .outerjoin(undone, undone.c.invocation_id == invocations.c.id)
+        .join(chosen_ids, chosen_ids.c.id == invocations.c.id)
         .order_by(invocations.c.started_at.desc())
-        .limit(chosen.limit)
     )
-    if tenant is not None:
-        query = query.where(invocations.c.tenant == tenant)
-    if chosen.agent:
-        query = query.where(invocations.c.service_name == chosen.agent)
-    if chosen.state == "compensated":
-        query = query.where(undone.c.n > 0)
-    elif chosen.state in STATES:
-        query = query.where(invocations.c.state == chosen.state)
-    if chosen.search:
-        query = query.where(_matching(chosen.search))
-    seconds = SINCE.get(chosen.since)
-    if seconds is not None:
-        query = query.where(invocations.c.started_at >= datetime.now(UTC) - timedelta(seconds=seconds))
     return [
         RunRow(
             id=row["id"],
@@ -164,6 +151,16 @@ def run_rows(journal: Journal, chosen: RunFilter, tenant: str | None = None) -> 
         )
         for row in journal.select(query)
     ]
+
+
+def _count_of(table: sa.Table, *where: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:
+    """The number of `table`'s rows (those `where` keeps) of the invocation of the outer query's row."""
+    return (
+        sa.select(sa.func.count())
+        .where(table.c.invocation_id == invocations.c.id, *where)
+        .correlate(invocations)
+        .scalar_subquery()
+    )
 
 
 def _matching(search: str) -> sa.ColumnElement[bool]:

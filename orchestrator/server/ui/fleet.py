@@ -18,6 +18,7 @@ from orchestrator.server.ui.context import UiContext
 from orchestrator.server.ui.fleet_data import Bucket, Fleet, PoolNumbers, Window
 from orchestrator.server.ui.pages import common, guarded
 from orchestrator.server.ui.render import html
+from orchestrator.server.ui.waterfall_axis import duration_text
 
 __all__ = [
     "CHART_HEIGHT",
@@ -135,17 +136,8 @@ def latency_chart(pool: PoolNumbers, window: Window) -> Chart:
 
 
 def ms_text(value: float | None) -> str:
-    """A duration in milliseconds, as the page shows it; "—" when unknown."""
-    if value is None:
-        return "—"
-    if value < 10:
-        return f"{value:.1f} ms"
-    if value < 1000:
-        return f"{value:.0f} ms"
-    if value < 120_000:
-        return f"{value / 1000:.2f} s"
-    minutes, seconds = divmod(round(value / 1000), 60)
-    return f"{minutes} min {seconds} s"
+    """A duration in milliseconds, as the page shows it (`duration_text`); "—" when unknown."""
+    return "—" if value is None else duration_text(value / 1000)
 
 
 def rate_text(part: int, whole: int) -> str:

@@ -12,6 +12,7 @@ from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from orchestrator.server.ui.data import arguments_text
+from orchestrator.server.ui.waterfall_axis import duration_text
 
 __all__ = ["SECURITY_HEADERS", "html", "static_file"]
 
@@ -37,16 +38,7 @@ _environment = Environment(
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    minutes, rest = divmod(int(seconds), 60)
-    if minutes < 120:
-        return f"{minutes} min {rest} s"
-    return f"{minutes // 60} h {minutes % 60} min"
+    return "—" if seconds is None else duration_text(seconds)
 
 
 def _elapsed(start: datetime | None, end: datetime | None) -> str:

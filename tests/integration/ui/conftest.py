@@ -4,6 +4,7 @@ and a headless Chromium signed in to its run view."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -49,19 +50,29 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="module")
-def ui_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
-    logs = tmp_path_factory.mktemp("ui-worker")
+@contextlib.contextmanager
+def pool_worker(
+    redis_url: str, folder: Path, pool: str, module: str, concurrency: int
+) -> Iterator[WorkerProcess]:
+    """A running threads worker of `pool` serving `module`'s tools, its log in `folder`."""
     worker = tool_worker(
         redis_url,
-        ["ui"],
-        ["tests.integration.ui_agents"],
-        logs / "ui.log",
-        f"ui-{uuid.uuid4().hex[:6]}@integration",
-        concurrency=8,
+        [pool],
+        [module],
+        folder / f"{pool}.log",
+        f"{pool}-{uuid.uuid4().hex[:6]}@integration",
+        concurrency=concurrency,
     )
     with worker.running(timeout_s=60) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def ui_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    with pool_worker(
+        redis_url, tmp_path_factory.mktemp("ui-worker"), "ui", "tests.integration.ui_agents", 8
+    ) as w:
+        yield w
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +19,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from orchestrator.saga._journal_tables import tool_calls
 from tests._waiting import wait_for
 from tests.integration.serve.replicas import Replica, replica_env
-from tests.integration.ui.conftest import AGENTS, AUTH, DOCS, FLOWER, finished, screenshot, start
+from tests.integration.ui.conftest import AGENTS, AUTH, DOCS, FLOWER, finished, pool_worker, screenshot, start
 from tests.integration.ui.fleet_agents import LOOKUP_S
-from tests.integration.worker_processes import tool_worker
 from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -46,17 +44,9 @@ def service_env(redis_url: str, database_url: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def fleet_worker(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     """The worker of pool `fleet`: two threads, so that most of a batch of lookups waits its turn."""
-    logs = tmp_path_factory.mktemp("fleet-worker")
-    worker = tool_worker(
-        redis_url,
-        ["fleet"],
-        ["tests.integration.ui.fleet_agents"],
-        logs / "fleet.log",
-        f"fleet-{uuid.uuid4().hex[:6]}@integration",
-        concurrency=2,
-    )
-    with worker.running(timeout_s=60) as running:
-        yield running
+    folder = tmp_path_factory.mktemp("fleet-worker")
+    with pool_worker(redis_url, folder, "fleet", "tests.integration.ui.fleet_agents", 2) as worker:
+        yield worker
 
 
 def _dispatch(service: Replica, plan: str) -> str:

@@ -127,13 +127,17 @@
   });
 
   // Durations that go on while the page is open (`data-since`: epoch seconds), worded as the server
-  // words them (render.py's `duration`).
+  // words them (waterfall_axis.py's `duration_text`).
   function duration(seconds) {
+    if (seconds < 0.01) return (seconds * 1000).toFixed(1).replace(/\.0$/, "") + " ms";
     if (seconds < 1) return Math.round(seconds * 1000) + " ms";
+    if (seconds < 10) return seconds.toFixed(2) + " s";
     if (seconds < 120) return seconds.toFixed(1) + " s";
     var minutes = Math.floor(seconds / 60);
     if (minutes < 120) return minutes + " min " + Math.floor(seconds % 60) + " s";
-    return Math.floor(minutes / 60) + " h " + (minutes % 60) + " min";
+    var hours = Math.floor(minutes / 60);
+    if (hours < 48) return hours + " h " + (minutes % 60) + " min";
+    return Math.floor(hours / 24) + " d " + (hours % 24) + " h";
   }
 
   function tick() {
