@@ -4,16 +4,19 @@ slot, was queued, and started on which worker. The run view's live fragment read
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from redis.exceptions import RedisError
 
+from orchestrator.saga.journal import CallRecord
 from orchestrator.server.events import EVENTS_KEY, EventLog
 
-__all__ = ["STEPS", "LiveStep", "live_steps"]
+__all__ = ["STEPS", "LiveStep", "live_steps", "placed"]
 
 # The steps of a call the stream tells before its end, each as the view says it.
 STEPS = {
@@ -49,6 +52,16 @@ async def live_steps(events: EventLog, invocation_id: str) -> dict[str, LiveStep
         worker = event.get("worker") or (earlier.worker if earlier else None)
         steps[str(call_id)] = LiveStep(STEPS[kind], worker, _time_of(raw_id))
     return steps
+
+
+def placed(calls: list[CallRecord], steps: Mapping[str, LiveStep]) -> list[CallRecord]:
+    """`calls`, each running one with the worker its stream named (the journal learns it at the end)."""
+    return [
+        dataclasses.replace(call, worker=step.worker)
+        if call.worker is None and call.call_id and (step := steps.get(call.call_id)) and step.worker
+        else call
+        for call in calls
+    ]
 
 
 def _time_of(raw_id: bytes | str) -> datetime:

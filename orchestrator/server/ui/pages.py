@@ -37,7 +37,7 @@ from orchestrator.server.ui.auth import (
     valid_login_nonce,
 )
 from orchestrator.server.ui.context import UiContext, ui_context
-from orchestrator.server.ui.live import live_steps
+from orchestrator.server.ui.live import live_steps, placed
 from orchestrator.server.ui.render import html, static_file
 from orchestrator.server.ui.waterfall import waterfall_svg
 from orchestrator.server.visibility import sees_invocation
@@ -187,6 +187,7 @@ async def _invocation(
         story.late = await asyncio.to_thread(data.late_compensations, context.redis, story.calls)
     if any(c.state == "dispatched" for c in story.calls):  # where each stands, between its journal writes
         story.live = await live_steps(context.events, story.record.id)
+        story.turns = [data.TurnView(turn.turn, placed(turn.calls, story.live)) for turn in story.turns]
     return html(
         template,
         after=after,

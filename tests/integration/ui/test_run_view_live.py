@@ -91,6 +91,12 @@ def test_a_running_call_shows_its_worker_and_its_time_as_they_come(
         assert told is not None and told["calls"][0]["state"] == "dispatched"
         assert worker.endswith("@integration")
         assert "started" in text_of(browser, "li.call .step")
+        # and: the waterfall's running bar names it too
+        wait_for(
+            lambda: worker in text_of(browser, 'svg.waterfall g.row[data-kind="running"] text.label'),
+            timeout_s=10,
+            what="the worker on the running bar",
+        )
         # and: its time goes on, and the invocation's too, without a fetch of the page
         seen = text_of(browser, "li.call .elapsed")
         wait_for(lambda: text_of(browser, "li.call .elapsed") not in ("", seen), timeout_s=4, what="a tick")

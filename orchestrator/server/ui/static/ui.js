@@ -87,6 +87,11 @@
       poll(box, refresh, 2000);
       return;
     }
+    // the waterfall's running bars and the elapsed times grow between events too
+    var growing = setInterval(function () {
+      if (!isActive(box)) clearInterval(growing);
+      else if (!document.hidden) refresh();
+    }, 2000);
     var source = new EventSource(box.getAttribute("data-events"));
     var caughtUp = 0;
     source.addEventListener("tool_call.progress", function (message) {
