@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.errors import NonFiniteNumberError
 
-__all__ = ["dumps_finite", "loads_finite"]
+__all__ = ["dumps_finite", "loads_finite", "nul_at"]
 
 
 class _NonFinite:
@@ -76,6 +76,30 @@ def _first(value: Any) -> tuple[tuple[str | int, ...], str] | None:
             return path, node.written
         children: list[tuple[str | int, Any]]
         if isinstance(node, dict):
+            children = list(node.items())
+        elif isinstance(node, list):
+            children = list(enumerate(node))
+        else:
+            continue
+        stack.extend(((*path, key), child) for key, child in reversed(children))
+    return None
+
+
+def nul_at(value: Any) -> str | None:
+    """Where the first string (or key) holding NUL (`\\u0000`) is in `value`, as a dotted path (""
+    for `value` itself); None when none holds one. JSON carries NUL, PostgreSQL's text refuses it."""
+    stack: list[tuple[tuple[str | int, ...], Any]] = [((), value)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                return ".".join(str(part) for part in path)
+            continue
+        children: list[tuple[str | int, Any]]
+        if isinstance(node, dict):
+            for key in node:
+                if "\x00" in key:
+                    return ".".join(str(part) for part in path)
             children = list(node.items())
         elif isinstance(node, list):
             children = list(enumerate(node))

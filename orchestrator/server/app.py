@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestrator.errors import ApiError, NonFiniteNumberError
 from orchestrator.executors.celery import CeleryExecutor
-from orchestrator.finite_json import loads_finite
+from orchestrator.finite_json import loads_finite, nul_at
 from orchestrator.loop.cancellation import listen_for_cancels
 from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.saga.async_journal import AsyncJournal
@@ -173,7 +173,9 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 class _FiniteJson:
     """Refuse (400, naming where: `parameters.limit`) a request whose body is JSON holding `NaN`,
     `Infinity`, `-Infinity` or too large a number, on every route, before any reads it: Python's
-    parser takes them, and they would be journaled as text no JSON reader accepts. The body is read
+    parser takes them, and they would be journaled as text no JSON reader accepts. So is a string
+    holding NUL (`\\u0000`): PostgreSQL's text columns refuse it, and the invocation would fail as
+    it is journaled. The body is read
     up to the replica's limit and handed on as it came; one over the limit, or that is not JSON, is
     left to the route, which says what is wrong with it."""
 
@@ -203,14 +205,25 @@ class _FiniteJson:
                 whole = size <= limit
                 break
         if whole and size:
+            body = b"".join(chunks)
+            refusal = None
             try:
-                loads_finite(b"".join(chunks))
+                value = loads_finite(body)
             except NonFiniteNumberError as exc:
                 refusal = ApiError(400, f"invalid request: {exc}", param=exc.location)
-                await _error(refusal)(scope, receive, send)
-                return
             except (ValueError, RecursionError):
                 pass  # not JSON: the route refuses it in its own words
+            else:
+                if b"\\u0000" in body and (where := nul_at(value)) is not None:
+                    said = f"{where}: " if where else ""
+                    refusal = ApiError(
+                        400,
+                        f"invalid request: {said}a string holding NUL (\\u0000): the journal cannot store it",
+                        param=where or None,
+                    )
+            if refusal is not None:
+                await _error(refusal)(scope, receive, send)
+                return
 
         async def replay() -> Message:
             return received.pop(0) if received else await receive()

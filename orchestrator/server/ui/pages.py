@@ -131,10 +131,10 @@ async def invocation_rows(request: Request) -> Response:
 async def _invocations(request: Request, context: UiContext, session: Session) -> Response:
     query = request.query_params
     chosen = data.RunFilter(
-        agent=query.get("agent", ""),
+        agent=_printable(query.get("agent", "")),
         state=query.get("state", "") if query.get("state", "") in data.STATES else "",
         since=query.get("since", "all") if query.get("since", "all") in data.SINCE else "all",
-        search=query.get("q", "").strip()[: data.SEARCH_CHARS],
+        search=_printable(query.get("q", "")).strip()[: data.SEARCH_CHARS],
     )
     only = session.viewer.only  # a tenant's rows only, in SQL; an operator's: every tenant's
     rows, agents = await context.journal.run(
@@ -309,6 +309,11 @@ async def _story_of(context: UiContext, invocation_id: str) -> data.Story | None
     return await once_journaled(
         context.events, invocation_id, lambda: context.journal.run(lambda j: data.story(j, invocation_id))
     )
+
+
+def _printable(text: str) -> str:
+    """`text` without its control characters: no name or id holds one, and PostgreSQL refuses NUL."""
+    return "".join(character for character in text if character.isprintable())
 
 
 def uuid_or_none(value: str) -> str | None:

@@ -180,3 +180,40 @@ def test_without_a_key_a_body_holding_nan_is_401_its_body_unread(replica: Replic
 
     assert response.status_code == 401, response.text
     assert response.json()["error"]["code"] == "invalid_api_key"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        (INVOCATIONS, '{"input": "hi\\u0000there"}', "input"),
+        (INVOCATIONS, '{"input": "hi", "parameters": {"note": ["ok", "a\\u0000b"]}}', "parameters.note.1"),
+        (INVOCATIONS, '{"input": "hi", "parameters": {"k\\u0000": 1}}', "parameters"),
+        (
+            COMPLETIONS,
+            f'{{"model": "{AGENT}", "messages": [{{"role": "user", "content": "\\u0000"}}]}}',
+            "messages.0.content",
+        ),
+    ],
+    ids=["input", "nested-value", "key", "completion"],
+)
+def test_a_body_holding_nul_in_a_string_is_400_naming_where_and_nothing_is_journaled(
+    replica: Replica, journal_url: str, redis_url: str, path: str, body: str, param: str
+) -> None:
+    journaled, streams = _journaled(journal_url), _event_streams(redis_url)
+    response = _post(replica, path, body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", param)
+    assert (
+        error["message"]
+        == f"invalid request: {param}: a string holding NUL (\\u0000): the journal cannot store it"
+    )
+    assert _journaled(journal_url) == journaled
+    assert _event_streams(redis_url) == streams
+
+
+def test_the_text_backslash_u0000_is_not_nul_and_passes(replica: Replica, journal_url: str) -> None:
+    response = _post(replica, INVOCATIONS, '{"input": "the escape \\\\u0000 as text"}')
+    assert response.status_code == 202, response.text
+    invocation_id = response.json()["id"]
+    wait_for(lambda: invocation_id in _journaled(journal_url), timeout_s=30, what="the invocation journaled")

@@ -165,6 +165,9 @@ def test_the_list_is_searched_by_id_conversation_and_tool_and_names_agent_and_co
     screenshot(browser, tmp_path, "ui-search")
     # and: LIKE's wildcards are searched as themselves
     assert searched("%") == set() and searched("_") == set()
+    # and: control characters (PostgreSQL refuses NUL in text) are left out, not an error
+    browser.get(f"{service.root}/ui?q={plain[:4]}%00{plain[4:8]}&agent={AGENT}%00")
+    assert set(_shown(browser)) == {plain}
 
 
 def test_a_paused_invocation_counts_the_calls_it_waits_on(service: Replica, browser: WebDriver) -> None:
