@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 from orchestrator.errors import NonFiniteNumberError
@@ -68,42 +69,36 @@ def loads_finite(text: str | bytes) -> Any:
 
 def _first(value: Any) -> tuple[tuple[str | int, ...], str] | None:
     """The path to the first non-finite number in `value`, depth first in document order, and how it
-    was written; None when there is none. Iterative: as deep a value as `json.loads` reads."""
-    stack: list[tuple[tuple[str | int, ...], Any]] = [((), value)]
-    while stack:
-        path, node = stack.pop()
+    was written; None when there is none."""
+    for path, node in _nodes(value):
         if isinstance(node, _NonFinite):
             return path, node.written
-        children: list[tuple[str | int, Any]]
-        if isinstance(node, dict):
-            children = list(node.items())
-        elif isinstance(node, list):
-            children = list(enumerate(node))
-        else:
-            continue
-        stack.extend(((*path, key), child) for key, child in reversed(children))
     return None
 
 
 def nul_at(value: Any) -> str | None:
     """Where the first string (or key) holding NUL (`\\u0000`) is in `value`, as a dotted path (""
     for `value` itself); None when none holds one. JSON carries NUL, PostgreSQL's text refuses it."""
+    for path, node in _nodes(value):
+        if (isinstance(node, str) and "\x00" in node) or (
+            isinstance(node, dict) and any("\x00" in key for key in node)
+        ):
+            return ".".join(str(part) for part in path)
+    return None
+
+
+def _nodes(value: Any) -> Iterator[tuple[tuple[str | int, ...], Any]]:
+    """Every node of `value` with its path, depth first in document order. Iterative: as deep a value
+    as `json.loads` reads."""
     stack: list[tuple[tuple[str | int, ...], Any]] = [((), value)]
     while stack:
         path, node = stack.pop()
-        if isinstance(node, str):
-            if "\x00" in node:
-                return ".".join(str(part) for part in path)
-            continue
+        yield path, node
         children: list[tuple[str | int, Any]]
         if isinstance(node, dict):
-            for key in node:
-                if "\x00" in key:
-                    return ".".join(str(part) for part in path)
             children = list(node.items())
         elif isinstance(node, list):
             children = list(enumerate(node))
         else:
             continue
         stack.extend(((*path, key), child) for key, child in reversed(children))
-    return None

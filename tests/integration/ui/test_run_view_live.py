@@ -235,4 +235,10 @@ def test_the_timeline_of_a_running_invocation_grows_while_its_call_runs(
         timeout_s=30,
         what="the call's bar closed as it ended",
     )
+    # once the invocation has ended (its last model turn too), nothing is left open
+    wait_for(
+        lambda: browser.find_elements(By.CSS_SELECTOR, '.story[data-state="succeeded"]'),
+        timeout_s=30,
+        what="the invocation's end",
+    )
     assert browser.find_elements(By.CSS_SELECTOR, "svg.waterfall g.row.open") == []
