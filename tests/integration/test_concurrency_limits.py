@@ -187,14 +187,16 @@ def test_a_tenant_with_few_calls_is_not_starved_by_one_with_many(
         if pooled is not None:
             pooled.stop()
 
-    # then: B's calls took at most twice their time alone, served in turn with A's (whose line was
-    # far from served meanwhile: 200 calls of 0.5 s on 4 slots take 25 s)
+    # then: B's calls took at most two and a half times their time alone, served in turn with A's:
+    # sharing the 4 slots with A, B's 10 calls take 5 rounds of 0.5 s against 3 alone (x1.7, and
+    # up to x2.1 on a loaded machine); behind A's line they would take 25 s more (200 calls of 0.5 s
+    # on 4 slots), which was far from served meanwhile
     print(
         f"\nfairness ({limited}): B's 10 calls took {loaded_s:.2f} s behind A's 200, {unloaded_s:.2f} s alone"
     )
     assert kinds == ["success"] * calls
     assert still_waiting
-    assert loaded_s < 2 * unloaded_s, (loaded_s, unloaded_s)
+    assert loaded_s < 2.5 * unloaded_s, (loaded_s, unloaded_s)
 
 
 def _pool_worker(
