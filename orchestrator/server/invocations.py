@@ -155,13 +155,14 @@ class Invocations:
             log.warning("invocation %s: whether it was cancelled is unknown: %s", invocation_id, exc)
             return False
 
-    async def _fenced(self, run: Run) -> Callable[..., Awaitable[str | None]]:
+    async def _fenced(self, run: Run, take: bool) -> Callable[..., Awaitable[str | None]]:
         """How this run writes its events: with a runner token of its own, taking the stream from any
-        earlier run (an adopting or resuming one: an adoption took it as it claimed the invocation; a
-        fresh invocation has no earlier run, and its token is accepted until another run takes the
-        stream, at no extra write); unfenced if Redis does not take the claim."""
+        earlier run when `take` (an adopting one, or a resuming one once it has claimed the invocation:
+        a resume that lost the claim to another replica must not take the winner's stream; an adoption
+        given its runner took it as it claimed; a fresh invocation's token is accepted until another
+        run takes the stream, at no extra write); unfenced if Redis does not take the claim."""
         invocation_id, runner = run.invocation_id, run.runner or uuid.uuid4().hex
-        if run.runner or not (run.adopting or run.resuming):
+        if not take:
             return functools.partial(self.events.add, runner=runner)
         try:
             await self.events.take(invocation_id, runner)
@@ -172,7 +173,7 @@ class Invocations:
 
     async def _run(self, run: Run, finish: Callable[[], Awaitable[None]]) -> None:
         invocation_id = run.invocation_id
-        add = await self._fenced(run)
+        add = await self._fenced(run, take=run.adopting and not run.runner)
         tell = run.listener or (lambda _: None)
         loop = asyncio.get_running_loop()
         started = time.monotonic()
@@ -261,7 +262,8 @@ class Invocations:
                                 await add(invocation_id, ended)  # (an adopted run replays some)
                         elif isinstance(event, ApprovalRequested):
                             await add(invocation_id, approval_event(event))
-                        elif isinstance(event, InvocationResumed):
+                        elif isinstance(event, InvocationResumed):  # claimed here: its stream is this run's
+                            add = await self._fenced(run, take=not run.runner)
                             decided = [a.to_json() for a in event.approvals]
                             await add(
                                 invocation_id, {"type": "invocation.resumed", **origin, "approvals": decided}
