@@ -70,7 +70,10 @@ def test_a_rate_limit_per_key_value_holds_each_value_apart(
     for account in "AB":
         starts = _starts(client, f"{run}:{account}")
         assert len(starts) == 4
-        assert _busiest_window(starts, 1.0) == 2
+        # the tool notes its start a moment after the worker took its turn: on a loaded machine that
+        # moment varies by up to a tenth of a second, so 3 turns spaced 0.5 s apart may be noted within
+        # 1 s; they are never within 0.9 s
+        assert _busiest_window(starts, 0.9) == 2, starts
         assert 1.5 <= starts[-1] - starts[0] < 2.5, starts
     both = _starts(client, f"{run}:A") + _starts(client, f"{run}:B")
     assert max(both) - min(both) < 3.0
