@@ -2,7 +2,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PYTEST_ARGS ?=
 # Test processes of `make test` (pytest-xdist; 0: one process, on the Redis at TOOLFLEET_REDIS_URL).
-TEST_PROCESSES ?= 4
+# Three: two cores run the suite's worker and server processes beside them without starving its timed tests.
+TEST_PROCESSES ?= 3
 
 BIN := $(VENV)/bin
 # Installs come from uv.lock (exact versions, with hashes) through uv, itself pinned here.

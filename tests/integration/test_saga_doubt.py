@@ -122,7 +122,7 @@ def test_a_compensation_whose_message_was_lost_is_sent_again(
         undoing = Background(
             lambda: asyncio.run(celery_executor.compensate(definition, booked, Invocation()))
         )
-        assert wait_until(lambda: sum(broker.llen(queue) for queue in queues) >= 1, 1.0)
+        assert wait_until(lambda: sum(broker.llen(queue) for queue in queues) >= 1, 5.0)
 
         # When: its message is lost (as when the worker that took it lost Redis, and its return failed)
         broker.delete(*queues)

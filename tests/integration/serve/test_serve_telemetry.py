@@ -22,7 +22,7 @@ from workers.telemetry.tracing import FLUSH_TIMEOUT_S
 pytestmark = pytest.mark.integration
 
 # What a stop may take beyond the flush's bound: an idle replica exits in under a second of it alone
-# (2.5 s in all), in up to 3.3 s of it with the suite's four processes on two cores.
+# (2.5 s in all), in up to 3.3 s of it with the suite's processes on two cores.
 STOP_MARGIN_S = 6.0
 WARNED_AGENT = "warned"  # served from tests.integration.serve.json_agents, which warns this as it loads:
 AGENT_MODULE_WARNING = "UserWarning: this agent module is deprecated\nuse tests.integration.serve_agents"
