@@ -57,15 +57,21 @@ def broker_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {"TOOLFLEET_BROKER_URL": url} if url else {}
 
 
-def emptied_redis(url: str, needed_by: str) -> redis.Redis:
-    """A client of the Redis database at `url`, emptied; when no Redis answers there, the test fails
-    saying that `needed_by` needs one."""
+def answering_redis(url: str, needed_by: str) -> redis.Redis:
+    """A client of the Redis database at `url`; when no Redis answers there, the test fails saying
+    that `needed_by` needs one."""
     client = redis.Redis.from_url(url)
     try:
         client.ping()
     except redis.ConnectionError as exc:
         client.close()
         pytest.fail(f"{needed_by} need a Redis at {url} (make test starts one): {exc}")
+    return client
+
+
+def emptied_redis(url: str, needed_by: str) -> redis.Redis:
+    """`answering_redis`, its database emptied."""
+    client = answering_redis(url, needed_by)
     client.flushdb()
     return client
 

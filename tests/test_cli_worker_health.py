@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from tests._cli import CLI, run_command
-from tests._environment import integration_redis_url
+from tests._environment import answering_redis, integration_redis_url
 from tests._ports import free_port
 from workers.protocol import WORKER_KEY, WORKERS_KEY
 from workers.runtime.catalog import WorkerEntry
@@ -64,13 +64,7 @@ def _until(
 @pytest.fixture(scope="module")
 def redis_url() -> Iterator[str]:
     url = integration_redis_url(os.environ)
-    client = redis.Redis.from_url(url)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        pytest.fail(f"these tests need a Redis at {url}: {exc}")
-    finally:
-        client.close()
+    answering_redis(url, "these tests").close()  # its database is left as it is: others share it
     yield url
 
 
