@@ -7,6 +7,7 @@
     │   └── ToolModuleError                      a `--tools` module that cannot be loaded
     ├── ToolArgumentsError                       the model's arguments do not bind
     ├── ToolResultError                          a result that cannot be turned into text
+    ├── ArtifactNotFoundError (also LookupError)   an artifact reference naming nothing in the store
     ├── ToolProgressError (also ValueError)      a progress report that cannot travel
     ├── ToolCancelled (a ToolErrorVisibleToLlm)  the call was cancelled (seen at a report or heartbeat)
     ├── MixedPoolError                           a worker joining a pool that serves other tools
@@ -24,6 +25,7 @@ from __future__ import annotations
 import redis.exceptions
 
 __all__ = [
+    "ArtifactNotFoundError",
     "McpConnectionError",
     "McpProtocolError",
     "McpTimeoutError",
@@ -128,3 +130,8 @@ class ToolCancelled(ToolErrorVisibleToLlm, ToolfleetError):
     `progress()` or `heartbeat()` (cooperative cancellation, on a threads pool or in-process). A tool
     that catches it should clean up and let it propagate. Its message reaches the model, as a
     timeout's does: the cancellation is the system's doing, not the tool's."""
+
+
+class ArtifactNotFoundError(ToolfleetError, LookupError):
+    """An artifact reference names nothing in the artifact store: never made, removed, or not
+    the caller's to read."""

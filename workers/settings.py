@@ -38,6 +38,8 @@ class Settings:
     max_fanout: int = 64
     max_argument_bytes: int = 1 << 20
     max_result_bytes: int = 4 << 20
+    inline_result_bytes: int = 256 << 10  # larger results become artifacts
+    artifact_url: str = ""  # the artifact store; unset: ./toolfleet-artifacts
     compensation_retries: int = 3
     retry_backoff_s: float = 0.2
     retry_backoff_max_s: float = 5.0
@@ -132,7 +134,14 @@ DESCRIPTIONS: dict[str, str] = {
     "max_fanout": "tool calls of one invocation in flight at once: `AiService` (its `max_fanout=` "
     "overrides it) and `execute_batch()` (>= 1)",
     "max_argument_bytes": "larger arguments are an arguments error (>= 1)",
-    "max_result_bytes": "larger results are an execution error (>= 1)",
+    "max_result_bytes": "larger results are an execution error (>= 1), once over-inline ones have become "
+    "artifacts: what stays inline (image contents, a result a tool gave as contents)",
+    "inline_result_bytes": "a result whose text is larger is stored as an artifact, the model reading its "
+    "beginning and its reference (>= 1; see Artifacts)",
+    "artifact_url": "the artifact store: a directory (`file:///srv/artifacts` or a path) or an S3-compatible "
+    "bucket (`s3://bucket/prefix`, credentials and endpoint from the `AWS_*` variables or "
+    "`?endpoint_url=`); unset: the directory `toolfleet-artifacts` under the working directory, which "
+    "every process of a machine must share (see Artifacts)",
     "compensation_retries": "retries of a failing compensation (>= 0)",
     "retry_backoff_s": "exponential backoff with jitter for retries: the first delay (>= 0)",
     "retry_backoff_max_s": "exponential backoff with jitter for retries: the longest delay (>= 0)",
@@ -179,6 +188,7 @@ _LOWER_BOUNDS: dict[str, tuple[float, bool]] = {
     "max_fanout": (1, True),
     "max_argument_bytes": (1, True),
     "max_result_bytes": (1, True),
+    "inline_result_bytes": (1, True),
     "compensation_retries": (0, True),
     "retry_backoff_s": (0, True),
     "retry_backoff_max_s": (0, True),

@@ -15,6 +15,7 @@ from typing import Any
 
 import pydantic
 
+from workers.artifacts import Artifact, ArtifactRef, stored_contents, stored_ref
 from workers.contents import Content, Image, ImageContent, TextContent
 from workers.errors import ToolResultError
 
@@ -54,6 +55,10 @@ def convert_result(value: Any, *, returns_none: bool) -> ConvertedResult:
         inner = convert_result(value.result_object, returns_none=False)
         text = value.result_text if value.result_text is not None else inner.text
         return ConvertedResult(text, inner.contents, inner.result_object, attributes)
+    artifacts = _as_artifacts(value)
+    if artifacts is not None:
+        text, contents, result_object = stored_contents(artifacts)
+        return ConvertedResult(text, contents, result_object, {})
     contents = _as_contents(value)
     if contents is not None:
         return ConvertedResult(_contents_text(contents), contents, None, {})
@@ -64,6 +69,15 @@ def convert_result(value: Any, *, returns_none: bool) -> ConvertedResult:
     tree = to_jsonable(value)
     text = dump_json(tree)
     return ConvertedResult(text, None, json.loads(text), {})
+
+
+def _as_artifacts(value: Any) -> list[Artifact] | None:
+    """A result that is an artifact, or a list of artifacts alone."""
+    if isinstance(value, Artifact):
+        return [value]
+    if isinstance(value, list | tuple) and value and all(isinstance(v, Artifact) for v in value):
+        return list(value)
+    return None
 
 
 def _as_contents(value: Any) -> list[Content] | None:
@@ -96,6 +110,10 @@ def to_jsonable(value: Any) -> Any:
         return value
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
+    if isinstance(value, Artifact):  # stored by the call's writer, its reference in its place
+        return stored_ref(value).to_json()
+    if isinstance(value, ArtifactRef):
+        return value.to_json()
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, pydantic.BaseModel):

@@ -12,10 +12,18 @@ import time
 from concurrent.futures import Executor
 from typing import Any
 
+from workers.artifacts import (
+    Artifact,
+    ArtifactSink,
+    ArtifactWriter,
+    artifact_id_of,
+    describe,
+    writing_artifacts,
+)
 from workers.calls.binding import BoundCall, bind_arguments, bind_values, parse_arguments
 from workers.calls.invocation import Invocation, InvocationParameters, ToolCallIdentity
 from workers.calls.loops import run_awaitable
-from workers.calls.results import convert_result
+from workers.calls.results import ConvertedResult, convert_result
 from workers.contents import ImageContent, TextContent
 from workers.errors import ToolArgumentsError, ToolDefinitionError, ToolErrorVisibleToLlm, ToolResultError
 from workers.protocol import ErrorCause, OutcomeKind, ToolExecution, ToolExecutionRequest, ToolOutcome
@@ -54,15 +62,18 @@ def run_tool(
     identity: ToolCallIdentity | None = None,
     *,
     log_outcome: bool = True,
+    artifacts: ArtifactSink | None = None,
 ) -> ToolOutcome:
     """Run the call synchronously (an `async` tool runs on this thread's long-lived event loop).
 
     `identity` is what a `ToolCallIdentity` parameter receives (the first attempt when not given).
     The call's line is logged (`log_call`) unless `log_outcome` is false: a worker logs its own, with
-    the outcome it reports.
+    the outcome it reports. Artifacts in the result, and a result over the inline limit, go to
+    `artifacts` (the sink the environment names when not given).
     """
     started = time.perf_counter()
-    bound = _bind(definition, request, invocation or Invocation(), identity)
+    invocation = invocation or Invocation()
+    bound = _bind(definition, request, invocation, identity)
     if isinstance(bound, ToolOutcome):
         return _logged(definition, request, started, bound, log_outcome)
     try:
@@ -72,7 +83,8 @@ def run_tool(
     except Exception as exc:
         outcome = error_outcome(exc, OutcomeKind.EXECUTION_ERROR, bound)
         return _logged(definition, request, started, outcome, log_outcome)
-    return _logged(definition, request, started, _success(definition, value, bound), log_outcome)
+    writer = _writer(artifacts, invocation, request, definition)
+    return _logged(definition, request, started, _success(definition, value, bound, writer), log_outcome)
 
 
 async def arun_tool(
@@ -82,20 +94,37 @@ async def arun_tool(
     identity: ToolCallIdentity | None = None,
     *,
     executor: Executor | None = None,
+    artifacts: ArtifactSink | None = None,
 ) -> ToolOutcome:
     """Run the call from async code: an `async` tool is awaited here, any other runs on `executor`."""
     if not definition.is_async:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, run_tool, definition, request, invocation, identity)
+        run = functools.partial(run_tool, artifacts=artifacts)
+        return await loop.run_in_executor(executor, run, definition, request, invocation, identity)
     started = time.perf_counter()
-    bound = _bind(definition, request, invocation or Invocation(), identity)
+    invocation = invocation or Invocation()
+    bound = _bind(definition, request, invocation, identity)
     if isinstance(bound, ToolOutcome):
         return _logged(definition, request, started, bound)
     try:
         value = await definition.function(*bound.args, **bound.kwargs)
     except Exception as exc:
         return _logged(definition, request, started, error_outcome(exc, OutcomeKind.EXECUTION_ERROR, bound))
-    return _logged(definition, request, started, _success(definition, value, bound))
+    writer = _writer(artifacts, invocation, request, definition)
+    if isinstance(value, int | float | bool | None) or (isinstance(value, str) and len(value) < 4096):
+        outcome = _success(definition, value, bound, writer)  # nothing to store: no thread needed
+    else:  # storing artifacts runs on a thread: their writes would block this loop
+        outcome = await asyncio.to_thread(_success, definition, value, bound, writer)
+    return _logged(definition, request, started, outcome)
+
+
+def _writer(
+    sink: ArtifactSink | None,
+    invocation: Invocation,
+    request: ToolExecutionRequest,
+    definition: ToolDefinition,
+) -> ArtifactWriter:
+    return ArtifactWriter.for_call(sink or ArtifactSink.from_env(), invocation, request.id, definition.name)
 
 
 def _bind(
@@ -116,9 +145,12 @@ def _bind(
         return error_outcome(error, OutcomeKind.ARGUMENTS_ERROR)
 
 
-def _success(definition: ToolDefinition, value: Any, bound: BoundCall) -> ToolOutcome:
+def _success(definition: ToolDefinition, value: Any, bound: BoundCall, writer: ArtifactWriter) -> ToolOutcome:
     try:
-        result = convert_result(value, returns_none=definition.returns_none)
+        with writing_artifacts(writer):
+            result = _inline_or_stored(
+                convert_result(value, returns_none=definition.returns_none), definition, writer
+            )
     except Exception as exc:
         return error_outcome(
             exc, OutcomeKind.EXECUTION_ERROR, bound, prefix=f"Result of tool '{definition.name}': "
@@ -131,6 +163,33 @@ def _success(definition: ToolDefinition, value: Any, bound: BoundCall) -> ToolOu
         attributes=result.attributes,
         parameter_changes=bound.parameters.changes(),
     )
+
+
+def _inline_or_stored(
+    result: ConvertedResult, definition: ToolDefinition, writer: ArtifactWriter
+) -> ConvertedResult:
+    """`result`, or, when its text is over the inline limit, the same stored as an artifact: the model
+    reads its beginning and its reference, the result object is the reference."""
+    if result.contents is not None or len(result.text) * 4 <= writer.sink.inline_result_bytes:
+        return result  # (4 bytes at most per character: surely inline, without encoding it)
+    if _is_ref(result.result_object) or (
+        isinstance(result.result_object, list) and all(_is_ref(item) for item in result.result_object)
+    ):
+        return result  # artifacts already: the model reads their notes
+    if utf8_size(result.text) <= writer.sink.inline_result_bytes:
+        return result
+    as_json = not isinstance(result.result_object, str) and result.result_object is not None
+    artifact = Artifact(
+        result.text.encode("utf-8", "surrogatepass"),
+        name=f"{definition.name}-result.{'json' if as_json else 'txt'}",
+        media_type="application/json" if as_json else "text/plain; charset=utf-8",
+    )
+    ref = writer.write(artifact)
+    return ConvertedResult(describe(ref, writer.heads.get(ref.id)), None, ref.to_json(), result.attributes)
+
+
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("type") == "artifact" and artifact_id_of(value) is not None
 
 
 def error_outcome(

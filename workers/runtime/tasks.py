@@ -19,6 +19,7 @@ from celery import Celery, Task
 from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 
 from workers._failures import ToolFailure, failure_for
+from workers.artifacts import ArtifactSink
 from workers.calls.progress import reporting
 from workers.calls.retry import is_transient, retry_delay_s
 from workers.calls.runner import bound_outcome, call_identity, log_call, run_tool
@@ -84,6 +85,7 @@ def _run_call(
             queued_s=queued_s,
         )
         raise failure_for(_logged(task, definition, request, outcome, started))
+    sink = ArtifactSink(settings.artifact_url, settings.inline_result_bytes)
     identity = None
     if definition.takes_identity:  # built only for the tools that ask for it: most calls need none
         identity = call_identity(
@@ -94,9 +96,13 @@ def _run_call(
         )
     if definition.takes_reporter:  # the last report is sent before the outcome
         with reporting(worker_reporter(task, definition)):
-            outcome = run_tool(definition, request, envelope.invocation, identity, log_outcome=False)
+            outcome = run_tool(
+                definition, request, envelope.invocation, identity, log_outcome=False, artifacts=sink
+            )
     else:  # most tools report nothing: no reporter, no context to set
-        outcome = run_tool(definition, request, envelope.invocation, identity, log_outcome=False)
+        outcome = run_tool(
+            definition, request, envelope.invocation, identity, log_outcome=False, artifacts=sink
+        )
     if _past_its_deadline(outcome, deadline):
         outcome = ToolOutcome(
             kind=OutcomeKind.TIMED_OUT,
