@@ -137,7 +137,7 @@ DESCRIPTIONS: dict[str, str] = {
     "max_result_bytes": "larger results are an execution error (>= 1), once over-inline ones have become "
     "artifacts: what stays inline (image contents, a result a tool gave as contents)",
     "inline_result_bytes": "a result whose text is larger is stored as an artifact, the model reading its "
-    "beginning and its reference (>= 1; see Artifacts)",
+    "beginning and its reference (>= 1)",
     "artifact_url": "the artifact store: a directory (`file:///srv/artifacts` or a path) or an S3-compatible "
     "bucket (`s3://bucket/prefix`, credentials and endpoint from the `AWS_*` variables or "
     "`?endpoint_url=`); unset: the directory `toolfleet-artifacts` under the working directory, which "

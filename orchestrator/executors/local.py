@@ -22,17 +22,11 @@ from workers import (
     ToolOutcome,
     ToolRegistry,
 )
+from workers.calls.compensating import arun_compensation, run_compensation
 from workers.calls.invocation import Invocation, ToolCallIdentity
 from workers.calls.progress import ToolProgressReporter, reporting
 from workers.calls.retry import backoff_s, is_transient
-from workers.calls.runner import (
-    arun_compensation,
-    arun_tool,
-    bound_outcome,
-    call_identity,
-    run_compensation,
-    run_tool,
-)
+from workers.calls.runner import arun_tool, bound_outcome, call_identity, run_tool
 from workers.settings import Settings
 
 __all__ = ["LocalExecutor"]

@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator.approvals import ApprovalRecord
 from orchestrator.errors import OrchestratorError, RoundTripLimitError
 from orchestrator.loop import checkpoints
+from orchestrator.loop.artifact_images import with_artifact_images
 from orchestrator.loop.budgeting import (
     before_model,
     may_start,
@@ -194,6 +195,8 @@ async def _turns(config: LoopConfig, state: RunState) -> Result:
     while True:
         state.saga.turn = state.round_trips + 1  # the turn of the calls this response asks for
         messages = await state.messages()  # read once per round trip
+        takes_images = getattr(config.chat_model, "supports_tool_result_images", False)
+        messages = await with_artifact_images(messages, takes_images)
         ask_providers(state, config.dynamic_providers, messages, dynamic=True)
         specifications = visible(config, state, messages)
         state.shown = {spec.name for spec in specifications}

@@ -21,8 +21,9 @@ from workers import (
     tool,
     tool_specifications_from,
 )
+from workers.calls.compensating import run_compensation
 from workers.calls.invocation import Invocation
-from workers.calls.runner import call_identity, run_compensation, run_tool
+from workers.calls.runner import call_identity, run_tool
 from workers.tools import check_compensations, discover_tools
 
 INVOCATION_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")

@@ -8,10 +8,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from workers.artifacts.store import ArtifactStore
+from typing import IO, Any, Protocol
 
 __all__ = ["CHUNK_BYTES", "REF_PREFIX", "Artifact", "ArtifactRef", "artifact_id_of", "refs_in"]
 
@@ -113,6 +110,14 @@ _TEXT_TYPES = frozenset(
 )
 
 
+class _Store(Protocol):
+    """What an artifact reads its stored bytes through (`ArtifactStore`)."""
+
+    def open(self, artifact_id: str) -> IO[bytes]: ...
+
+    def chunks(self, artifact_id: str, size: int = ...) -> Iterator[bytes]: ...
+
+
 class Artifact:
     """A file a tool produces or takes, whose bytes travel out of band, through the artifact store.
 
@@ -151,10 +156,10 @@ class Artifact:
         self._path = None if path is None else os.fspath(path)
         self._stream = stream
         self._ref: ArtifactRef | None = None
-        self._store: ArtifactStore | None = None
+        self._store: _Store | None = None
 
     @classmethod
-    def stored(cls, ref: ArtifactRef, store: ArtifactStore) -> Artifact:
+    def stored(cls, ref: ArtifactRef, store: _Store) -> Artifact:
         """The artifact `ref` names in `store`: what a tool's `Artifact` parameter receives."""
         artifact = cls(b"", name=ref.name, media_type=ref.media_type)
         artifact._data = None

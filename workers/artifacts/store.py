@@ -21,8 +21,6 @@ from dataclasses import asdict, dataclass
 from typing import IO, Any
 from urllib.parse import parse_qsl, urlsplit
 
-import fsspec
-
 from workers.artifacts._values import CHUNK_BYTES, Artifact, ArtifactRef, artifact_id_of
 from workers.errors import ArtifactNotFoundError, SettingsError
 
@@ -75,6 +73,8 @@ class ArtifactStore:
     @classmethod
     def from_url(cls, url: str) -> ArtifactStore:
         """The store `url` names: `file:///path`, a plain path, `s3://bucket/prefix`, or `memory://name`."""
+        import fsspec  # imported by the processes that store or read artifacts only
+
         text = url.strip() or DEFAULT_ARTIFACT_DIRECTORY
         parts = urlsplit(text)
         if parts.scheme in ("", "file"):
@@ -173,12 +173,15 @@ class ArtifactStore:
                 yield chunk
 
     def delete(self, artifact_id: str) -> bool:
-        """Remove the artifact (its record first): whether there was one."""
+        """Remove the artifact (its record first): whether there was one (an object store deletes a
+        missing key without a word, so whether it is there is asked first)."""
         existed = False
         for key in (self._key(artifact_id) + ".json", self._key(artifact_id)):
+            if not self.fs.exists(key):
+                continue
+            existed = True
             try:
                 self.fs.rm_file(key)
-                existed = True
             except FileNotFoundError:
                 pass
         return existed

@@ -13,6 +13,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import pydantic
 
+from workers.artifacts import Artifact
+from workers.artifacts._arguments import artifact_argument
 from workers.errors import ToolArgumentsError
 from workers.tools._types import (
     discriminator_of,
@@ -87,6 +89,8 @@ def convert(value: Any, tp: Any, path: str, tool: str) -> Any:
 def _convert(value: Any, tp: Any, path: str, tool: str, discriminator: str | None) -> Any:
     if tp is Any or tp is object:
         return plain_json(value)
+    if tp is Artifact:
+        return artifact_argument(value, path)
     if tp is bool:
         if isinstance(value, bool):
             return value

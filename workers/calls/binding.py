@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any
 
+from workers.artifacts._arguments import reading_artifacts
 from workers.calls._convert import JsonNumber, convert, json_type_name, plain_json
 from workers.calls.invocation import (
     Invocation,
@@ -17,6 +18,7 @@ from workers.calls.invocation import (
 )
 from workers.calls.progress import ToolProgressReporter, current_reporter
 from workers.errors import ToolArgumentsError, ToolDefinitionError
+from workers.tenants import tenant_of
 from workers.tools import ToolDefinition, ToolParameter
 
 __all__ = ["BoundCall", "bind_arguments", "parse_arguments"]
@@ -176,12 +178,13 @@ def bind_values(
     (`identity` is needed only when a parameter takes it)."""
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    for parameter in declared:
-        value = _value_for(parameter, values, tool_name, context, parameters, identity)
-        if parameter.positional_only:
-            args.append(value)
-        else:
-            kwargs[parameter.attribute] = value
+    with reading_artifacts(tenant_of(parameters)):  # an `Artifact` argument: the tenant's own only
+        for parameter in declared:
+            value = _value_for(parameter, values, tool_name, context, parameters, identity)
+            if parameter.positional_only:
+                args.append(value)
+            else:
+                kwargs[parameter.attribute] = value
     return BoundCall(args, kwargs, parameters)
 
 

@@ -15,10 +15,11 @@ import redis
 from celery import Task
 
 from workers._failures import failure_for
+from workers.calls.compensating import run_compensation
 from workers.calls.doubt import undo_key
 from workers.calls.invocation import Invocation
 from workers.calls.retry import backoff_s, call_state_ttl_s, compensation_timeout_s, retry_delay_s
-from workers.calls.runner import call_identity, run_compensation
+from workers.calls.runner import call_identity
 from workers.protocol import (
     CALL_ABANDONED,
     CALL_FINISHED,

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, get_args, get_origin
 
+from workers.artifacts._arguments import ARGUMENT_SCHEMA
+from workers.artifacts._values import Artifact
 from workers.errors import ToolDefinitionError
 from workers.tools._types import (
     description_of,
@@ -76,6 +78,8 @@ class SchemaBuilder:
             return {}
         if tp is uuid.UUID:
             return {"type": "string", "description": UUID_DESCRIPTION}
+        if tp is Artifact:
+            return dict(ARGUMENT_SCHEMA)
         if tp is str:
             return {"type": "string"}
         if tp is bool:

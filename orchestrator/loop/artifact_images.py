@@ -1,0 +1,76 @@
+"""Image artifacts in tool results, as the model is sent them.
+
+A tool's image artifact reaches the conversation as image content naming the artifact
+(`artifact:<id>`), never its bytes: memory and the journal keep the reference. Before each model
+request, a model that takes images in tool results (`supports_tool_result_images`) gets each such
+image read from the artifact store as base64 data; any other gets the result's text alone, which
+names the image, its type and size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+from orchestrator.messages import ChatMessage, ToolExecutionResultMessage
+from workers.artifacts import REF_PREFIX, ArtifactSink
+from workers.contents import Content, Image, ImageContent, TextContent
+from workers.errors import ArtifactNotFoundError
+
+__all__ = ["MAX_IMAGE_BYTES", "with_artifact_images"]
+
+log = logging.getLogger(__name__)
+
+MAX_IMAGE_BYTES = 20 << 20  # the largest image sent to a model: providers refuse larger ones
+
+
+async def with_artifact_images(messages: Sequence[ChatMessage], takes_images: bool) -> list[ChatMessage]:
+    """`messages` with each artifact image of a tool result read for the model, or left out."""
+    if not any(_artifact_images(message) for message in messages):
+        return list(messages)
+    resolved: list[ChatMessage] = []
+    for message in messages:
+        if not isinstance(message, ToolExecutionResultMessage) or not _artifact_images(message):
+            resolved.append(message)
+            continue
+        parts: list[Content] = []
+        for part in message.contents or ():
+            if not _is_artifact_image(part):
+                parts.append(part)
+            elif takes_images:
+                parts.append(await _read(part))  # type: ignore[arg-type]
+        # no image left: the result's text, which names each image, is what the model reads
+        images = any(isinstance(part, ImageContent) for part in parts)
+        resolved.append(dataclasses.replace(message, contents=tuple(parts) if images else None))
+    return resolved
+
+
+def _artifact_images(message: ChatMessage) -> bool:
+    if not isinstance(message, ToolExecutionResultMessage):
+        return False
+    return any(_is_artifact_image(part) for part in message.contents or ())
+
+
+def _is_artifact_image(part: Content) -> bool:
+    return isinstance(part, ImageContent) and (part.image.url or "").startswith(REF_PREFIX)
+
+
+async def _read(part: ImageContent) -> Content:
+    """The image's bytes as base64 content; a note in its place when it cannot be sent."""
+    reference = part.image.url or ""
+    store = ArtifactSink.from_env().store
+    try:
+        record = await asyncio.to_thread(store.record, reference)
+        if record.ref.size > MAX_IMAGE_BYTES:
+            return TextContent(f"[image {reference} is {record.ref.size} bytes: too large to show the model]")
+        data = await asyncio.to_thread(lambda: b"".join(store.chunks(record.ref.id)))
+    except (ArtifactNotFoundError, OSError) as exc:
+        log.warning("image artifact %s could not be read for the model: %s", reference, exc)
+        return TextContent(f"[image {reference} could not be read: it does not exist (or was removed)]")
+    mime_type = record.ref.media_type.split(";", 1)[0].strip()
+    return ImageContent(
+        Image(base64_data=base64.b64encode(data).decode("ascii"), mime_type=mime_type), part.detail
+    )
