@@ -8,6 +8,7 @@ limit is itself stored as an artifact, the model reading its beginning and where
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Iterator
@@ -51,16 +52,19 @@ class ArtifactSink:
     @classmethod
     def from_env(cls) -> ArtifactSink:
         """The sink the `TOOLFLEET_ARTIFACT_URL` and `TOOLFLEET_INLINE_RESULT_BYTES` variables name."""
-        from workers.settings import Settings  # the settings import the tool side: read at the edge
-
-        settings = Settings.from_env(
-            {
-                k: v
-                for k, v in os.environ.items()
-                if k in ("TOOLFLEET_ARTIFACT_URL", "TOOLFLEET_INLINE_RESULT_BYTES")
-            }
+        return _sink_of(
+            os.environ.get("TOOLFLEET_ARTIFACT_URL"), os.environ.get("TOOLFLEET_INLINE_RESULT_BYTES")
         )
-        return cls(settings.artifact_url, settings.inline_result_bytes)
+
+
+@functools.lru_cache(maxsize=8)
+def _sink_of(url: str | None, inline: str | None) -> ArtifactSink:
+    """The sink of these two variables' values, read once per process for each pair."""
+    from workers.settings import Settings  # the settings import the tool side
+
+    given = {"TOOLFLEET_ARTIFACT_URL": url, "TOOLFLEET_INLINE_RESULT_BYTES": inline}
+    settings = Settings.from_env({k: v for k, v in given.items() if v is not None})
+    return ArtifactSink(settings.artifact_url, settings.inline_result_bytes)
 
 
 @dataclass

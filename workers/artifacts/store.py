@@ -10,6 +10,7 @@ the usual `AWS_*` variables, or `?endpoint_url=…` for an S3-compatible server)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -180,10 +181,8 @@ class ArtifactStore:
             if not self.fs.exists(key):
                 continue
             existed = True
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(key)
-            except FileNotFoundError:
-                pass
         return existed
 
     def records(self) -> Iterator[ArtifactRecord]:
