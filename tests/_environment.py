@@ -78,7 +78,8 @@ def emptied_redis(url: str, needed_by: str) -> redis.Redis:
 
 def make_hermetic(environ: MutableMapping[str, str], scratch: Path) -> list[str]:
     """Remove every toolfleet and Flower variable the harness does not read, then set what the tests
-    need: the test Redis database and a journal in `scratch`. Returns the names removed."""
+    need: the test Redis database, a journal and an artifact store in `scratch`. Returns the names
+    removed."""
     removed = sorted(
         name
         for name in environ
@@ -90,4 +91,5 @@ def make_hermetic(environ: MutableMapping[str, str], scratch: Path) -> list[str]
         del environ[name]
     environ["TOOLFLEET_REDIS_URL"] = integration_redis_url(environ)
     environ["TOOLFLEET_DATABASE_URL"] = f"sqlite:///{scratch / 'toolfleet.db'}"
+    environ["TOOLFLEET_ARTIFACT_URL"] = (scratch / "artifacts").as_uri()
     return removed

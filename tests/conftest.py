@@ -27,6 +27,7 @@ from tests._environment import make_hermetic
 from tests._parallel import own_servers, worker_id
 from workers.settings import redact_url
 
+pytest_plugins = ["tests.artifact_stores"]  # the artifact stores: a directory, S3 on moto
 _removed: list[str] = []
 
 

@@ -3,6 +3,7 @@
 A worker machine needs only this package: it never imports `orchestrator`.
 """
 
+from workers.artifacts import Artifact, ArtifactRef
 from workers.calls.invocation import InvocationContext, InvocationParameters, ToolCallIdentity, ToolMemoryId
 from workers.calls.progress import ToolProgressReporter
 from workers.calls.results import ToolExecutionResult
@@ -23,6 +24,8 @@ from workers.tools.registry import ToolRegistry
 from workers.tools.specification import ReturnBehavior, SearchBehavior, ToolSpecification
 
 __all__ = [
+    "Artifact",
+    "ArtifactRef",
     "Image",
     "ImageContent",
     "InvocationContext",

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from bench._context import Bench
 from bench._measures.adoption import measure_adoption
 from bench._measures.anchors import measure_anchors
+from bench._measures.artifacts import measure_artifacts
 from bench._measures.batch import measure_batch
 from bench._measures.dbos_peer import measure_dbos_peer
 from bench._measures.deadline import measure_deadline
@@ -51,6 +52,7 @@ MEASURES: dict[str, Runner] = {
     "14": measure_fairness,
     "15": measure_mcp_call,
     "16": measure_dbos_peer,
+    "17": measure_artifacts,
 }
 # `deadline` runs last: its abandoned calls occupy worker threads for 5 s.
-RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "12", "13", "14", "15", "16", "3"]
+RUN_ORDER = ["1", "2", "4", "8", "5", "6", "7", "9", "10", "11", "12", "13", "14", "15", "16", "17", "3"]

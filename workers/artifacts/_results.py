@@ -170,6 +170,6 @@ def size_text(size: int) -> str:
     value = float(size)
     for unit in ("KB", "MB", "GB"):
         value /= 1000
-        if value < 1000:
+        if round(value, 1) < 1000:  # 999,999 bytes: "1.0 MB", not "1000.0 KB"
             return f"{value:.1f} {unit}"
     return f"{value / 1000:.1f} TB"

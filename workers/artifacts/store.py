@@ -85,7 +85,8 @@ class ArtifactStore:
             if not parts.netloc:
                 raise SettingsError(f"TOOLFLEET_ARTIFACT_URL={url!r} names no bucket: use s3://bucket/prefix")
             options = dict(parse_qsl(parts.query))
-            storage: dict[str, Any] = {}
+            # no listings cache: an artifact another process writes after a listing must be seen
+            storage: dict[str, Any] = {"use_listings_cache": False}
             if "endpoint_url" in options:
                 storage["endpoint_url"] = options["endpoint_url"]
             if "region" in options:
@@ -127,13 +128,18 @@ class ArtifactStore:
         record and the first bytes (for a preview). A failed write leaves no record."""
         artifact_id = uuid.uuid4().hex
         digest, size, head = hashlib.sha256(), 0, bytearray()
-        with self.fs.open(self._key(artifact_id), "wb", **self._write_options) as out:
+        out = self.fs.open(self._key(artifact_id), "wb", **self._write_options)
+        try:
             for chunk in artifact.chunks():
                 digest.update(chunk)
                 size += len(chunk)
                 if len(head) < _HEAD_BYTES:
                     head += chunk[: _HEAD_BYTES - len(head)]
                 out.write(chunk)
+        except BaseException:
+            self._discard(out, artifact_id)
+            raise
+        out.close()
         ref = ArtifactRef(
             id=artifact_id,
             name=artifact.name,
@@ -145,6 +151,17 @@ class ArtifactStore:
         record = ArtifactRecord(ref, time.time(), invocation_id, call_id, tool, tenant)
         self.fs.pipe_file(self._key(artifact_id) + ".json", json.dumps(record.to_json()).encode())
         return record, bytes(head)
+
+    def _discard(self, out: Any, artifact_id: str) -> None:
+        """Drop a write cut short: an upload aborted, whatever reached the store removed."""
+        with contextlib.suppress(Exception):
+            if hasattr(out, "discard"):
+                out.discard()  # an S3 multipart upload, aborted: nothing is committed
+                out.closed = True  # (else its finalizer would try to complete it)
+            else:
+                out.close()
+        with contextlib.suppress(Exception):
+            self.fs.rm_file(self._key(artifact_id))
 
     def record(self, artifact: str) -> ArtifactRecord:
         """The record of the artifact `artifact` names (`artifact:<id>` or an id): `ArtifactNotFoundError`
