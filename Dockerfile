@@ -18,13 +18,16 @@ COPY pyproject.toml uv.lock README.md ./
 COPY workers/ workers/
 COPY orchestrator/ orchestrator/
 RUN pip install "uv==0.13.9" \
-    && uv export --locked --no-emit-project --extra postgres --extra otel -o /tmp/locked.txt \
+    && uv export --locked --no-emit-project --extra postgres --extra otel --extra s3 -o /tmp/locked.txt \
     && pip install --require-hashes -r /tmp/locked.txt \
-    && pip install --no-deps ".[postgres,otel]" \
+    && pip install --no-deps ".[postgres,otel,s3]" \
     && pip uninstall --yes uv \
     && cd / && rm -rf /src /tmp/locked.txt
 
 RUN useradd --create-home --home-dir /home/toolfleet --uid 10001 --user-group --shell /usr/sbin/nologin toolfleet
+# The directory artifact store (TOOLFLEET_ARTIFACT_URL=file:///artifacts): a volume mounted here takes
+# this owner, so the service's user can write it.
+RUN mkdir /artifacts && chown toolfleet:toolfleet /artifacts
 USER toolfleet
 WORKDIR /home/toolfleet
 

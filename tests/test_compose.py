@@ -292,7 +292,17 @@ def test_the_stack_has_its_services(compose: dict[str, Any]) -> None:
         "prometheus",
     }
     assert set(_toolfleet_services(compose)) == {"flower", "worker-io", "worker-heavy", "orchestrator"}
-    assert set(compose["volumes"]) == {"redis-data", "postgres-data"}
+    assert set(compose["volumes"]) == {"redis-data", "postgres-data", "artifacts"}
+
+
+def test_the_workers_and_the_orchestrator_share_one_artifact_store(compose: dict[str, Any]) -> None:
+    # a directory store works across processes only where they all see the same directory
+    for name in ("worker-io", "worker-heavy", "orchestrator"):
+        service = _services(compose)[name]
+        assert (
+            service["environment"]["TOOLFLEET_ARTIFACT_URL"] == "${TOOLFLEET_ARTIFACT_URL:-file:///artifacts}"
+        )
+        assert "artifacts:/artifacts" in service["volumes"], name
 
 
 def test_every_toolfleet_command_is_one_the_cli_accepts(compose: dict[str, Any]) -> None:
@@ -525,14 +535,16 @@ def test_the_image_runs_toolfleet_as_a_non_root_user() -> None:
     runs = [rest for keyword, rest in instructions if keyword == "RUN"]
     # the dependencies are the lock's, hash-checked, for the extras the image has; then the package alone
     assert any(
-        re.search(r"uv export --locked .*--extra postgres --extra otel", run)
+        re.search(r"uv export --locked .*--extra postgres --extra otel --extra s3", run)
         and re.search(r"pip install --require-hashes -r", run)
-        and re.search(r"pip install --no-deps \"?\.\[postgres,otel\]\"?", run)
+        and re.search(r"pip install --no-deps \"?\.\[postgres,otel,s3\]\"?", run)
         for run in runs
     ), runs
     assert not any(re.search(r"\[[^\]]*\bdev\b", run) for run in runs), "no development extras"
     users = [rest for keyword, rest in instructions if keyword == "USER"]
     assert users and users[-1] not in ("root", "0"), "the services run as a non-root user"
+    # the directory artifact store's mount point belongs to that user (a new volume takes its owner)
+    assert any(re.search(r"mkdir /artifacts && chown toolfleet:toolfleet /artifacts", run) for run in runs)
     copied = " ".join(rest for keyword, rest in instructions if keyword == "COPY")
     for needed in ("pyproject.toml", "uv.lock", "README.md", "workers", "orchestrator"):
         assert needed in copied
