@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from workers.artifacts._values import Artifact, ArtifactRef
@@ -67,46 +67,41 @@ def _sink_of(url: str | None, inline: str | None) -> ArtifactSink:
     return ArtifactSink(settings.artifact_url, settings.inline_result_bytes)
 
 
-@dataclass
 class ArtifactWriter:
-    """One call's artifacts: the sink, whose call it is, and the first bytes of each written."""
+    """One call's artifacts: the sink, whose call it is (read when an artifact is written: most calls
+    write none, and pay for no more than this object), and the first bytes of each written."""
 
-    sink: ArtifactSink
-    invocation_id: str | None = None
-    call_id: str | None = None
-    tool: str | None = None
-    tenant: str | None = None
-    heads: dict[str, bytes] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    __slots__ = ("_invocation", "call_id", "heads", "sink", "tool")
 
-    @classmethod
-    def for_call(cls, sink: ArtifactSink, invocation: Any, call_id: str | None, tool: str) -> ArtifactWriter:
-        return cls(
-            sink,
-            invocation_id=str(invocation.context.invocation_id),
-            call_id=call_id,
-            tool=tool,
-            tenant=tenant_of(invocation.parameters),
-        )
+    def __init__(
+        self, sink: ArtifactSink, invocation: Any = None, call_id: str | None = None, tool: str | None = None
+    ) -> None:
+        self.sink = sink
+        self._invocation = invocation  # a `workers.calls.invocation.Invocation`, or None
+        self.call_id = call_id
+        self.tool = tool
+        self.heads: dict[str, bytes] = {}
 
     def write(self, artifact: Artifact) -> ArtifactRef:
         if artifact.ref is not None:  # an artifact the tool received, returned as it is
             return artifact.ref
+        invocation = self._invocation
         try:
             record, head = self.sink.store.put(
                 artifact,
-                invocation_id=self.invocation_id,
+                invocation_id=None if invocation is None else str(invocation.context.invocation_id),
                 call_id=self.call_id,
                 tool=self.tool,
-                tenant=self.tenant,
+                tenant=None if invocation is None else tenant_of(invocation.parameters),
             )
         except (OSError, ValueError) as exc:
             raise ToolResultError(f"artifact {artifact.name!r} could not be stored: {exc}") from exc
-        with self._lock:
+        with _HEADS_LOCK:  # a tool's threads may convert results at once
             self.heads[record.ref.id] = head
         return record.ref
 
 
+_HEADS_LOCK = threading.Lock()
 _WRITER: ContextVar[ArtifactWriter | None] = ContextVar("toolfleet_artifact_writer", default=None)
 
 

@@ -118,7 +118,7 @@ def _writer(
     request: ToolExecutionRequest,
     definition: ToolDefinition,
 ) -> ArtifactWriter:
-    return ArtifactWriter.for_call(sink or ArtifactSink.from_env(), invocation, request.id, definition.name)
+    return ArtifactWriter(sink or ArtifactSink.from_env(), invocation, request.id, definition.name)
 
 
 def _bind(

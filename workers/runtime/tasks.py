@@ -9,6 +9,7 @@ outcome travels in the exception's arguments for the orchestrator to read.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -85,7 +86,7 @@ def _run_call(
             queued_s=queued_s,
         )
         raise failure_for(_logged(task, definition, request, outcome, started))
-    sink = ArtifactSink(settings.artifact_url, settings.inline_result_bytes)
+    sink = _sink(settings.artifact_url, settings.inline_result_bytes)
     identity = None
     if definition.takes_identity:  # built only for the tools that ask for it: most calls need none
         identity = call_identity(
@@ -138,6 +139,12 @@ def _run_call(
         invocation = envelope.invocation
         finish_or_compensate_late(task, definition, settings, request, invocation, outcome, deadline)
     return _logged(task, definition, request, outcome, started).to_wire(task.request.hostname)
+
+
+@functools.lru_cache(maxsize=4)
+def _sink(url: str, inline_result_bytes: int) -> ArtifactSink:
+    """The worker's artifact sink, made once (its settings are the process's)."""
+    return ArtifactSink(url, inline_result_bytes)
 
 
 def _queued_s(task: Task) -> float | None:
