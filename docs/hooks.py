@@ -31,6 +31,7 @@ GENERATED: dict[str, tuple[str, Callable[[], str]]] = {
 
 # The sections the settings' descriptions send the reader to ("see Brokers"), and where they are.
 SEE_ALSO = {
+    "Artifacts": "artifacts.md",
     "Brokers": "deployment.md#brokers-rabbitmq-and-redis-sentinel",
     "Compensation": "sagas.md",
     "Monitoring with Flower": "observability.md#monitoring-with-flower",

@@ -78,6 +78,7 @@ class Settings:
                 f"{ENVIRONMENT['broker_queue_type']} must be one of {', '.join(QUEUE_TYPES)}, "
                 f"got {self.broker_queue_type!r}"
             )
+        _check_artifact_url(self.artifact_url)
         if self.log_format not in LOG_FORMATS:
             raise SettingsError(
                 f"{ENVIRONMENT['log_format']} must be one of {', '.join(LOG_FORMATS)}, "
@@ -209,6 +210,17 @@ def _check_redis_url(url: str, name: str = "redis_url") -> None:
         except ValueError as exc:
             reason = str(exc)
     raise SettingsError(f"{ENVIRONMENT[name]}={redact_url(url)!r} is not a Redis URL: {reason}")
+
+
+def _check_artifact_url(url: str) -> None:
+    """A store `ArtifactStore.from_url` can open: a path, `file://`, `s3://bucket[/prefix]`, `memory://`."""
+    parts = urlsplit(url.strip())
+    if parts.scheme in ("", "file", "memory") or (parts.scheme in ("s3", "s3a") and parts.netloc):
+        return
+    raise SettingsError(
+        f"{ENVIRONMENT['artifact_url']}={redact_url(url)!r} is not an artifact store: use a directory "
+        "(file:///path, or a path) or s3://bucket/prefix"
+    )
 
 
 def _check_bound(name: str, value: object, minimum: float, inclusive: bool) -> None:

@@ -29,7 +29,7 @@ from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.saga.async_journal import AsyncJournal
 from orchestrator.saga.journal import Journal
 from orchestrator.saga.recovery import stale_after_floor
-from orchestrator.server import a2a, approvals, completions, native, routes
+from orchestrator.server import a2a, approvals, artifacts, completions, native, routes
 from orchestrator.server.adoption import adopt_in_background
 from orchestrator.server.error_shape import api_error_body, error_body
 from orchestrator.server.events import EventLog, service_redis
@@ -132,6 +132,7 @@ def create_app(
     app.include_router(native.router)
     app.include_router(approvals.router)
     app.include_router(a2a.router)
+    artifacts.install(app, settings)
     mount_ui(app, ui or UiSettings())
     return app
 

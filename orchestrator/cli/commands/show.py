@@ -137,6 +137,8 @@ def _print_call(
         print(f"      last progress: {progress_text(call.last_progress)}")
     if call.result:
         print(f"      -> {call.result[:160]}")
+    for line in artifact_lines(call.result_object):
+        print(f"      {line}")
     if caused_rollback:
         print("      this failure rolled back the successful calls before it")
     if compensation is not None:
@@ -153,6 +155,21 @@ def _print_call(
         print("      nothing to undo: the call failed")
     elif call.state == CallState.DISPATCHED:
         print("      no outcome journaled: in flight, or its orchestrator stopped (`toolfleet recover`)")
+
+
+def artifact_lines(result_object: Any) -> list[str]:
+    """A line per artifact of a call's result: `artifact artifact:<id>  report.csv  text/csv  4.2 KB`."""
+    from workers.artifacts import refs_in, size_text
+
+    return [
+        f"artifact {ref.ref}  {_printable(ref.name)}  {_printable(ref.media_type)}  {size_text(ref.size)}"
+        for ref in refs_in(result_object)
+    ]
+
+
+def _printable(text: str) -> str:
+    """`text` with each control character as `?`: a tool names its artifacts, not the terminal's state."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def progress_text(report: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""The run view's routes: the invocations, one invocation (live), the pools, and signing in.
+"""The run view's routes: the invocations, one invocation (live), its artifacts' bytes, the pools,
+and signing in.
 
 Every page asks who is looking first (`guarded`): the service's keys through the sign-in form, or
 HTTP basic authentication, or no one when the view is open (loopback only). Every POST carries the
@@ -20,6 +21,7 @@ from redis.exceptions import RedisError
 
 from orchestrator.server.events import once_journaled, stream_position
 from orchestrator.server.ui import data
+from orchestrator.server.ui.artifacts import artifact_views, served
 from orchestrator.server.ui.auth import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
@@ -194,6 +196,7 @@ async def _invocation(
         story=story,
         waterfall=waterfall_svg(story, datetime.now(UTC)),
         record=story.record,
+        artifacts=await artifact_views(context, session.viewer, story.calls),
         active=story.record.state in data.ACTIVE,
         **common(context, session),
     )
@@ -224,6 +227,25 @@ async def invocation_events(invocation_id: str, request: Request) -> Response:
         )
 
     return await guarded(request, stream)
+
+
+@router.api_route("/artifacts/{artifact_id}", methods=["GET", "HEAD"])
+async def artifact(artifact_id: str, request: Request) -> Response:
+    """An artifact's bytes, for its link and picture on its invocation's page (the tenant's own only)."""
+
+    async def page(request: Request, context: UiContext, session: Session) -> Response:
+        response = await served(request, context, session.viewer, artifact_id)
+        if response is not None:
+            return response
+        return html(
+            "message.html",
+            status_code=404,
+            title="No such artifact",
+            message=f"The artifact store has no artifact {artifact_id} (or it was removed).",
+            **common(context, session),
+        )
+
+    return await guarded(request, page)
 
 
 @router.get("/pools")
