@@ -27,6 +27,7 @@ from workers._task_names import (
     tool_task_name,
 )
 from workers._tool_outcome import ErrorCause, OutcomeKind, ToolOutcome
+from workers.artifacts._values import ArtifactRef, refs_in
 from workers.calls.invocation import Invocation
 from workers.contents import Content, content_from_json, content_to_json
 
@@ -145,6 +146,12 @@ class ToolExecution:
         if self.started_at is None or self.finished_at is None:
             return None
         return (self.finished_at - self.started_at).total_seconds()
+
+    @property
+    def artifacts(self) -> list[ArtifactRef]:
+        """The artifacts the result refers to (in `result_object`): what a compensation that undoes the
+        call removes, with `workers.artifacts.delete_artifacts`."""
+        return refs_in(self.result_object)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,4 +1,4 @@
-"""`toolfleet demo`: the whole system on one machine — two worker pools, seven scripted stories.
+"""`toolfleet demo`: the whole system on one machine — two worker pools, eight scripted stories.
 
 An embedded Redis is started when none answers at `TOOLFLEET_REDIS_URL`; an `io` pool (threads) and a
 `heavy` pool (prefork) run as worker processes with the example tools; the orchestrator discovers
@@ -6,8 +6,10 @@ the tools from the live catalog (it imports none of their code) and runs, in ord
 example of the documentation, weather lookups fanned out in parallel, a bank transfer whose second
 call fails and whose first is compensated, and a trip booking where the car rental times out and
 the two other bookings are undone in reverse order, a fare watch cancelled after a few checks, and a
-large transfer that waits for a person's approval and is approved, and goes on, in a second process;
-last, an MCP client calls the io pool's fare search through `toolfleet mcp serve`, hearing its progress.
+large transfer that waits for a person's approval and is approved, and goes on, in a second process,
+and an outlook report rendered on the heavy pool and returned as an artifact, which the answer links
+(`demo_report`); last, an MCP client calls the io pool's fare search through `toolfleet mcp serve`,
+hearing its progress.
 `--model openai:<name>` (or `anthropic:<name>`) runs the same tools with a real model.
 """
 
@@ -19,7 +21,7 @@ import json
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -29,6 +31,15 @@ from orchestrator.cli.commands._journal_source import DEFAULT_DATABASE_URL
 from orchestrator.cli.console import LiveTable, aligned, chat_model, cut, progress_text
 from orchestrator.cli.demo_approval import approve_in_another_process, shared_environment
 from orchestrator.cli.demo_mcp import MCP_STORY, mcp_story
+from orchestrator.cli.demo_report import (
+    REPORT_QUESTION,
+    REPORT_STORY,
+    report_script,
+    shared_artifact_url,
+    skipped_because,
+    write_artifacts,
+)
+from orchestrator.cli.demo_scripts import Script, asks, call, last_results
 from orchestrator.executors.celery import CeleryExecutor
 from orchestrator.handlers import fail_invocation_unless_visible_to_llm, send_exception_message_to_llm
 from orchestrator.messages import AiMessage, ToolExecutionResultMessage, UserMessage
@@ -37,8 +48,9 @@ from orchestrator.models.scripted import ScriptedChatModel
 from orchestrator.result import CompleteResponse, Result, ToolProgress
 from orchestrator.saga.journal import Journal
 from orchestrator.service import AiService
+from workers.artifacts import ArtifactStore, store_for
 from workers.examples.teller import teller, teller_script, transfer_asked
-from workers.protocol import ToolExecution, ToolExecutionRequest
+from workers.protocol import ToolExecution
 from workers.redis_client import connect as connect_redis
 from workers.runtime.catalog import Catalog
 from workers.runtime.process import WorkerProcess
@@ -47,30 +59,11 @@ from workers.tools import ToolDefinition
 
 __all__ = ["STORIES", "run_demo", "write_summary"]
 
-Script = Callable[[ChatRequest], AiMessage | str]
-
-
-def _last_results(request: ChatRequest) -> list[ToolExecutionResultMessage]:
-    results: list[ToolExecutionResultMessage] = []
-    for message in reversed(request.messages):
-        if not isinstance(message, ToolExecutionResultMessage):
-            break
-        results.insert(0, message)
-    return results
-
-
-def _asks(request: ChatRequest) -> bool:
-    return isinstance(request.messages[-1], UserMessage)
-
-
-def _call(call_id: str, tool: str, **arguments: object) -> ToolExecutionRequest:
-    return ToolExecutionRequest(call_id, tool, json.dumps(arguments))
-
 
 def _square_root(request: ChatRequest) -> AiMessage | str:
-    if _asks(request):
-        return AiMessage(tool_execution_requests=[_call("call_sqrt", "squareRoot", x=475695037565)])
-    (result,) = _last_results(request)
+    if asks(request):
+        return AiMessage(tool_execution_requests=[call("call_sqrt", "squareRoot", x=475695037565)])
+    (result,) = last_results(request)
     return f"The square root of 475695037565 is {float(result.text):.6f}."
 
 
@@ -78,11 +71,11 @@ CITIES = ("London", "Kyiv", "Tokyo", "Lima", "Nairobi")
 
 
 def _weather(request: ChatRequest) -> AiMessage | str:
-    if _asks(request):
-        calls = [_call(f"call_w{i}", "get_weather", city=c, delay_s=0.5) for i, c in enumerate(CITIES)]
+    if asks(request):
+        calls = [call(f"call_w{i}", "get_weather", city=c, delay_s=0.5) for i, c in enumerate(CITIES)]
         return AiMessage(tool_execution_requests=calls)
     parts = []
-    for result in _last_results(request):
+    for result in last_results(request):
         forecast = json.loads(result.text)
         parts.append(f"{forecast['city']} {forecast['temperature']}°C {forecast['summary']}")
     return "Forecasts: " + "; ".join(parts) + "."
@@ -100,12 +93,12 @@ def _transfer_asked(request: ChatRequest) -> tuple[float, str, str]:
 
 def _transfer(request: ChatRequest) -> AiMessage | str:
     amount, payer, payee = _transfer_asked(request)
-    if _asks(request):
-        return AiMessage(tool_execution_requests=[_call("call_credit", "credit", name=payee, amount=amount)])
-    results = _last_results(request)
+    if asks(request):
+        return AiMessage(tool_execution_requests=[call("call_credit", "credit", name=payee, amount=amount)])
+    results = last_results(request)
     if results and results[-1].tool_name == "credit":
         return AiMessage(
-            tool_execution_requests=[_call("call_withdraw", "withdraw", name=payer, amount=amount)]
+            tool_execution_requests=[call("call_withdraw", "withdraw", name=payer, amount=amount)]
         )
     rolled = [
         m.text
@@ -116,23 +109,23 @@ def _transfer(request: ChatRequest) -> AiMessage | str:
 
 
 def _trip(request: ChatRequest) -> AiMessage | str:
-    if _asks(request):
+    if asks(request):
         return AiMessage(
             tool_execution_requests=[
-                _call("call_flight", "book_flight", origin="Kyiv", destination="Lisbon", day="2026-12-24"),
-                _call("call_hotel", "book_hotel", city="Lisbon", nights=3),
-                _call("call_car", "rentCar", city="Lisbon", days=3),
+                call("call_flight", "book_flight", origin="Kyiv", destination="Lisbon", day="2026-12-24"),
+                call("call_hotel", "book_hotel", city="Lisbon", nights=3),
+                call("call_car", "rentCar", city="Lisbon", days=3),
             ]
         )
-    return "I could not book the whole trip: " + " | ".join(m.text for m in _last_results(request))
+    return "I could not book the whole trip: " + " | ".join(m.text for m in last_results(request))
 
 
 def _fares(request: ChatRequest) -> AiMessage | str:
-    if _asks(request):
-        return AiMessage(tool_execution_requests=[_call("call_search", "search_fares", destination="Lisbon")])
-    results = _last_results(request)
+    if asks(request):
+        return AiMessage(tool_execution_requests=[call("call_search", "search_fares", destination="Lisbon")])
+    results = last_results(request)
     if results[-1].tool_name == "search_fares":
-        watch = _call("call_watch", "watch_fare", destination="Lisbon", below=80)
+        watch = call("call_watch", "watch_fare", destination="Lisbon", below=80)
         return AiMessage(tool_execution_requests=[watch])
     searched = next(m.text for m in request.messages if isinstance(m, ToolExecutionResultMessage))
     return f"{searched}. I stopped watching the fare: {results[-1].text}."
@@ -151,6 +144,7 @@ STORIES: list[tuple[str, str, Script]] = [
     ),
     # More than the teller's threshold: the transfer waits until a second process approves it.
     ("Large transfer, approved by another process", "Transfer 1500 from Olena to Dmytro.", teller_script),
+    (REPORT_STORY, REPORT_QUESTION, report_script),
 ]
 # The fifth story's user stops the fare watch once it has checked this many times.
 WATCH_CHECKS_BEFORE_CANCEL = 5
@@ -195,9 +189,11 @@ def write_summary(
     result: Result,
     journal: Journal,
     placed: Mapping[tuple[str, str], tuple[str, str | None]],
+    store: ArtifactStore | None = None,
 ) -> None:
     """The story's calls, each with where it ran (`placed`: as the live table showed it, else as its
-    outcome tells), how long it took and its result; then the compensations and the answer."""
+    outcome tells), how long it took and its result; then the compensations, the artifacts the calls
+    made (where they are in `store`), and the answer."""
     out.write(f"  Summary of '{title}' (invocation {result.invocation_id}):\n")
     rows = [_summary_row(execution, placed) for execution in result.tool_executions]
     widths = [max([width, *(len(row[i]) for row in rows)]) for i, width in enumerate(SUMMARY_WIDTHS)]
@@ -206,6 +202,8 @@ def write_summary(
     compensations = journal.compensations(result.invocation_id)
     for compensation in compensations:
         out.write(f"    compensation of {compensation.tool}: {compensation.state} (#{compensation.id})\n")
+    if store is not None:
+        write_artifacts(out, result, store)
     out.write(f"  Answer: {result.content}\n\n")
 
 
@@ -226,7 +224,7 @@ def _summary_row(
 
 
 @contextlib.contextmanager
-def _pools(settings: Settings, logs: str, out: TextIO) -> Iterator[list[str]]:
+def _pools(settings: Settings, logs: str, out: TextIO, artifact_url: str) -> Iterator[list[str]]:
     """The demo's worker pools: those already live (a deployed stack), else two started here."""
     catalog = Catalog(connect_redis(settings.redis_url))
     live = {pool: catalog.live_workers(pool) for pool in ("io", "heavy")}
@@ -240,9 +238,10 @@ def _pools(settings: Settings, logs: str, out: TextIO) -> Iterator[list[str]]:
         out.write("The live worker pools were left running.\n")
         return
     out.write(
-        "Starting worker pools: io (threads x16: weather, bank, fares), heavy (prefork x3: math, travel)\n"
+        "Starting worker pools: io (threads x16: weather, bank, fares), "
+        "heavy (prefork x3: math, travel, report)\n"
     )
-    with _own_pools(settings, logs) as workers:
+    with _own_pools(settings, logs, artifact_url) as workers:
         yield [w.hostname for w in workers]
     out.write("The demo's worker processes stopped.\n")
 
@@ -250,13 +249,14 @@ def _pools(settings: Settings, logs: str, out: TextIO) -> Iterator[list[str]]:
 # The demo's pools: name, kind, concurrency, example modules.
 DEMO_POOLS = (
     ("io", "threads", 16, ["workers.examples.weather", "workers.examples.bank", "workers.examples.fares"]),
-    ("heavy", "prefork", 3, ["workers.examples.math", "workers.examples.travel"]),
+    ("heavy", "prefork", 3, ["workers.examples.math", "workers.examples.travel", "workers.examples.report"]),
 )
 
 
 @contextlib.contextmanager
-def _own_pools(settings: Settings, logs: str) -> Iterator[list[WorkerProcess]]:
+def _own_pools(settings: Settings, logs: str, artifact_url: str) -> Iterator[list[WorkerProcess]]:
     env = {
+        "TOOLFLEET_ARTIFACT_URL": artifact_url,
         "TOOLFLEET_EXAMPLES_SLOW": "car=4",
         "TOOLFLEET_HEARTBEAT_TTL_S": "3",
         "TOOLFLEET_BROKER_URL": settings.broker_url,
@@ -310,7 +310,7 @@ async def _streamed(service: AiService, question: str, table: LiveTable) -> Resu
 
 
 def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None = None) -> int:
-    """Run the seven stories; returns the exit code."""
+    """Run the eight stories; returns the exit code."""
     from workers._devredis import embedded_redis
 
     settings = settings or Settings.from_env()
@@ -321,10 +321,14 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
             # A scratch journal that dies with the demo: sealed with a key of its own, used once.
             database_url, keys = f"sqlite:///{scratch}/demo.db", Fernet.generate_key().decode()
         journal = Journal(database_url, keys=keys)
-        # A second process (the approval story's) reaches the same Redis, broker and journal.
-        environment = shared_environment(settings, database_url, keys)
+        # Every process of the demo keeps its artifacts in one store, which outlives the demo.
+        artifact_url = shared_artifact_url(settings)
+        store = store_for(artifact_url)
+        out.write(f"Artifacts are stored in {store.url} (TOOLFLEET_ARTIFACT_URL)\n")
+        # A second process (the approval story's) reaches the same Redis, broker, journal and store.
+        environment = shared_environment(settings, database_url, keys, artifact_url)
         started = time.monotonic()
-        with _pools(settings, scratch, out) as workers:
+        with _pools(settings, scratch, out, artifact_url) as workers:
             names = ", ".join(workers)
             out.write(f"Pools ready in {time.monotonic() - started:.1f} s: {names}\n\n")
             table = LiveTable(out)
@@ -334,6 +338,10 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
                 out.write(f"Tools found in the live catalog: {', '.join(sorted(t.name for t in tools))}\n\n")
                 for number, (title, question, script) in enumerate(STORIES, 1):
                     out.write(f"== {number}. {title}\n  User: {question}\n")
+                    skipped = skipped_because(script, [t.name for t in tools])
+                    if skipped is not None:
+                        out.write(f"  ({skipped})\n\n")
+                        continue
                     service = _service(_model(model, script), script, tools, executor, journal)
                     began = time.monotonic()
                     result = asyncio.run(_streamed(service, question, table))
@@ -344,7 +352,7 @@ def run_demo(out: TextIO, *, settings: Settings | None = None, model: str | None
                         approve_in_another_process(out, result, journal, environment)
                         out.write("\n")
                     else:
-                        write_summary(out, title, result, journal, placed)
+                        write_summary(out, title, result, journal, placed, store)
                 out.write(f"== {len(STORIES) + 1}. {MCP_STORY}\n")
                 mcp_story(out, environment, scratch)
             finally:

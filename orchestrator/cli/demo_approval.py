@@ -27,9 +27,11 @@ TELLER_AGENT = "bank=workers.examples.teller:teller"
 APPROVER_TIMEOUT_S = 60.0
 
 
-def shared_environment(settings: Settings, database_url: str, journal_keys: str) -> dict[str, str]:
+def shared_environment(
+    settings: Settings, database_url: str, journal_keys: str, artifact_url: str
+) -> dict[str, str]:
     """The environment of a second process that reaches what the demo reaches: its Redis, broker and
-    result backend, and its journal (the database and the keys that seal it)."""
+    result backend, its journal (the database and the keys that seal it) and its artifact store."""
     return {
         **os.environ,
         ENVIRONMENT["redis_url"]: settings.redis_url,
@@ -37,6 +39,7 @@ def shared_environment(settings: Settings, database_url: str, journal_keys: str)
         ENVIRONMENT["result_backend"]: settings.result_backend,
         ENVIRONMENT["database_url"]: database_url,
         ENVIRONMENT["journal_keys"]: journal_keys,
+        ENVIRONMENT["artifact_url"]: artifact_url,
     }
 
 

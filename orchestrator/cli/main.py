@@ -29,7 +29,7 @@ BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE  # what a shell reports for a process 
 # Each name is a module of orchestrator.cli.commands with `add_parser(commands)` and `run(args, settings)`.
 COMMANDS = (
     *("demo", "chat", "serve", "cancel", "approvals", "approve", "reject", "worker", "recover"),
-    *("sagas", "runs", "show", "tools", "flower", "db", "ui", "mcp", "worker-health"),
+    *("sagas", "runs", "show", "tools", "flower", "db", "ui", "mcp", "worker-health", "artifacts"),
 )
 # The commands that run (or go on with, or compensate) invocations here: traced when an OTLP endpoint
 # is configured, their spans exported before they exit. `serve` and `worker` set up their own.

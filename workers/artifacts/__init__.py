@@ -13,6 +13,7 @@ from workers.artifacts._results import (
     writing_artifacts,
 )
 from workers.artifacts._values import REF_PREFIX, Artifact, ArtifactRef, artifact_id_of, refs_in
+from workers.artifacts.lifecycle import delete_artifacts
 from workers.artifacts.store import ArtifactRecord, ArtifactStore, store_for
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ArtifactStore",
     "ArtifactWriter",
     "artifact_id_of",
+    "delete_artifacts",
     "describe",
     "refs_in",
     "size_text",

@@ -10,14 +10,16 @@ from orchestrator.cli.commands._command import add_command, refuse
 from orchestrator.cli.console import add_model_argument
 from workers.settings import Settings
 
-HELP = "run the whole system on this machine: two worker pools and seven stories"
+HELP = "run the whole system on this machine: two worker pools and eight stories"
 DESCRIPTION = (
     "Start two worker pools (io: threads, heavy: prefork) with the example tools and run "
-    "six conversations through them: the documentation's square root, weather lookups fanned out, a "
+    "seven conversations through them: the documentation's square root, weather lookups fanned out, a "
     "bank transfer that is compensated, a trip booking whose timed-out car rental undoes the rest, a "
-    "fare watch cancelled, and a large transfer that waits for approval and is approved (and goes on) "
-    "in a second process; then an MCP client calls the io pool's fare search. An embedded Redis is "
-    "started when none answers at TOOLFLEET_REDIS_URL."
+    "fare watch cancelled, a large transfer that waits for approval and is approved (and goes on) "
+    "in a second process, and an outlook report rendered on the heavy pool as an artifact, which the "
+    "answer links; then an MCP client calls the io pool's fare search. Artifacts go to "
+    "TOOLFLEET_ARTIFACT_URL, by default the directory toolfleet-artifacts here, where `toolfleet serve` "
+    "finds them. An embedded Redis is started when none answers at TOOLFLEET_REDIS_URL."
 )
 
 
