@@ -232,7 +232,10 @@ def test_an_artifact_store_url_that_names_no_store_is_refused(tmp_path: Path) ->
     result = toolfleet("artifacts", "gc", "--older-than", "1d", cwd=tmp_path, env=env)
     # then
     assert result.returncode == 2
-    assert "is not an artifact store: use file:///path or s3://bucket/prefix" in result.stderr
+    assert result.stderr == (
+        "toolfleet: TOOLFLEET_ARTIFACT_URL='ftp://somewhere/artifacts' is not an artifact store: use a "
+        "directory (file:///path, or a path) or s3://bucket/prefix\n"
+    )
 
 
 def test_the_journal_is_asked_about_a_batch_of_invocations_at_a_time(

@@ -45,6 +45,7 @@ from orchestrator.integrations.fleet import FleetCall, FleetClient
 from orchestrator.integrations.paused_calls import Approved, PausedCalls
 from orchestrator.server.tenants import ApiKey, matching_key
 from orchestrator.telemetry.metrics import exposition
+from workers.artifacts import ArtifactRef, refs_in
 from workers.tools import ToolDefinition
 
 __all__ = ["PATH", "WATCH_S", "FleetMcpServer"]
@@ -132,9 +133,10 @@ class FleetMcpServer:
             if approved is not None:  # journaled however it ended (a cancel: failed)
                 with anyio.CancelScope(shield=True):
                     await approved.ended(call)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=call.text)], is_error=call.is_error
-        )
+        content: list[Any] = [types.TextContent(type="text", text=call.text)]
+        if not call.is_error:  # each artifact the result holds, as a link to it beside the text
+            content += [_link(ref) for ref in refs_in(call.outcome.result_object)]
+        return types.CallToolResult(content=content, is_error=call.is_error)
 
     async def _initialized(self, ctx: ServerRequestContext, params: Any) -> None:
         connection = getattr(ctx.session, "_connection", None)  # the SDK keeps no public handle
@@ -219,6 +221,18 @@ def _tool(definition: ToolDefinition) -> types.Tool:
     annotations = types.ToolAnnotations(idempotent_hint=bool(definition.options.idempotent))
     return types.Tool(
         name=spec.name, description=spec.description, input_schema=schema, annotations=annotations
+    )
+
+
+def _link(ref: ArtifactRef) -> types.ResourceLink:
+    """An artifact as MCP's resource link: its URI in the store, name, media type and size."""
+    return types.ResourceLink(
+        type="resource_link",
+        uri=ref.uri,
+        name=ref.name,
+        mime_type=ref.media_type,
+        size=ref.size,
+        description=f"{ref.ref} (SHA-256 {ref.sha256})",
     )
 
 

@@ -34,6 +34,7 @@ def hostile(server_url: str) -> dict[str, str]:
         "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "5",
         "TOOLFLEET_DATABASE_URL": "sqlite:////nonexistent-toolfleet-dir/journal.db",
         "TOOLFLEET_TOOLS": "no.such.module",
+        "TOOLFLEET_ARTIFACT_URL": "s3://no-such-toolfleet-bucket/artifacts",
         "FLOWER_UNAUTHENTICATED_API": "true",
     }
 

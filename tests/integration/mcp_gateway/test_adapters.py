@@ -158,7 +158,7 @@ def test_a_pydantic_ai_agent_calls_fleet_tools_through_the_toolset(
     def model(messages: list[Any], info: AgentInfo) -> PydanticResponse:
         if len(messages) == 1:
             offered = sorted(t.name for t in info.function_tools)
-            assert offered == ["add", "refuse", "walk", "whose", "wire"]
+            assert offered == ["add", "export", "refuse", "walk", "whose", "wire"]
             return PydanticResponse(
                 parts=[
                     ToolCallPart(tool_name="add", args={"a": 2, "b": 40}, tool_call_id="c1"),

@@ -74,7 +74,7 @@ def test_the_pools_tools_are_listed_as_the_catalog_has_them(gateway: Gateway) ->
 
     listed = {tool.name: tool for tool in run(scenario)}
 
-    assert sorted(listed) == ["add", "refuse", "walk", "whose", "wire"]  # not the other pool's
+    assert sorted(listed) == ["add", "export", "refuse", "walk", "whose", "wire"]  # not the other pool's
     add = listed["add"]
     assert add.description == "Adds two numbers"
     assert add.input_schema["properties"]["a"]["type"] == "integer"
@@ -104,6 +104,27 @@ def test_a_call_runs_on_a_worker_of_its_pool_and_a_failure_is_an_error_result(
         _text(unknown) == "no live worker of the pools gateway, gateway-late serves a tool named 'elsewhere'"
     )
     assert _text(whose) == "tenant acme"  # the key's, whatever the arguments say
+
+
+def test_an_artifact_is_a_resource_link_beside_the_text_the_model_reads(gateway: Gateway) -> None:
+    async def scenario() -> types.CallToolResult:
+        async with session(gateway) as client:
+            return await client.call_tool("export", {"rows": 3})
+
+    result = run(scenario)
+
+    assert not result.is_error
+    text, link = result.content
+    assert isinstance(text, types.TextContent) and text.text.startswith(
+        "0,0\n1,1\n2,4\n\n[artifact squares.csv"
+    )
+    assert isinstance(link, types.ResourceLink)
+    assert (link.name, link.mime_type, link.size) == ("squares.csv", "text/csv", 12)
+    reference = re.search(r"artifact:[0-9a-f]{32}", text.text)
+    assert (
+        reference is not None and link.description is not None and link.description.startswith(reference[0])
+    )
+    assert str(link.uri).endswith(reference[0].removeprefix("artifact:"))
 
 
 def test_progress_reports_reach_a_client_that_asked_for_them(gateway: Gateway) -> None:
@@ -266,7 +287,7 @@ def test_clients_are_told_when_a_pool_starts_and_stops_serving_tools(
 
     assert changes() == 2
     assert listed == [
-        "add,refuse,walk,whose,wire",
-        "add,late,refuse,walk,whose,wire",
-        "add,refuse,walk,whose,wire",
+        "add,export,refuse,walk,whose,wire",
+        "add,export,late,refuse,walk,whose,wire",
+        "add,export,refuse,walk,whose,wire",
     ]

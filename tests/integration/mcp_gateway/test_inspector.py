@@ -81,7 +81,7 @@ def test_the_inspector_lists_and_calls_over_http_with_a_key(
     listed = inspect(inspector, *target, "--method", "tools/list", home=tmp_path)
     called = inspect(inspector, *target, *_add(2, 3), home=tmp_path)
 
-    assert sorted(t["name"] for t in listed["tools"]) == ["add", "refuse", "walk", "whose", "wire"]
+    assert sorted(t["name"] for t in listed["tools"]) == ["add", "export", "refuse", "walk", "whose", "wire"]
     assert called["isError"] is False
     assert called["content"] == [{"type": "text", "text": f"5 (on {gateway_worker.pid})"}]
 

@@ -7,7 +7,7 @@ import os
 import time
 
 from tests.integration.side_effects import process_client
-from workers import InvocationParameters, ToolCancelled, ToolProgressReporter, tool
+from workers import Artifact, InvocationParameters, ToolCancelled, ToolProgressReporter, tool
 
 POOL = "gateway"
 OTHER_POOL = "gateway-other"
@@ -46,6 +46,11 @@ def whose(params: InvocationParameters) -> str:
 @tool("Refuses, always", pool=POOL, timeout=10)
 def refuse(reason: str) -> str:
     raise ValueError(f"refused: {reason}")
+
+
+@tool("Exports `rows` rows as a CSV file", pool=POOL, timeout=10)
+def export(rows: int) -> Artifact:
+    return Artifact("".join(f"{n},{n * n}\n" for n in range(rows)), name="squares.csv", media_type="text/csv")
 
 
 @tool("Served by another pool", pool=OTHER_POOL, timeout=10)
