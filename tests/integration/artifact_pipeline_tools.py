@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from workers import Param, tool
@@ -41,3 +43,17 @@ def measure(source: Annotated[Artifact, Param("the artifact to measure")]) -> di
         digest.update(chunk)
         size += len(chunk)
     return {"name": source.name, "size": size, "sha256": digest.hexdigest(), "pid": os.getpid()}
+
+
+SLOW_POOL = "render-slow"
+
+
+def _slowly(mebibytes: int, pause_s: float) -> Iterator[bytes]:
+    for index in range(mebibytes):
+        time.sleep(pause_s)
+        yield bytes([index % 256]) * (1 << 20)
+
+
+@tool("Exports `mebibytes` MiB, one every `pause_s` seconds", pool=SLOW_POOL, timeout=60)
+def slow_export(mebibytes: int, pause_s: float) -> Artifact:
+    return Artifact(stream=_slowly(mebibytes, pause_s), name="slow.bin")
