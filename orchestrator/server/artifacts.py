@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, Request
@@ -22,7 +23,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from orchestrator.errors import ApiError
 from orchestrator.server.tenants import Viewer
 from orchestrator.server.visibility import viewer_of
-from workers.artifacts import ArtifactRecord, ArtifactStore, artifact_id_of, store_for
+from workers.artifacts import CHUNK_BYTES, ArtifactRecord, ArtifactStore, artifact_id_of, store_for
 from workers.errors import ArtifactNotFoundError
 from workers.settings import Settings
 
@@ -72,9 +73,10 @@ async def readable_record(store: ArtifactStore, artifact_id: str, viewer: Viewer
     return record if viewer.sees(record.tenant) else None
 
 
-def download(store: ArtifactStore, record: ArtifactRecord, method: str) -> Response:
+async def download(store: ArtifactStore, record: ArtifactRecord, method: str) -> Response | None:
     """The artifact's bytes as a download, streamed from the store a chunk at a time (only its
-    headers for HEAD)."""
+    headers for HEAD); None when its bytes are gone (removed since its record was read). The bytes are
+    opened before the answer starts: a removal while they stream cannot cut a 200 short."""
     ref = record.ref
     headers = {
         "Content-Type": safe_media_type(ref.media_type),
@@ -87,7 +89,18 @@ def download(store: ArtifactStore, record: ArtifactRecord, method: str) -> Respo
     }
     if method == "HEAD":
         return Response(headers=headers)
-    return StreamingResponse(store.chunks(ref.id), headers=headers)
+    try:
+        opened = await asyncio.to_thread(store.open, ref.id)
+    except ArtifactNotFoundError:
+        return None
+    return StreamingResponse(_chunks(opened), headers=headers)
+
+
+def _chunks(opened: IO[bytes]) -> Iterator[bytes]:
+    """The bytes of an opened artifact, a chunk at a time; closed when done (or the client left)."""
+    with opened:
+        while chunk := opened.read(CHUNK_BYTES):
+            yield chunk
 
 
 def safe_media_type(media_type: str) -> str:
@@ -127,7 +140,10 @@ async def _found(request: Request, given: str) -> ArtifactRecord:
 async def artifact_bytes(artifact_id: str, request: Request) -> Response:
     """The artifact's bytes (`artifact_id`: its id, or `artifact:<id>`), streamed, as a download."""
     record = await _found(request, artifact_id)
-    return download(artifact_store(request), record, request.method)
+    response = await download(artifact_store(request), record, request.method)
+    if response is None:
+        raise ApiError(404, f"artifact {record.ref.id} does not exist (or was removed)", code=NOT_FOUND)
+    return response
 
 
 @router.get("/v1/artifacts/{artifact_id}/link", response_model=None)

@@ -12,11 +12,12 @@ from workers.artifacts._results import (
     stored_ref,
     writing_artifacts,
 )
-from workers.artifacts._values import REF_PREFIX, Artifact, ArtifactRef, artifact_id_of, refs_in
+from workers.artifacts._values import CHUNK_BYTES, REF_PREFIX, Artifact, ArtifactRef, artifact_id_of, refs_in
 from workers.artifacts.lifecycle import delete_artifacts
 from workers.artifacts.store import ArtifactRecord, ArtifactStore, store_for
 
 __all__ = [
+    "CHUNK_BYTES",
     "DEFAULT_INLINE_RESULT_BYTES",
     "PREVIEW_CHARS",
     "REF_PREFIX",

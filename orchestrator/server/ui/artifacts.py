@@ -111,4 +111,4 @@ async def served(request: Request, context: UiContext, viewer: Viewer, artifact_
     them; None when there is no such artifact for `viewer` (another tenant's is none)."""
     store = store_for(context.settings.artifact_url)
     record = await readable_record(store, artifact_id, viewer)
-    return None if record is None else download(store, record, request.method)
+    return None if record is None else await download(store, record, request.method)

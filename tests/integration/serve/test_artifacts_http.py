@@ -282,6 +282,21 @@ def put(store: ArtifactStore, item: Made, tenant: str) -> ArtifactRef:
     return record.ref
 
 
+def test_an_artifact_whose_bytes_went_after_its_record_was_read_is_404_not_a_cut_200(
+    service: Replica, database_url: str, dir_artifact_url: ArtifactStoreUrl
+) -> None:
+    # given: an artifact whose bytes are gone while its record stays (a removal caught halfway: the
+    # record is read, then the bytes are found missing)
+    refs = drawn(service, database_url, "acme", f"half-{uuid.uuid4().hex[:8]}")
+    store = ArtifactStore.from_url(dir_artifact_url.url)
+    store.fs.rm_file(f"{store.root}/{refs[2].id}")
+    # when
+    response = httpx.get(f"{service.base_url}/artifacts/{refs[2].id}", headers=auth("acme"), timeout=30)
+    # then: a clear 404, not a 200 whose body stops short
+    assert response.status_code == 404
+    assert response.json()["error"]["message"] == f"artifact {refs[2].id} does not exist (or was removed)"
+
+
 def test_the_link_of_an_s3_store_is_a_presigned_url_read_without_credentials(
     s3_service: Replica, s3_artifact_url: ArtifactStoreUrl
 ) -> None:
