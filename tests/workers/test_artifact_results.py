@@ -4,6 +4,7 @@ storing the artifacts its tool returns, and a result over the inline limit, inst
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import uuid
@@ -21,11 +22,12 @@ from workers.artifacts import (
     ArtifactSink,
     ArtifactStore,
     describe,
+    refs_in,
     size_text,
 )
 from workers.calls.invocation import Invocation, InvocationContext
 from workers.calls.runner import arun_tool, run_tool
-from workers.contents import ImageContent, TextContent
+from workers.contents import Image, ImageContent, TextContent
 from workers.tools import discover_tools
 
 ID = "0123456789abcdef0123456789abcdef"
@@ -328,3 +330,28 @@ def test_the_limit_and_the_store_come_from_the_environment_when_no_sink_is_given
     stored = ArtifactRef.from_json(large.result_object)
     assert stored.uri.startswith(ArtifactStore.from_url(where.url).url)
     assert b"".join(ArtifactStore.from_url(where.url).chunks(stored.id)) == b"l" * 101
+
+
+def test_an_image_given_as_data_over_the_limit_becomes_an_image_artifact(sink: ArtifactSink) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8  # 2 KB: over the 1,000-byte limit
+    inline = Image(base64_data=base64.b64encode(png).decode(), mime_type="image/png")
+
+    outcome = returning([TextContent("the chart:"), ImageContent(inline, "low")], sink)
+
+    # the bytes are stored, the contents name them, and the result object lists them
+    assert outcome.kind is OutcomeKind.SUCCESS
+    (stored,) = refs_in(outcome.result_object)
+    assert (stored.name, stored.media_type, stored.size) == ("give-image-2.png", "image/png", len(png))
+    assert stored_bytes(sink, stored.to_json()) == png
+    text, note, image = outcome.contents or []
+    assert text == TextContent("the chart:") and note == TextContent(describe(stored))
+    assert image == ImageContent(Image(url=stored.ref, mime_type="image/png"), "low")
+    assert outcome.text == f"the chart:\n{describe(stored)}"
+
+
+def test_a_small_image_given_as_data_stays_inline(sink: ArtifactSink) -> None:
+    inline = Image(base64_data=base64.b64encode(b"\x89PNG tiny").decode(), mime_type="image/png")
+
+    outcome = returning(inline, sink)
+
+    assert outcome.contents == [ImageContent(inline)] and outcome.result_object is None

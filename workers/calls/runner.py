@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import inspect
 import logging
+import mimetypes
 import time
 from concurrent.futures import Executor
 from typing import Any
@@ -22,7 +24,7 @@ from workers.calls.binding import BoundCall, bind_arguments
 from workers.calls.invocation import Invocation, ToolCallIdentity
 from workers.calls.loops import run_awaitable
 from workers.calls.results import ConvertedResult, convert_result
-from workers.contents import ImageContent, TextContent
+from workers.contents import Content, Image, ImageContent, TextContent
 from workers.errors import ToolArgumentsError, ToolErrorVisibleToLlm, ToolResultError
 from workers.protocol import ErrorCause, OutcomeKind, ToolExecutionRequest, ToolOutcome
 from workers.tools import ToolDefinition
@@ -164,7 +166,9 @@ def _inline_or_stored(
 ) -> ConvertedResult:
     """`result`, or, when its text is over the inline limit, the same stored as an artifact: the model
     reads its beginning and its reference, the result object is the reference."""
-    if result.contents is not None or len(result.text) * 4 <= writer.sink.inline_result_bytes:
+    if result.contents is not None:
+        return _images_inline_or_stored(result, definition, writer)
+    if len(result.text) * 4 <= writer.sink.inline_result_bytes:
         return result  # (4 bytes at most per character: surely inline, without encoding it)
     if _is_ref(result.result_object) or (
         isinstance(result.result_object, list) and all(_is_ref(item) for item in result.result_object)
@@ -180,6 +184,36 @@ def _inline_or_stored(
     )
     ref = writer.write(artifact)
     return ConvertedResult(describe(ref, writer.heads.get(ref.id)), None, ref.to_json(), result.attributes)
+
+
+def _images_inline_or_stored(
+    result: ConvertedResult, definition: ToolDefinition, writer: ArtifactWriter
+) -> ConvertedResult:
+    """Contents over the inline limit: each image given as data is stored as an artifact, the contents
+    naming it (the orchestrator reads it for a model that takes images) beside a note of it."""
+    contents = result.contents or []
+    images = sum(len(p.image.base64_data or "") for p in contents if isinstance(p, ImageContent))
+    if not images or images + utf8_size(result.text) <= writer.sink.inline_result_bytes:
+        return result
+    parts: list[Content] = []
+    refs: list[dict[str, Any]] = []
+    for index, part in enumerate(contents, start=1):
+        if not isinstance(part, ImageContent) or part.image.base64_data is None:
+            parts.append(part)
+            continue
+        media_type = part.image.mime_type or "application/octet-stream"
+        name = f"{definition.name}-image-{index}{mimetypes.guess_extension(media_type) or ''}"
+        data = base64.b64decode(part.image.base64_data, validate=True)
+        ref = writer.write(Artifact(data, name=name, media_type=media_type))
+        parts += [
+            TextContent(describe(ref)),
+            ImageContent(Image(url=ref.ref, mime_type=media_type), part.detail),
+        ]
+        refs.append(ref.to_json())
+    text = "\n".join(part.text for part in parts if isinstance(part, TextContent))
+    return ConvertedResult(
+        text, parts, result.result_object if result.result_object is not None else refs, result.attributes
+    )
 
 
 def _is_ref(value: Any) -> bool:
