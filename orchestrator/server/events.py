@@ -36,6 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from orchestrator.saga.async_journal import JournalRunner
+from workers.artifacts import refs_in
 from workers.redis_client import connect_async, is_sentinel
 
 _T = TypeVar("_T")
@@ -358,9 +359,11 @@ def call_finished(
     task_id: str | None,
     outcome: str | None,
     elapsed_s: float | None,
+    result_object: Any = None,
 ) -> dict[str, Any]:
     """A tool call's end, as the stream tells it (`tool_call.finished`), whoever learnt it: the run
-    that made the call, or the recovery that settled it."""
+    that made the call, or the recovery that settled it; `artifacts`, the references of the artifacts
+    its result holds (`result_object`)."""
     return {
         "type": "tool_call.finished",
         "call_id": call_id,
@@ -370,6 +373,7 @@ def call_finished(
         "task_id": task_id,
         "outcome": outcome,
         "elapsed_ms": None if elapsed_s is None else round(elapsed_s * 1000, 1),
+        "artifacts": [ref.to_json() for ref in refs_in(result_object)],
     }
 
 
@@ -383,6 +387,13 @@ async def tell_settled(journal: JournalRunner, events: EventLog, invocation_id: 
             continue
         elapsed = None if call.finished_at is None else (call.finished_at - call.started_at).total_seconds()
         end = call_finished(
-            call.call_id, call.tool, call.pool, call.worker, call.task_id, call.outcome, elapsed
+            call.call_id,
+            call.tool,
+            call.pool,
+            call.worker,
+            call.task_id,
+            call.outcome,
+            elapsed,
+            call.result_object,
         )
         await events.add(invocation_id, end)

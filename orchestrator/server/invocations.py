@@ -369,6 +369,7 @@ def finished_event(event: ToolExecuted) -> dict[str, Any]:
         execution.task_id,
         execution.status,
         execution.duration_s,
+        execution.result_object,
     )
 
 

@@ -23,6 +23,7 @@ from tests._waiting import wait_for
 from tests.artifact_stores import ArtifactStoreUrl
 from tests.integration.serve.artifact_agents import BIG_NAME, POOL, Made, made
 from tests.integration.serve.replicas import Replica, replica_env, start_replica
+from tests.integration.sse import server_sent_events
 from tests.integration.worker_processes import tool_worker
 from workers.artifacts import Artifact, ArtifactRef, ArtifactStore, refs_in
 
@@ -149,6 +150,27 @@ def test_an_artifact_is_streamed_back_whole_with_its_headers(
         "filename*=UTF-8''" + quote(BIG_NAME.encode(), safe="")
     )
     assert "%22Q1%22" in response.headers["content-disposition"]  # the quotes, encoded, never bare
+
+
+def test_the_calls_end_in_the_event_stream_gives_its_artifacts(
+    service: Replica, dir_artifact_url: ArtifactStoreUrl
+) -> None:
+    # given: an invocation whose call makes artifacts
+    ns = f"events-{uuid.uuid4().hex[:8]}"
+    started = httpx.post(
+        f"{service.base_url}/agents/drawer/invocations", json={"input": ns}, headers=auth("acme"), timeout=30
+    )
+    assert started.status_code == 202, started.text
+    # when: its events are read to the end
+    url = f"{service.base_url}{started.json()['events'].removeprefix('/v1')}"
+    with httpx.stream("GET", url, headers=auth("acme"), timeout=60) as response:
+        events = [event for _, event in server_sent_events(response.iter_lines())]
+    # then: `tool_call.finished` names each artifact, as the store has it
+    (finished,) = [event for event in events if event["type"] == "tool_call.finished"]
+    assert [ref["name"] for ref in finished["artifacts"]] == [item.name for item in made(ns)]
+    store = ArtifactStore.from_url(dir_artifact_url.url)
+    for given in finished["artifacts"]:
+        assert store.record(given["ref"]).ref.to_json() == given
 
 
 def test_each_artifact_has_its_own_type_and_head_answers_headers_alone(
