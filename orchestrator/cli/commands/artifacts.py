@@ -24,6 +24,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli.commands._command import add_command, refuse
+from orchestrator.cli.commands.artifacts_get import add_get, get
 from orchestrator.saga.states import InvocationState
 from workers.artifacts import size_text
 from workers.errors import SettingsError
@@ -80,6 +81,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     )
     gc.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
     gc.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_get(actions)
     return parser
 
 
@@ -214,6 +216,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from orchestrator.cli.commands._journal_source import open_journal
     from workers.artifacts import store_for
 
+    if args.artifacts_command == "get":
+        return get(args, settings)
     command = "artifacts gc"
     try:
         store = store_for(settings.artifact_url)
