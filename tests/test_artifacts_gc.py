@@ -339,7 +339,7 @@ def test_a_store_that_fails_while_listed_ends_the_command_saying_so(
     monkeypatch.setattr("workers.artifacts.store_for", lambda url: store)
     url = journal.engine.url.render_as_string(hide_password=False)
     settings = Settings.from_env({"TOOLFLEET_DATABASE_URL": url, "TOOLFLEET_ARTIFACT_URL": store.url})
-    args = argparse.Namespace(older_than=DAY_S, dry_run=False, json=False)
+    args = argparse.Namespace(artifacts_command="gc", older_than=DAY_S, dry_run=False, json=False)
     # when
     status = gc_command.run(args, settings)
     # then: a setup error, naming the store and what it said
