@@ -39,6 +39,7 @@ from orchestrator.loop.cancellation import cancel_requested, cancellable
 from orchestrator.loop.config import LoopConfig
 from orchestrator.loop.pausing import needs_approval, pause, settle_unrun, settle_waiting
 from orchestrator.loop.replay import Replayed, replayed_batch
+from orchestrator.loop.settling import settle_left
 from orchestrator.loop.state import RunState, ask_providers, visible
 from orchestrator.loop.toolset import unique_id, with_unique_ids
 from orchestrator.messages import (
@@ -60,7 +61,6 @@ from orchestrator.saga._journal_writes import start_write
 from orchestrator.saga.async_journal import beating, to_the_end
 from orchestrator.saga.states import CANCELLED_BY_CALLER, InvocationState
 from orchestrator.telemetry import model_called, trace_carrier, traced_invocation
-from workers.tools import ToolDefinition
 
 __all__ = ["RoundTripLimitError", "adopt_invocation", "resume_invocation", "run_invocation"]
 
@@ -376,11 +376,7 @@ async def _end_abnormally(config: LoopConfig, state: RunState, error: BaseExcept
     reason = f"the invocation failed: {type(error).__name__}"
     if config.compensating and state.saga.steps:
         await to_the_end(state.saga.compensate_all(state.invocation(), reason))
-    definitions = {name: t for name, t in state.tools.items() if isinstance(t, ToolDefinition)}
-    try:
-        await to_the_end(state.saga.settle_left(state.invocation(), definitions))
-    except Exception as exc:  # the journal away: its recovery settles them
-        log.warning("invocation %s: calls left in flight not settled: %s", state.context.invocation_id, exc)
+    await to_the_end(settle_left(state))
     if isinstance(error, asyncio.CancelledError):
         await to_the_end(state.saga.end(InvocationState.CANCELLED, CANCELLED_BY_CALLER))
     else:
