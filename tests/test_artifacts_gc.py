@@ -318,7 +318,7 @@ def test_what_another_removal_took_first_is_not_counted(
     records = list(store.records())
     store.delete(ghost_record)
     monkeypatch.setattr(store, "records", lambda: iter(records))
-    monkeypatch.setattr(store, "unrecorded", lambda older_than: [ghost_bytes])
+    monkeypatch.setattr(store, "unrecorded", lambda older_than: {ghost_bytes: 500})
     # when
     report = gc_command.collect(store, journal, older_than_s=DAY_S, dry_run=False)
     # then: nothing failed, and nothing is claimed as removed here

@@ -135,3 +135,9 @@ class ToolCancelled(ToolErrorVisibleToLlm, ToolfleetError):
 class ArtifactNotFoundError(ToolfleetError, LookupError):
     """An artifact reference names nothing in the artifact store: never made, removed, or not
     the caller's to read."""
+
+    @classmethod
+    def missing(cls, artifact_id: str) -> ArtifactNotFoundError:
+        """The error of an id that names no artifact, in the words every caller gives: the model, a
+        client, the run view and the command line (another tenant's reads the same)."""
+        return cls(f"artifact {artifact_id} does not exist (or was removed)")

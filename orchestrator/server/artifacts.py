@@ -132,7 +132,7 @@ async def _found(request: Request, given: str) -> ArtifactRecord:
         )
     record = await readable_record(artifact_store(request), artifact_id, viewer_of(request))
     if record is None:
-        raise ApiError(404, f"artifact {artifact_id} does not exist (or was removed)", code=NOT_FOUND)
+        raise ApiError(404, str(ArtifactNotFoundError.missing(artifact_id)), code=NOT_FOUND)
     return record
 
 
@@ -142,7 +142,7 @@ async def artifact_bytes(artifact_id: str, request: Request) -> Response:
     record = await _found(request, artifact_id)
     response = await download(artifact_store(request), record, request.method)
     if response is None:
-        raise ApiError(404, f"artifact {record.ref.id} does not exist (or was removed)", code=NOT_FOUND)
+        raise ApiError(404, str(ArtifactNotFoundError.missing(record.ref.id)), code=NOT_FOUND)
     return response
 
 

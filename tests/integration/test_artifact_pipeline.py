@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 
@@ -22,6 +23,8 @@ from orchestrator.models.base import ChatRequest
 from orchestrator.models.scripted import ScriptedChatModel
 from tests.integration import artifact_pipeline_tools as tools
 from tests.integration.worker_processes import all_running, tool_worker
+from tests.orchestrator.models._anthropic import MODEL, make_model
+from tests.orchestrator.models._harness import Recorder
 from workers import ImageContent, ToolExecutionRequest
 from workers.artifacts import ArtifactStore, refs_in
 from workers.runtime.process import WorkerProcess
@@ -203,3 +206,40 @@ def test_a_reference_to_nothing_or_to_another_tenants_artifact_is_an_arguments_e
             "is not an artifact reference" if source == "report.png" else "does not exist (or was removed)"
         )
         assert expected in execution.result, execution.result
+
+
+def _message(content: list[dict[str, Any]], stop_reason: str) -> httpx.Response:
+    """A Messages API response, as Anthropic sends one."""
+    body = {
+        "id": "msg_artifact",
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL,
+        "content": content,
+        "stop_reason": stop_reason,
+        "usage": {"input_tokens": 20, "output_tokens": 10},
+    }
+    return httpx.Response(200, json=body)
+
+
+def test_an_image_artifact_reaches_anthropic_as_an_image_block_of_the_tool_result(
+    executor: CeleryExecutor,
+) -> None:
+    # given: Anthropic's Messages API (recorded shapes, on a local transport) asking for a chart
+    asked = {"type": "tool_use", "id": "toolu_chart", "name": "render_chart", "input": {"title": "q3"}}
+    server = Recorder(_message([asked], "tool_use"), _message([{"type": "text", "text": "seen"}], "end_turn"))
+    model = make_model(server)
+    # when
+    result = AiService(chat_model=model, tools=[tools], executor=executor).chat("draw")
+    # then: the second request carries the worker's PNG, read from the store, as a base64 image block
+    assert result.content == "seen"
+    (tool_result,) = server.body()["messages"][-1]["content"]
+    assert tool_result["type"] == "tool_result" and tool_result["tool_use_id"] == "toolu_chart"
+    note, image = tool_result["content"]
+    assert note["type"] == "text" and note["text"].startswith(
+        "[artifact q3.png (image/png, 70 bytes): artifact:"
+    )
+    assert image == {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(tools.PNG).decode()},
+    }

@@ -63,14 +63,14 @@ def test_a_worker_killed_mid_write_leaves_no_record_and_gc_removes_its_bytes(
     # then: the call is lost, and the store has bytes but no record: no reader sees half an artifact
     assert outcome.kind is OutcomeKind.WORKER_LOST
     assert list(store.records()) == []
-    (orphan,) = store.unrecorded(time.time() + 1)
-    assert 3 << 20 <= (tmp_path / "artifacts" / orphan).stat().st_size < 30 << 20
+    ((orphan, size),) = store.unrecorded(time.time() + 1).items()
+    assert 3 << 20 <= size == (tmp_path / "artifacts" / orphan).stat().st_size < 30 << 20
     # and gc removes them once they are older than its age
     kept = toolfleet(
         "artifacts", "gc", "--older-than", "1h", cwd=tmp_path, env={"TOOLFLEET_ARTIFACT_URL": url}
     )
     assert kept.returncode == 0 and "removed 0 write(s) without a record" in kept.stdout, kept.stdout
-    assert store.unrecorded(time.time() + 1) == [orphan]
+    assert list(store.unrecorded(time.time() + 1)) == [orphan]
     removed = toolfleet(
         "artifacts", "gc", "--older-than", "0", cwd=tmp_path, env={"TOOLFLEET_ARTIFACT_URL": url}
     )

@@ -203,7 +203,7 @@ def test_a_store_that_listed_still_finds_what_another_process_wrote_since(store:
 
 def test_an_empty_store_lists_nothing(store: ArtifactStore) -> None:
     assert list(store.records()) == []
-    assert store.unrecorded(time.time() + 3600) == []
+    assert store.unrecorded(time.time() + 3600) == {}
 
 
 def test_unrecorded_bytes_are_found_only_once_older_than_asked(store: ArtifactStore) -> None:
@@ -213,8 +213,8 @@ def test_unrecorded_bytes_are_found_only_once_older_than_asked(store: ArtifactSt
     store.fs.pipe_file(f"{store.root}/notes.txt", b"not an artifact's bytes")
     written = time.time()
 
-    assert store.unrecorded(written - 3600) == []  # written after that: maybe still being written
-    assert store.unrecorded(written + 60) == [orphan]
+    assert store.unrecorded(written - 3600) == {}  # written after that: maybe still being written
+    assert store.unrecorded(written + 60) == {orphan: len(b"a write cut short")}  # its size, listed
     assert store.record(recorded.id).ref == recorded
 
 
@@ -228,7 +228,7 @@ def test_a_write_that_fails_midway_leaves_nothing(store: ArtifactStore) -> None:
 
     # neither a record nor bytes: the upload aborted, the partial file removed
     assert list(store.records()) == []
-    assert store.unrecorded(time.time() + 60) == []
+    assert store.unrecorded(time.time() + 60) == {}
 
 
 def test_a_directory_store_presigns_nothing(dir_artifact_url: ArtifactStoreUrl) -> None:

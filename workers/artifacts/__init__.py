@@ -12,7 +12,15 @@ from workers.artifacts._results import (
     stored_ref,
     writing_artifacts,
 )
-from workers.artifacts._values import CHUNK_BYTES, REF_PREFIX, Artifact, ArtifactRef, artifact_id_of, refs_in
+from workers.artifacts._values import (
+    CHUNK_BYTES,
+    REF_PREFIX,
+    Artifact,
+    ArtifactRef,
+    artifact_id_of,
+    is_ref,
+    refs_in,
+)
 from workers.artifacts.lifecycle import delete_artifacts
 from workers.artifacts.store import ArtifactRecord, ArtifactStore, store_for
 
@@ -30,6 +38,7 @@ __all__ = [
     "artifact_id_of",
     "delete_artifacts",
     "describe",
+    "is_ref",
     "refs_in",
     "size_text",
     "store_for",

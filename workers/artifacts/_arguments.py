@@ -49,5 +49,5 @@ def artifact_argument(value: Any, path: str) -> Artifact:
         ) from exc
     tenant = _READER.get()
     if record is None or (tenant is not None and record.tenant not in (None, tenant)):
-        raise ToolArgumentsError(f'Argument "{path}": artifact {artifact_id} does not exist (or was removed)')
+        raise ToolArgumentsError(f'Argument "{path}": {ArtifactNotFoundError.missing(artifact_id)}')
     return Artifact.stored(record.ref, store)

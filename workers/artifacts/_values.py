@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
-__all__ = ["CHUNK_BYTES", "REF_PREFIX", "Artifact", "ArtifactRef", "artifact_id_of", "refs_in"]
+__all__ = ["CHUNK_BYTES", "REF_PREFIX", "Artifact", "ArtifactRef", "artifact_id_of", "is_ref", "refs_in"]
 
 CHUNK_BYTES = 1 << 20  # what is read or written at once: an artifact's memory in any process
 REF_PREFIX = "artifact:"  # an artifact's reference as text: `artifact:<id>`, what the model passes on
@@ -82,17 +82,21 @@ class ArtifactRef:
         )
 
 
+def is_ref(node: Any) -> bool:
+    """Whether a JSON node is an artifact's reference as results carry it (`ArtifactRef.to_json`)."""
+    return isinstance(node, dict) and node.get("type") == "artifact" and artifact_id_of(node) is not None
+
+
 def refs_in(tree: Any) -> list[ArtifactRef]:
     """The artifact references in a JSON tree (a result object), in order, each once."""
     found: dict[str, ArtifactRef] = {}
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, dict):
-            if node.get("type") == "artifact" and artifact_id_of(node) is not None:
-                ref = ArtifactRef.from_json(node)
-                found.setdefault(ref.id, ref)
-                continue
+        if is_ref(node):
+            ref = ArtifactRef.from_json(node)
+            found.setdefault(ref.id, ref)
+        elif isinstance(node, dict):
             stack.extend(reversed(list(node.values())))
         elif isinstance(node, list):
             stack.extend(reversed(node))

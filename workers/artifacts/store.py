@@ -174,7 +174,7 @@ class ArtifactStore:
         try:
             raw = self.fs.cat_file(self._key(artifact_id) + ".json")
         except FileNotFoundError:
-            raise ArtifactNotFoundError(f"artifact {artifact_id} does not exist (or was removed)") from None
+            raise ArtifactNotFoundError.missing(artifact_id) from None
         return ArtifactRecord.from_json(json.loads(raw))
 
     def open(self, artifact_id: str) -> IO[bytes]:
@@ -182,7 +182,14 @@ class ArtifactStore:
         try:
             return self.fs.open(self._key(artifact_id), "rb", block_size=CHUNK_BYTES)  # type: ignore[no-any-return]
         except FileNotFoundError:
-            raise ArtifactNotFoundError(f"artifact {artifact_id} does not exist (or was removed)") from None
+            raise ArtifactNotFoundError.missing(artifact_id) from None
+
+    def head(self, artifact_id: str, size: int) -> bytes:
+        """The artifact's first `size` bytes (all of it when shorter), read alone: a preview."""
+        try:
+            return bytes(self.fs.cat_file(self._key(artifact_id), start=0, end=size))
+        except FileNotFoundError:
+            raise ArtifactNotFoundError.missing(artifact_id) from None
 
     def chunks(self, artifact_id: str, size: int = CHUNK_BYTES) -> Iterator[bytes]:
         """The artifact's bytes, `size` at a time."""
@@ -211,17 +218,18 @@ class ArtifactStore:
                 except (FileNotFoundError, ValueError, KeyError, TypeError):
                     continue
 
-    def unrecorded(self, older_than: float) -> list[str]:
-        """Ids of bytes without a record, last written before `older_than` (a write cut short)."""
+    def unrecorded(self, older_than: float) -> dict[str, int]:
+        """Bytes without a record, last written before `older_than` (a write cut short): their sizes
+        by id, as the listing gives them."""
         listing = self._listing(detail=True)
         names = {key.rsplit("/", 1)[-1] for key in listing}
-        found = []
+        found: dict[str, int] = {}
         for key, info in listing.items():
             name = key.rsplit("/", 1)[-1]
             if artifact_id_of(name) is None or f"{name}.json" in names:
                 continue
             if _modified(info) < older_than:
-                found.append(name)
+                found[name] = int(info.get("size") or 0)
         return found
 
     def presign(self, artifact_id: str, expires_s: int) -> str | None:

@@ -16,8 +16,8 @@ from workers.artifacts import (
     Artifact,
     ArtifactSink,
     ArtifactWriter,
-    artifact_id_of,
     describe,
+    is_ref,
     writing_artifacts,
 )
 from workers.calls.binding import BoundCall, bind_arguments
@@ -107,7 +107,9 @@ async def arun_tool(
     except Exception as exc:
         return _logged(definition, request, started, error_outcome(exc, OutcomeKind.EXECUTION_ERROR, bound))
     writer = _writer(artifacts, invocation, request, definition)
-    if isinstance(value, int | float | bool | None) or (isinstance(value, str) and len(value) < 4096):
+    if isinstance(value, int | float | bool | None) or (
+        isinstance(value, str) and _surely_inline(value, writer)
+    ):
         outcome = _success(definition, value, bound, writer)  # nothing to store: no thread needed
     else:  # storing artifacts runs on a thread: their writes would block this loop
         outcome = await asyncio.to_thread(_success, definition, value, bound, writer)
@@ -168,10 +170,10 @@ def _inline_or_stored(
     reads its beginning and its reference, the result object is the reference."""
     if result.contents is not None:
         return _images_inline_or_stored(result, definition, writer)
-    if len(result.text) * 4 <= writer.sink.inline_result_bytes:
-        return result  # (4 bytes at most per character: surely inline, without encoding it)
-    if _is_ref(result.result_object) or (
-        isinstance(result.result_object, list) and all(_is_ref(item) for item in result.result_object)
+    if _surely_inline(result.text, writer):
+        return result
+    if is_ref(result.result_object) or (
+        isinstance(result.result_object, list) and all(is_ref(item) for item in result.result_object)
     ):
         return result  # artifacts already: the model reads their notes
     if utf8_size(result.text) <= writer.sink.inline_result_bytes:
@@ -184,6 +186,12 @@ def _inline_or_stored(
     )
     ref = writer.write(artifact)
     return ConvertedResult(describe(ref, writer.heads.get(ref.id)), None, ref.to_json(), result.attributes)
+
+
+def _surely_inline(text: str, writer: ArtifactWriter) -> bool:
+    """Whether `text` is within the inline limit whatever its characters (4 bytes at most each in
+    UTF-8), known without encoding it."""
+    return len(text) * 4 <= writer.sink.inline_result_bytes
 
 
 def _images_inline_or_stored(
@@ -214,10 +222,6 @@ def _images_inline_or_stored(
     return ConvertedResult(
         text, parts, result.result_object if result.result_object is not None else refs, result.attributes
     )
-
-
-def _is_ref(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("type") == "artifact" and artifact_id_of(value) is not None
 
 
 def error_outcome(

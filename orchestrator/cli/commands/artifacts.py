@@ -146,8 +146,7 @@ def collect(
             elif _removed(store, record.ref.id, dry_run, report):
                 report.removed += 1
                 report.removed_bytes += record.ref.size
-    for artifact_id in store.unrecorded(cutoff):
-        size = _size(store, artifact_id)
+    for artifact_id, size in store.unrecorded(cutoff).items():
         if _removed(store, artifact_id, dry_run, report):
             report.unrecorded += 1
             report.unrecorded_bytes += size
@@ -196,14 +195,6 @@ def _removed(store: ArtifactStore, artifact_id: str, dry_run: bool, report: Coll
         log.warning("artifact %s could not be removed: %s", artifact_id, exc)
         report.failed += 1
         return False
-
-
-def _size(store: ArtifactStore, artifact_id: str) -> int:
-    """The size of bytes without a record; 0 when they are gone already (another removal)."""
-    try:
-        return int(store.fs.size(f"{store.root}/{artifact_id}") or 0)
-    except OSError:
-        return 0
 
 
 def _batches(records: Iterable[ArtifactRecord], size: int) -> Iterator[list[ArtifactRecord]]:

@@ -94,7 +94,7 @@ def _view(store: ArtifactStore, ref: ArtifactRef, viewer: Viewer) -> ArtifactVie
             return ArtifactView(ref, "gone")
         if not record.ref.is_text:
             return ArtifactView(record.ref, "ready")
-        head = store.fs.cat_file(store.uri_of(ref.id), start=0, end=_PREVIEW_BYTES)
+        head = store.head(ref.id, _PREVIEW_BYTES)
     except (ArtifactNotFoundError, FileNotFoundError):
         return ArtifactView(ref, "gone")
     except (OSError, ValueError) as exc:
