@@ -43,7 +43,7 @@ __all__ = ["celery_executor", "faults_worker", "heavy_saga", "logs", "start_heav
 
 
 def test_a_call_whose_worker_died_after_its_effect_is_undone_in_doubt(
-    start_heavy: Callable[[int], list[WorkerProcess]], heavy_saga: HeavySaga
+    start_heavy: Callable[..., list[WorkerProcess]], heavy_saga: HeavySaga
 ) -> None:
     # Given: a prefork worker (one child) running a booking that holds 20 s after it booked
     [worker] = start_heavy(1)
@@ -98,11 +98,12 @@ def test_an_undo_in_doubt_does_not_stop_the_undo_of_a_late_finish(
 
 
 def test_a_compensation_whose_message_was_lost_is_sent_again(
-    start_heavy: Callable[[int], list[WorkerProcess]], heavy_saga: HeavySaga, celery_executor: CeleryExecutor
+    start_heavy: Callable[..., list[WorkerProcess]], heavy_saga: HeavySaga, celery_executor: CeleryExecutor
 ) -> None:
-    # Given: a prefork worker stopped for a moment (still in the catalog), as the undo of a booking is
-    # sent to its pool's queue
-    [worker] = start_heavy(1)
+    # Given: a prefork worker stopped for a moment (still in the catalog: its heartbeat lasts 30 s, so
+    # a loaded machine's delay before the undo is sent cannot drop it from the catalog first), as the
+    # undo of a booking is sent to its pool's queue
+    [worker] = start_heavy(1, {"TOOLFLEET_HEARTBEAT_TTL_S": "30", "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "5"})
     key = unique("lost")
     booking = ToolExecutionRequest(
         "book-1", "heavy_book", json.dumps({"key": key, "group": "", "undo_seconds": 0})

@@ -79,13 +79,14 @@ def faults_worker(redis_url: str, logs: Path) -> Iterator[WorkerProcess]:
 
 
 @pytest.fixture
-def start_heavy(redis_url: str, logs: Path) -> Iterator[Callable[[int], list[WorkerProcess]]]:
-    """Start N prefork workers (concurrency 1) on pool `faults-heavy`; all stopped after the test."""
+def start_heavy(redis_url: str, logs: Path) -> Iterator[Callable[..., list[WorkerProcess]]]:
+    """Start N prefork workers (concurrency 1) on pool `faults-heavy`, with `env` added to theirs; all
+    stopped after the test."""
     started: list[WorkerProcess] = []
 
-    def start(count: int) -> list[WorkerProcess]:
+    def start(count: int, env: dict[str, str] | None = None) -> list[WorkerProcess]:
         fresh = [
-            _worker(redis_url, logs, HEAVY_POOL, "prefork", 1, f"heavy{len(started) + i}", {})
+            _worker(redis_url, logs, HEAVY_POOL, "prefork", 1, f"heavy{len(started) + i}", env or {})
             for i in range(count)
         ]
         started.extend(fresh)
