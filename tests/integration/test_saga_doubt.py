@@ -33,7 +33,7 @@ from tests.integration.test_saga_faults import (  # the module's workers and sag
     start_heavy,
     unique,
 )
-from workers import ToolExecution, ToolExecutionRequest
+from workers import OutcomeKind, ToolExecution, ToolExecutionRequest
 from workers.calls.invocation import Invocation
 from workers.runtime.process import WorkerProcess
 
@@ -134,3 +134,42 @@ def test_a_compensation_whose_message_was_lost_is_sent_again(
     outcome = undoing.join(40.0)
     assert not outcome.is_error, outcome
     assert counts(heavy_saga.client, key) == {"runs": 0, "done": 0, "comp_starts": 1, "comps": 1}
+
+
+def test_a_call_left_queued_as_its_pool_lost_its_last_worker_does_not_stand(
+    start_heavy: Callable[..., list[WorkerProcess]], heavy_saga: HeavySaga, celery_executor: CeleryExecutor
+) -> None:
+    # Given: the prefork pool's only worker, known live to the executor, stopped (SIGSTOP) as a
+    # booking is sent to it: its heartbeat lapses 2 s later, the booking's message still queued
+    [worker] = start_heavy(1)
+    definition = celery_executor.definition("heavy_book")
+    assert definition is not None
+    warm = _booking(unique("warm"))
+    assert asyncio.run(celery_executor.execute(warm, definition, compensate_if_late=True)).kind is (
+        OutcomeKind.SUCCESS
+    )
+    key = unique("orphan")
+    broker = redis.Redis.from_url(celery_executor.settings.broker_url)
+    queues = pool_lists(broker, HEAVY_POOL)
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        # When: the call ends `no_worker`, its pool empty
+        outcome = asyncio.run(
+            celery_executor.execute(_booking(key), definition, Invocation(), compensate_if_late=True)
+        )
+        assert outcome.kind is OutcomeKind.NO_WORKER, outcome
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+
+    # Then: the worker, back, discards its message or undoes the booking it ran: none stands
+    assert wait_until(lambda: sum(broker.llen(queue) for queue in queues) == 0, 10.0)
+    time.sleep(2.0)  # a non-event (a booking left standing): waited out, there is nothing to await
+    ran = counts(heavy_saga.client, key)
+    assert heavy_saga.client.get(k(key, "effect")) is None, ran
+    assert ran["runs"] == ran["comps"], ran
+
+
+def _booking(key: str) -> ToolExecutionRequest:
+    return ToolExecutionRequest(
+        "book-1", "heavy_book", json.dumps({"key": key, "group": "", "undo_seconds": 0})
+    )
