@@ -15,7 +15,7 @@ from collections.abc import Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
 from orchestrator.approvals import ApprovalRecord
-from orchestrator.errors import OrchestratorError, RoundTripLimitError
+from orchestrator.errors import InvocationTakenOverError, OrchestratorError, RoundTripLimitError
 from orchestrator.loop import checkpoints
 from orchestrator.loop.artifact_images import with_artifact_images
 from orchestrator.loop.budgeting import (
@@ -100,7 +100,14 @@ async def _run(
     so a cancel requested meanwhile, while nothing ran it, cancels it now."""
     journal = state.saga.journal
     invocation_id = str(state.context.invocation_id)
-    beat = None if journal is None else beating(journal, invocation_id, config.heartbeat_s)
+    task, taken = asyncio.current_task(), []
+
+    def taken_over(owner: str | None) -> None:  # stopped at once: no call more, nothing undone here
+        taken.append(InvocationTakenOverError(f"invocation {invocation_id} was taken over by {owner}"))
+        if task is not None:
+            task.cancel()
+
+    beat = None if journal is None else beating(journal, invocation_id, config.heartbeat_s, taken_over)
     try:
         with cancellable(invocation_id, config.cancel_redis_url):
             url = config.cancel_redis_url
@@ -108,6 +115,10 @@ async def _run(
                 raise asyncio.CancelledError
             result = await body
     except BaseException as exc:
+        if taken and task is not None:  # its saga and its end are the new owner's
+            task.uncancel()
+            log.error("%s while it ran here: stopped", taken[0])
+            raise taken[0] from None
         await _end_abnormally(config, state, exc)
         raise
     finally:

@@ -182,18 +182,29 @@ async def to_the_end(step: Awaitable[_T]) -> tuple[_T, bool]:
             cancelled = True
 
 
-def beating(journal: JournalRunner, invocation_id: str, every_s: float) -> asyncio.Task[None]:
+def beating(
+    journal: JournalRunner,
+    invocation_id: str,
+    every_s: float,
+    on_taken_over: Callable[[str | None], None] | None = None,
+) -> asyncio.Task[None]:
     """A task keeping the invocation's journal heartbeat fresh every `every_s` for this process, its
     owner (an invocation's loop, or a recovery), until cancelled: recovery never takes over a live
-    owner. A beat of an invocation another process took over writes nothing; a failed one is logged
-    and the next tries again."""
+    owner. A beat of an invocation another process took over writes nothing, and then, with
+    `on_taken_over`, tells it (the new owner), once, and stops; a failed one is logged and the next
+    tries again."""
     owner = owner_id()
 
     async def beat() -> None:
         while True:
             await asyncio.sleep(every_s)
             try:
-                await journal.execute(heartbeat_write(invocation_id, owner))
+                written = (await journal.execute(heartbeat_write(invocation_id, owner))).rowcount
+                if not written and on_taken_over is not None:
+                    record = await journal.run(lambda j: j.invocation(invocation_id))
+                    if record is not None and record.owner != owner:  # no row yet: not taken
+                        on_taken_over(record.owner)
+                        return
             except Exception as exc:  # a journal hiccup must not end the invocation or its recovery
                 log.warning("journal heartbeat of %s failed: %s", invocation_id, exc)
 

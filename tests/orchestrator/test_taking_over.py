@@ -170,6 +170,63 @@ def test_an_owner_whose_invocation_was_taken_over_does_not_write_its_end(journal
     assert [type(exc) for exc in ended] == [InvocationTakenOverError]
 
 
+class TwoDesks(Desk):
+    """A booking that holds, then a second one the model asks for after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds = 0
+
+    @tool("Books a second seat")
+    def book_again(self) -> str:
+        self.seconds += 1
+        return "booked again"
+
+
+def test_an_invocation_taken_over_as_it_runs_stops_at_its_next_beat(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: invocations beat every 0.1 s; one books a seat that holds, and would then book another
+    monkeypatch.setenv("TOOLFLEET_INVOCATION_HEARTBEAT_S", "0.1")
+    desk, executor = TwoDesks(), LocalExecutor()
+    script: list[AiMessage | str] = [
+        AiMessage(tool_execution_requests=[call("book", "b1")]),
+        AiMessage(tool_execution_requests=[call("book_again", "b2")]),
+        "booked twice",
+    ]
+    service = compensating_service(desk, executor, journal, script)
+    ended: list[BaseException] = []
+
+    def chat() -> None:
+        try:
+            service.chat("book two")
+        except BaseException as exc:
+            ended.append(exc)
+
+    runner = threading.Thread(target=chat)
+    runner.start()
+    try:
+        assert desk.started.wait(10)
+        [record] = journal.invocations()
+
+        # when: another host's recoverer takes it over while the first booking holds
+        taken_over_by(journal, record.id, ELSEWHERE)
+        runner.join(5)
+    finally:
+        desk.release.set()
+        runner.join(30)
+        executor.close()
+
+    # then: it stopped within a few beats, before its next call, undoing nothing (the new owner's),
+    # and writing nothing over the new owner's record
+    assert [type(exc) for exc in ended] == [InvocationTakenOverError], ended
+    assert f"taken over by {ELSEWHERE}" in str(ended[0])
+    assert (desk.seconds, desk.undone) == (0, 0)
+    after = journal.invocation(record.id)
+    assert after is not None
+    assert (after.state, after.owner, after.finished_at) == ("compensating", ELSEWHERE, None)
+
+
 class HandedOverExecutor(SettledExecutor):
     """Settles the call as failed, and meanwhile another host's recoverer takes the invocation over."""
 
