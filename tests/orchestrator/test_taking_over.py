@@ -68,6 +68,21 @@ def booking_service(desk: Desk, journal: Journal, executor: LocalExecutor) -> Ai
     return compensating_service(desk, executor, journal, script)
 
 
+def chatting(service: AiService, message: str) -> tuple[threading.Thread, list[BaseException]]:
+    """`service.chat(message)` running on a thread, and the list of what it raised (once ended)."""
+    ended: list[BaseException] = []
+
+    def chat() -> None:
+        try:
+            service.chat(message)
+        except BaseException as exc:
+            ended.append(exc)
+
+    runner = threading.Thread(target=chat)
+    runner.start()
+    return runner, ended
+
+
 @pytest.mark.parametrize(("stale_after", "heartbeat"), [("1", None), ("29.9", "10"), ("0.2", "0.1")])
 def test_recover_refuses_a_staleness_below_three_heartbeats_in_one_line(
     stale_after: str,
@@ -140,17 +155,7 @@ def test_a_live_invocation_beats_often_enough_that_recovery_never_takes_it(
 def test_an_owner_whose_invocation_was_taken_over_does_not_write_its_end(journal: Journal) -> None:
     # given: an invocation whose booking holds
     desk, executor = Desk(), LocalExecutor()
-    service = booking_service(desk, journal, executor)
-    ended: list[BaseException] = []
-
-    def chat() -> None:
-        try:
-            service.chat("book")
-        except BaseException as exc:
-            ended.append(exc)
-
-    runner = threading.Thread(target=chat)
-    runner.start()
+    runner, ended = chatting(booking_service(desk, journal, executor), "book")
     try:
         assert desk.started.wait(10)
         [record] = journal.invocations()
@@ -194,17 +199,7 @@ def test_an_invocation_taken_over_as_it_runs_stops_at_its_next_beat(
         AiMessage(tool_execution_requests=[call("book_again", "b2")]),
         "booked twice",
     ]
-    service = compensating_service(desk, executor, journal, script)
-    ended: list[BaseException] = []
-
-    def chat() -> None:
-        try:
-            service.chat("book two")
-        except BaseException as exc:
-            ended.append(exc)
-
-    runner = threading.Thread(target=chat)
-    runner.start()
+    runner, ended = chatting(compensating_service(desk, executor, journal, script), "book two")
     try:
         assert desk.started.wait(10)
         [record] = journal.invocations()
