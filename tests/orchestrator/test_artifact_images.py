@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,22 @@ PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ArtifactStore:
     url = (tmp_path / "artifacts").as_uri()
     monkeypatch.setenv("TOOLFLEET_ARTIFACT_URL", url)
+    monkeypatch.setattr(artifact_images, "_cached", OrderedDict())  # what earlier tests' reads kept
     return ArtifactStore.from_url(url)
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The artifacts whose bytes are read from any store, in order."""
+    read: list[str] = []
+    chunks = ArtifactStore.chunks
+
+    def counted(self: ArtifactStore, artifact_id: str) -> Iterator[bytes]:
+        read.append(artifact_id)
+        return chunks(self, artifact_id)
+
+    monkeypatch.setattr(ArtifactStore, "chunks", counted)
+    return read
 
 
 def _result(reference: str, note: str) -> ToolExecutionResultMessage:
@@ -83,3 +100,40 @@ def test_messages_without_artifact_images_are_left_as_they_are(store: ArtifactSt
         ToolExecutionResultMessage("c2", "shot", "", contents=(inline,)),
     ]
     assert asyncio.run(with_artifact_images(messages, True)) == messages
+
+
+def _image_of(sent: ToolExecutionResultMessage) -> bytes | None:
+    images = [part for part in sent.contents or () if isinstance(part, ImageContent)]
+    return base64.b64decode(images[0].image.base64_data or "") if images else None
+
+
+def test_an_image_sent_again_is_not_read_again(store: ArtifactStore, reads: list[str]) -> None:
+    record, _ = store.put(Artifact(PNG, name="chart.png"))
+    first = _sent(store, takes_images=True, reference=record.ref.ref)
+    again = _sent(store, takes_images=True, reference=record.ref.ref)
+    assert _image_of(first) == _image_of(again) == PNG
+    assert reads == [record.ref.id]
+
+
+def test_an_image_removed_after_it_was_sent_is_not_sent_again(store: ArtifactStore, reads: list[str]) -> None:
+    record, _ = store.put(Artifact(PNG, name="chart.png"))
+    assert _image_of(_sent(store, takes_images=True, reference=record.ref.ref)) == PNG
+    store.delete(record.ref.id)
+    assert _image_of(_sent(store, takes_images=True, reference=record.ref.ref)) is None
+
+
+def test_the_images_kept_are_bounded_the_least_recently_sent_dropped(
+    store: ArtifactStore, reads: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: room for one image's base64
+    monkeypatch.setattr(artifact_images, "CACHE_BYTES", len(base64.b64encode(PNG)))
+    one, _ = store.put(Artifact(PNG, name="one.png"))
+    two, _ = store.put(Artifact(PNG, name="two.png"))
+
+    # when: one, two, then one again are sent
+    for record in (one, two, one):
+        assert _image_of(_sent(store, takes_images=True, reference=record.ref.ref)) == PNG
+
+    # then: two's kept bytes pushed one's out, so one was read twice
+    assert reads == [one.ref.id, two.ref.id, one.ref.id]
+    assert list(artifact_images._cached) == [(one.ref.id, one.ref.sha256)]
