@@ -31,12 +31,14 @@ from orchestrator.errors import ApiError, JsonRpcError
 from orchestrator.memory import ChatMemory
 from orchestrator.messages import UserMessage
 from orchestrator.server.approvals import cancel_paused_invocation
+from orchestrator.server.artifacts import safe_media_type
 from orchestrator.server.conversations import start_turn
 from orchestrator.server.events import TERMINAL_TYPES
 from orchestrator.server.invocations import Run
 from orchestrator.server.quota import within_budget
 from orchestrator.server.state import ServiceState, checked_id, find_agent, read_body, service_state
 from orchestrator.server.visibility import sees_invocation, viewer_of
+from workers.artifacts import artifact_id_of
 
 __all__ = ["CARD_PATH", "PROTOCOL_VERSION", "router"]
 
@@ -94,13 +96,14 @@ async def rpc(name: str, request: Request) -> Response:
         method = call["method"]
         if method == "message/stream":
             task_id = await _start(request, state, name, params)
-            return StreamingResponse(_stream(state, request_id, task_id), media_type="text/event-stream")
+            stream = _stream(state, request_id, task_id, _base(request))
+            return StreamingResponse(stream, media_type="text/event-stream")
         if method == "message/send":
             task_id = await _start(request, state, name, params)
             blocking = (params.get("configuration") or {}).get("blocking", True) is not False
-            result = await _task(state, task_id, wait=blocking)
+            result = await _task(state, task_id, _base(request), wait=blocking)
         elif method == "tasks/get":
-            result = await _task(state, await _known(request, state, params), wait=False)
+            result = await _task(state, await _known(request, state, params), _base(request), wait=False)
         elif method == "tasks/cancel":
             result = await _cancel(request, state, params)
         else:
@@ -120,7 +123,7 @@ async def _card(request: Request, state: ServiceState, name: str) -> dict[str, A
         specifications = await asyncio.to_thread(service.tool_specifications)
     except Exception:  # the catalog unreadable (Redis away): the card says less, not nothing
         specifications = []
-    base = str(request.base_url).rstrip("/")
+    base = _base(request)
     skills = [
         {"id": spec.name, "name": spec.name, "description": spec.description or spec.name, "tags": ["tool"]}
         for spec in specifications
@@ -201,13 +204,14 @@ async def _cancel(request: Request, state: ServiceState, params: dict[str, Any])
         raise JsonRpcError(TASK_NOT_CANCELABLE, f"task {task_id} has ended ({_STATES[last['type']]})")
     if not await cancel_paused_invocation(state, task_id):
         await state.invocations.cancel(task_id)
-    return await _task(state, task_id, wait=True)
+    return await _task(state, task_id, _base(request), wait=True)
 
 
-async def _task(state: ServiceState, task_id: str, *, wait: bool) -> dict[str, Any]:
+async def _task(state: ServiceState, task_id: str, base: str, *, wait: bool) -> dict[str, Any]:
     """The task as its events tell it now (`wait`: once it has ended or paused)."""
     first: dict[str, Any] = {}
     last: dict[str, Any] = {}
+    files: list[dict[str, Any]] = []
     async for entry in state.events.entries(task_id, keepalive_s=KEEPALIVE_S):
         if entry is None:
             if wait:
@@ -216,14 +220,15 @@ async def _task(state: ServiceState, task_id: str, *, wait: bool) -> dict[str, A
         _, event = entry
         first = first or event
         last = event
+        files += _files(event, base)
         if event["type"] in TERMINAL_TYPES or (wait and event["type"] == "invocation.paused"):
             break
         if not wait and await state.events.last_id(task_id) == entry[0]:
             break
-    return _task_json(task_id, str(first.get("conversation_id") or ""), last)
+    return _task_json(task_id, str(first.get("conversation_id") or ""), last, files=files)
 
 
-async def _stream(state: ServiceState, request_id: Any, task_id: str) -> AsyncIterator[str]:
+async def _stream(state: ServiceState, request_id: Any, task_id: str, base: str) -> AsyncIterator[str]:
     """The task's story as SSE frames of JSON-RPC responses, until its final status."""
     context = ""
     async for entry in state.events.entries(task_id, keepalive_s=KEEPALIVE_S):
@@ -236,6 +241,8 @@ async def _stream(state: ServiceState, request_id: Any, task_id: str) -> AsyncIt
             context = str(event.get("conversation_id") or "")
             frame: dict[str, Any] = _task_json(task_id, context, {}, state_="submitted")
         elif kind in ("tool_call.started", "tool_call.finished"):
+            for file in _files(event, base):
+                yield _frame(request_id, _update(task_id, context, file))
             verb = "running" if kind.endswith("started") else f"ended ({event.get('outcome')})"
             text = f"tool {event.get('tool')} {verb}"
             frame = _status(task_id, context, "working", text, final=False)
@@ -250,6 +257,27 @@ async def _stream(state: ServiceState, request_id: Any, task_id: str) -> AsyncIt
         yield _frame(request_id, frame)
         if frame.get("final"):
             return
+
+
+def _base(request: Request) -> str:
+    return str(request.base_url).rstrip("/")
+
+
+def _files(event: dict[str, Any], base: str) -> list[dict[str, Any]]:
+    """The artifacts a finished call made, each an A2A artifact of one file part whose URI is this
+    service's download of it (`GET /v1/artifacts/{id}`, with the same bearer key)."""
+    if event.get("type") != "tool_call.finished":
+        return []
+    found = []
+    for ref in event.get("artifacts") or ():
+        artifact_id = artifact_id_of(ref) if isinstance(ref, dict) else None
+        if artifact_id is None:
+            continue
+        name = str(ref.get("name") or artifact_id)
+        media_type = safe_media_type(str(ref.get("media_type") or ""))  # as the download sends it
+        file = {"uri": f"{base}/v1/artifacts/{artifact_id}", "name": name, "mimeType": media_type}
+        found.append({"artifactId": artifact_id, "name": name, "parts": [{"kind": "file", "file": file}]})
+    return found
 
 
 def _now() -> str:
@@ -285,30 +313,44 @@ def _status(task_id: str, context: str, state_: str, text: Any, *, final: bool) 
 
 
 def _artifact(task_id: str, context: str, text: str) -> dict[str, Any]:
+    return _update(task_id, context, _answer(task_id, text))
+
+
+def _answer(task_id: str, text: str) -> dict[str, Any]:
+    return {"artifactId": f"{task_id}-answer", "name": "answer", "parts": [{"kind": "text", "text": text}]}
+
+
+def _update(task_id: str, context: str, artifact: dict[str, Any]) -> dict[str, Any]:
     return {
         "kind": "artifact-update",
         "taskId": task_id,
         "contextId": context,
         "append": False,
         "lastChunk": True,
-        "artifact": {
-            "artifactId": f"{task_id}-answer",
-            "name": "answer",
-            "parts": [{"kind": "text", "text": text}],
-        },
+        "artifact": artifact,
     }
 
 
-def _task_json(task_id: str, context: str, last: dict[str, Any], state_: str | None = None) -> dict[str, Any]:
+def _task_json(
+    task_id: str,
+    context: str,
+    last: dict[str, Any],
+    state_: str | None = None,
+    *,
+    files: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The task as `last` (its latest event) tells it, with the answer and the `files` its calls made
+    (A2A artifacts) as its artifacts."""
     kind = str(last.get("type", ""))
     status: dict[str, Any] = {"state": state_ or _STATES.get(kind, "working"), "timestamp": _now()}
     task: dict[str, Any] = {"kind": "task", "id": task_id, "contextId": context, "status": status}
+    artifacts = list(files or ())
     if kind == "invocation.succeeded":
         answer = str(last.get("content") or "")
         status["message"] = _message(task_id, context, answer)
-        task["artifacts"] = [
-            {"artifactId": f"{task_id}-answer", "name": "answer", "parts": [{"kind": "text", "text": answer}]}
-        ]
+        artifacts.insert(0, _answer(task_id, answer))
     elif last.get("error"):
         status["message"] = _message(task_id, context, str(last["error"]))
+    if artifacts:
+        task["artifacts"] = artifacts
     return task
