@@ -8,7 +8,11 @@ pool (`FleetClient`): its deadline, its retries, its worker; nothing before it t
 - `tools/call` runs the call and answers its result, or an error result (`isError`) with the tool's
   text. A client that sent a `progressToken` hears the tool's `ToolProgressReporter` reports as
   `notifications/progress` (progress out of 1 when the tool gives a fraction); a client's
-  `notifications/cancelled` abandons the call on its worker, as `cancel_call` does.
+  `notifications/cancelled` abandons the call on its worker, as `cancel_call` does. Each artifact a
+  result holds is a resource link beside its text (`artifact:<id>`), which `resources/read` reads
+  from the artifact store: text as text, anything else as base64 (up to `MAX_READ_BYTES`; a larger
+  one is fetched from `GET /v1/artifacts/{id}` of `toolfleet serve`). A tenant reads only its own: another's
+  is answered as one that does not exist.
 - A tool that requires approval is asked about through the client (MCP elicitation: approve, reject,
   or approve edited arguments) when the client can be asked; otherwise the call waits in the journal
   like any approval (`paused_calls.py`), and is answered with a one-line error saying so, until a
@@ -22,6 +26,7 @@ pool (`FleetClient`): its deadline, its retries, its worker; nothing before it t
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -34,6 +39,7 @@ from mcp.server import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -45,7 +51,8 @@ from orchestrator.integrations.fleet import FleetCall, FleetClient
 from orchestrator.integrations.paused_calls import Approved, PausedCalls
 from orchestrator.server.tenants import ApiKey, matching_key
 from orchestrator.telemetry.metrics import exposition
-from workers.artifacts import ArtifactRef, refs_in
+from workers.artifacts import ArtifactRef, ArtifactSink, artifact_id_of, refs_in
+from workers.errors import ArtifactNotFoundError
 from workers.tools import ToolDefinition
 
 __all__ = ["PATH", "WATCH_S", "FleetMcpServer"]
@@ -56,6 +63,8 @@ PATH = "/mcp"
 WATCH_S = 1.0  # how often the catalog is looked at for tools that came or went
 NAME = "toolfleet"
 TENANT_KEY = "toolfleet.tenant"  # where a request's tenant (from its key) is kept in the ASGI scope
+MAX_READ_BYTES = 20 << 20  # the largest artifact `resources/read` answers (base64 in one message)
+RESOURCE_NOT_FOUND = -32002  # MCP's code for a resource that does not exist
 _APPROVAL_SCHEMA = {
     "type": "object",
     "properties": {
@@ -89,7 +98,12 @@ class FleetMcpServer:
         self.fleet = fleet
         self.paused = paused  # where calls that require approval wait when a client cannot be asked
         self.watch_s = watch_s
-        self.server = _Server(NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool)
+        self.server = _Server(
+            NAME,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_read_resource=self._read_resource,
+        )
         self.server.add_notification_handler(
             "notifications/initialized", types.NotificationParams, self._initialized
         )
@@ -137,6 +151,32 @@ class FleetMcpServer:
         if not call.is_error:  # each artifact the result holds, as a link to it beside the text
             content += [_link(ref) for ref in refs_in(call.outcome.result_object)]
         return types.CallToolResult(content=content, is_error=call.is_error)
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        """An artifact of a result (its link's `artifact:<id>`), read from the store."""
+        uri = str(params.uri)
+        artifact_id = artifact_id_of(uri)
+        if artifact_id is None:
+            raise MCPError(RESOURCE_NOT_FOUND, f"no resource {uri!r}: this server's are artifact:<id>")
+        tenant = _tenant(ctx)
+        store = ArtifactSink.from_env().store
+        try:
+            record = await asyncio.to_thread(store.record, artifact_id)
+            if tenant is not None and record.tenant != tenant:  # as one that does not exist
+                raise ArtifactNotFoundError.missing(artifact_id)
+            ref = record.ref
+            if ref.size > MAX_READ_BYTES:
+                raise MCPError(
+                    types.INVALID_PARAMS,
+                    f"{ref.ref} is {ref.size} bytes, over the {MAX_READ_BYTES} this server reads: "
+                    f"fetch it from GET /v1/artifacts/{ref.id} of toolfleet serve",
+                )
+            data = await asyncio.to_thread(lambda: b"".join(store.chunks(ref.id)))
+        except (ArtifactNotFoundError, OSError) as exc:
+            raise MCPError(RESOURCE_NOT_FOUND, str(exc)) from None
+        return types.ReadResourceResult(contents=[_contents(uri, ref, data)])
 
     async def _initialized(self, ctx: ServerRequestContext, params: Any) -> None:
         connection = getattr(ctx.session, "_connection", None)  # the SDK keeps no public handle
@@ -225,15 +265,32 @@ def _tool(definition: ToolDefinition) -> types.Tool:
 
 
 def _link(ref: ArtifactRef) -> types.ResourceLink:
-    """An artifact as MCP's resource link: its URI in the store, name, media type and size."""
+    """An artifact as MCP's resource link: `artifact:<id>` (`resources/read` reads it), its name,
+    media type and size."""
     return types.ResourceLink(
         type="resource_link",
-        uri=ref.uri,
+        uri=ref.ref,
         name=ref.name,
         mime_type=ref.media_type,
         size=ref.size,
-        description=f"{ref.ref} (SHA-256 {ref.sha256})",
+        description=f"{ref.ref} (SHA-256 {ref.sha256}, in the store at {ref.uri})",
     )
+
+
+def _contents(
+    uri: str, ref: ArtifactRef, data: bytes
+) -> types.TextResourceContents | types.BlobResourceContents:
+    """An artifact's bytes as MCP resource contents: text when it is text (and decodes), else base64."""
+    if ref.media_type.startswith("text/") or ref.media_type.split(";")[0].strip() in _TEXT_TYPES:
+        try:
+            return types.TextResourceContents(uri=uri, mime_type=ref.media_type, text=data.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass
+    blob = base64.b64encode(data).decode("ascii")
+    return types.BlobResourceContents(uri=uri, mime_type=ref.media_type, blob=blob)
+
+
+_TEXT_TYPES = frozenset({"application/json", "application/xml", "application/yaml"})
 
 
 def _error(text: str) -> types.CallToolResult:

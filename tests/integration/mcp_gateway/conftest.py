@@ -1,5 +1,5 @@
 """Fixtures of the MCP gateway's tests: a worker of the gateway's pools, and `toolfleet mcp serve`
-as a process of its own (streamable HTTP), with a bearer key of tenant `acme`."""
+as a process of its own (streamable HTTP), with a bearer key of tenant `acme` (and one of `globex`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from workers.runtime.process import WorkerProcess
 
 MODULE = "tests.integration.mcp_gateway.tools"
 KEY = "sk-mcp-gateway-test"
+OTHER_KEY = "sk-mcp-gateway-globex"  # of tenant `globex`
 
 
 def gateway_env(redis_url: str, database_url: str) -> dict[str, str]:
@@ -27,7 +28,9 @@ def gateway_env(redis_url: str, database_url: str) -> dict[str, str]:
             "PYTHONPATH": REPO_ROOT,
             "TOOLFLEET_REDIS_URL": redis_url,
             "TOOLFLEET_DATABASE_URL": database_url,
-            "TOOLFLEET_API_KEYS": f"acme:{KEY}",
+            "TOOLFLEET_API_KEYS": f"acme:{KEY},globex:{OTHER_KEY}",
+            # the store its workers write artifacts to (the tests' own, set for the session)
+            "TOOLFLEET_ARTIFACT_URL": os.environ["TOOLFLEET_ARTIFACT_URL"],
             "TOOLFLEET_HEARTBEAT_TTL_S": "2",
             "TOOLFLEET_LIVENESS_CHECK_INTERVAL_S": "0.2",
         }

@@ -21,11 +21,12 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
 from tests._cli import on_journal
 from tests._waiting import wait_for
 from tests.integration.mcp_gateway import tools
-from tests.integration.mcp_gateway.conftest import KEY, MODULE, Gateway
+from tests.integration.mcp_gateway.conftest import KEY, MODULE, OTHER_KEY, Gateway
 from tests.integration.side_effects import process_client
 from tests.integration.worker_processes import tool_worker
 from workers.runtime.process import WorkerProcess
@@ -124,7 +125,39 @@ def test_an_artifact_is_a_resource_link_beside_the_text_the_model_reads(gateway:
     assert (
         reference is not None and link.description is not None and link.description.startswith(reference[0])
     )
-    assert str(link.uri).endswith(reference[0].removeprefix("artifact:"))
+    assert str(link.uri) == reference[0]
+
+
+def test_an_artifacts_link_is_read_by_its_tenant_alone(gateway: Gateway) -> None:
+    # given: acme's call made an artifact, linked from its result
+    async def made() -> str:
+        async with session(gateway) as client:
+            result = await client.call_tool("export", {"rows": 4})
+        [link] = [c for c in result.content if isinstance(c, types.ResourceLink)]
+        return str(link.uri)
+
+    uri = run(made)
+
+    async def read(key: str, target: str) -> types.ReadResourceResult | MCPError:
+        async with session(gateway, key=key) as client:
+            try:
+                return await client.read_resource(target)
+            except MCPError as exc:
+                return exc
+
+    # when: acme reads it, globex reads it, and acme reads what nobody made
+    mine = run(lambda: read(KEY, uri))
+    theirs = run(lambda: read(OTHER_KEY, uri))
+    nobodys = run(lambda: read(KEY, "artifact:" + "0" * 32))
+
+    # then: acme gets its text; to globex it does not exist, as an artifact nobody made
+    assert isinstance(mine, types.ReadResourceResult)
+    [contents] = mine.contents
+    assert isinstance(contents, types.TextResourceContents)
+    assert (contents.text, contents.mime_type) == ("0,0\n1,1\n2,4\n3,9\n", "text/csv")
+    assert isinstance(theirs, MCPError) and isinstance(nobodys, MCPError)
+    assert theirs.code == nobodys.code == -32002
+    assert theirs.message == f"artifact {uri.removeprefix('artifact:')} does not exist (or was removed)"
 
 
 def test_progress_reports_reach_a_client_that_asked_for_them(gateway: Gateway) -> None:
