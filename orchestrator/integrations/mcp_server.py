@@ -49,9 +49,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from orchestrator.errors import UnknownFleetToolError
 from orchestrator.integrations.fleet import FleetCall, FleetClient
 from orchestrator.integrations.paused_calls import Approved, PausedCalls
-from orchestrator.server.tenants import ApiKey, matching_key
+from orchestrator.server.artifacts import readable_record
+from orchestrator.server.tenants import OPERATOR, ApiKey, Viewer, matching_key
 from orchestrator.telemetry.metrics import exposition
-from workers.artifacts import ArtifactRef, ArtifactSink, artifact_id_of, refs_in
+from workers.artifacts import Artifact, ArtifactRef, ArtifactSink, artifact_id_of, refs_in
 from workers.errors import ArtifactNotFoundError
 from workers.tools import ToolDefinition
 
@@ -149,7 +150,7 @@ class FleetMcpServer:
                     await approved.ended(call)
         content: list[Any] = [types.TextContent(type="text", text=call.text)]
         if not call.is_error:  # each artifact the result holds, as a link to it beside the text
-            content += [_link(ref) for ref in refs_in(call.outcome.result_object)]
+            content += [_link(ref) for ref in refs_in(call.outcome.result_object, text=call.text)]
         return types.CallToolResult(content=content, is_error=call.is_error)
 
     async def _read_resource(
@@ -161,19 +162,20 @@ class FleetMcpServer:
         if artifact_id is None:
             raise MCPError(RESOURCE_NOT_FOUND, f"no resource {uri!r}: this server's are artifact:<id>")
         tenant = _tenant(ctx)
+        viewer = OPERATOR if tenant is None else Viewer(tenant)  # stdio: the operator's own
         store = ArtifactSink.from_env().store
+        record = await readable_record(store, artifact_id, viewer)
+        if record is None:  # another tenant's as one that does not exist
+            raise MCPError(RESOURCE_NOT_FOUND, str(ArtifactNotFoundError.missing(artifact_id)))
+        ref = record.ref
+        if ref.size > MAX_READ_BYTES:
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"{ref.ref} is {ref.size} bytes, over the {MAX_READ_BYTES} this server reads: "
+                f"fetch it from GET /v1/artifacts/{ref.id} of toolfleet serve",
+            )
         try:
-            record = await asyncio.to_thread(store.record, artifact_id)
-            if tenant is not None and record.tenant != tenant:  # as one that does not exist
-                raise ArtifactNotFoundError.missing(artifact_id)
-            ref = record.ref
-            if ref.size > MAX_READ_BYTES:
-                raise MCPError(
-                    types.INVALID_PARAMS,
-                    f"{ref.ref} is {ref.size} bytes, over the {MAX_READ_BYTES} this server reads: "
-                    f"fetch it from GET /v1/artifacts/{ref.id} of toolfleet serve",
-                )
-            data = await asyncio.to_thread(lambda: b"".join(store.chunks(ref.id)))
+            data = await asyncio.to_thread(Artifact.stored(ref, store).read_bytes)
         except (ArtifactNotFoundError, OSError) as exc:
             raise MCPError(RESOURCE_NOT_FOUND, str(exc)) from None
         return types.ReadResourceResult(contents=[_contents(uri, ref, data)])
@@ -281,16 +283,11 @@ def _contents(
     uri: str, ref: ArtifactRef, data: bytes
 ) -> types.TextResourceContents | types.BlobResourceContents:
     """An artifact's bytes as MCP resource contents: text when it is text (and decodes), else base64."""
-    if ref.media_type.startswith("text/") or ref.media_type.split(";")[0].strip() in _TEXT_TYPES:
-        try:
+    if ref.is_text:
+        with contextlib.suppress(UnicodeDecodeError):
             return types.TextResourceContents(uri=uri, mime_type=ref.media_type, text=data.decode("utf-8"))
-        except UnicodeDecodeError:
-            pass
     blob = base64.b64encode(data).decode("ascii")
     return types.BlobResourceContents(uri=uri, mime_type=ref.media_type, blob=blob)
-
-
-_TEXT_TYPES = frozenset({"application/json", "application/xml", "application/yaml"})
 
 
 def _error(text: str) -> types.CallToolResult:

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from orchestrator.messages import ChatMessage, ToolExecutionResultMessage
-from workers.artifacts import REF_PREFIX, ArtifactSink
+from workers.artifacts import REF_PREFIX, Artifact, ArtifactSink
 from workers.contents import Content, Image, ImageContent, TextContent
 from workers.errors import ArtifactNotFoundError
 
@@ -77,7 +77,7 @@ async def _read(part: ImageContent) -> Content:
         key = (record.ref.id, record.ref.sha256)
         encoded = _recall(key)
         if encoded is None:
-            data = await asyncio.to_thread(lambda: b"".join(store.chunks(record.ref.id)))
+            data = await asyncio.to_thread(Artifact.stored(record.ref, store).read_bytes)
             encoded = base64.b64encode(data).decode("ascii")
             _keep(key, encoded)
     except (ArtifactNotFoundError, OSError) as exc:

@@ -360,10 +360,11 @@ def call_finished(
     outcome: str | None,
     elapsed_s: float | None,
     result_object: Any = None,
+    result_text: str | None = None,
 ) -> dict[str, Any]:
     """A tool call's end, as the stream tells it (`tool_call.finished`), whoever learnt it: the run
     that made the call, or the recovery that settled it; `artifacts`, the references of the artifacts
-    its result holds (`result_object`)."""
+    its result holds (`result_object`, its text `result_text`)."""
     return {
         "type": "tool_call.finished",
         "call_id": call_id,
@@ -373,7 +374,7 @@ def call_finished(
         "task_id": task_id,
         "outcome": outcome,
         "elapsed_ms": None if elapsed_s is None else round(elapsed_s * 1000, 1),
-        "artifacts": [ref.to_json() for ref in refs_in(result_object)],
+        "artifacts": [ref.to_json() for ref in refs_in(result_object, text=result_text)],
     }
 
 
@@ -395,5 +396,6 @@ async def tell_settled(journal: JournalRunner, events: EventLog, invocation_id: 
             call.outcome,
             elapsed,
             call.result_object,
+            call.result,
         )
         await events.add(invocation_id, end)

@@ -359,18 +359,9 @@ def progress_event(event: ToolProgress, task_id: str | None) -> dict[str, Any]:
 
 
 def finished_event(event: ToolExecuted) -> dict[str, Any]:
-    execution = event.execution
-    request = execution.request
-    return call_finished(
-        request.id,
-        request.name,
-        execution.pool,
-        execution.worker,
-        execution.task_id,
-        execution.status,
-        execution.duration_s,
-        execution.result_object,
-    )
+    run, request = event.execution, event.execution.request
+    ids = (request.id, request.name, run.pool, run.worker, run.task_id, run.status, run.duration_s)
+    return call_finished(*ids, run.result_object, run.result)
 
 
 def approval_event(event: ApprovalRequested) -> dict[str, Any]:

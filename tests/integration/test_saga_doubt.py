@@ -35,6 +35,7 @@ from tests.integration.test_saga_faults import (  # the module's workers and sag
 )
 from workers import OutcomeKind, ToolExecution, ToolExecutionRequest
 from workers.calls.invocation import Invocation
+from workers.protocol import CALL_ABANDONED, call_state_key
 from workers.runtime.process import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -136,8 +137,12 @@ def test_a_compensation_whose_message_was_lost_is_sent_again(
     assert counts(heavy_saga.client, key) == {"runs": 0, "done": 0, "comp_starts": 1, "comps": 1}
 
 
+@pytest.mark.parametrize("compensable", [True, False], ids=["undone-if-run", "discarded"])
 def test_a_call_left_queued_as_its_pool_lost_its_last_worker_does_not_stand(
-    start_heavy: Callable[..., list[WorkerProcess]], heavy_saga: HeavySaga, celery_executor: CeleryExecutor
+    compensable: bool,
+    start_heavy: Callable[..., list[WorkerProcess]],
+    heavy_saga: HeavySaga,
+    celery_executor: CeleryExecutor,
 ) -> None:
     # Given: the prefork pool's only worker, known live to the executor, stopped (SIGSTOP) as a
     # booking is sent to it: its heartbeat lapses 2 s later, the booking's message still queued
@@ -145,23 +150,24 @@ def test_a_call_left_queued_as_its_pool_lost_its_last_worker_does_not_stand(
     definition = celery_executor.definition("heavy_book")
     assert definition is not None
     warm = _booking(unique("warm"))
-    assert asyncio.run(celery_executor.execute(warm, definition, compensate_if_late=True)).kind is (
-        OutcomeKind.SUCCESS
-    )
+    assert asyncio.run(celery_executor.execute(warm, definition)).kind is OutcomeKind.SUCCESS
     key = unique("orphan")
     broker = redis.Redis.from_url(celery_executor.settings.broker_url)
     queues = pool_lists(broker, HEAVY_POOL)
     os.kill(worker.pid, signal.SIGSTOP)
     try:
-        # When: the call ends `no_worker`, its pool empty
+        # When: the call (undone by its worker if it finishes late, or not) ends `no_worker`
         outcome = asyncio.run(
-            celery_executor.execute(_booking(key), definition, Invocation(), compensate_if_late=True)
+            celery_executor.execute(_booking(key), definition, Invocation(), compensate_if_late=compensable)
         )
         assert outcome.kind is OutcomeKind.NO_WORKER, outcome
+        # a call its worker undoes if it finishes late is marked abandoned, as at a deadline
+        state = broker.get(call_state_key(outcome.task_id or ""))
+        assert state == (CALL_ABANDONED.encode() if compensable else None), state
     finally:
         os.kill(worker.pid, signal.SIGCONT)
 
-    # Then: the worker, back, discards its message or undoes the booking it ran: none stands
+    # Then: the worker, back, discards its message (revoked), or undoes the booking it ran: none stands
     assert wait_until(lambda: sum(broker.llen(queue) for queue in queues) == 0, 10.0)
     time.sleep(2.0)  # a non-event (a booking left standing): waited out, there is nothing to await
     ran = counts(heavy_saga.client, key)

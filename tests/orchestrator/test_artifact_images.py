@@ -8,6 +8,7 @@ import base64
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,9 +35,9 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     read: list[str] = []
     chunks = ArtifactStore.chunks
 
-    def counted(self: ArtifactStore, artifact_id: str) -> Iterator[bytes]:
+    def counted(self: ArtifactStore, artifact_id: str, *args: Any, **kwargs: Any) -> Iterator[bytes]:
         read.append(artifact_id)
-        return chunks(self, artifact_id)
+        return chunks(self, artifact_id, *args, **kwargs)
 
     monkeypatch.setattr(ArtifactStore, "chunks", counted)
     return read

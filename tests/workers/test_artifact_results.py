@@ -355,3 +355,36 @@ def test_a_small_image_given_as_data_stays_inline(sink: ArtifactSink) -> None:
     outcome = returning(inline, sink)
 
     assert outcome.contents == [ImageContent(inline)] and outcome.result_object is None
+
+
+# refs_in(..., text=): a result's text names every artifact its result object holds
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(lambda: Artifact(b"a", name="one.bin"), id="one artifact"),
+        pytest.param(lambda: [Artifact(b"a", name="a.txt"), Artifact(b"b", name="b.png")], id="a list"),
+        pytest.param(lambda: {"rows": 3, "deep": [{"file": Artifact(b"c", name="c.csv")}]}, id="nested"),
+        pytest.param(lambda: "t" * 5000, id="over the inline limit"),
+        pytest.param(
+            lambda: ImageContent(
+                Image(base64_data=base64.b64encode(b"p" * 2000).decode(), mime_type="image/png")
+            ),
+            id="an image over the limit",
+        ),
+    ],
+)
+def test_a_results_text_names_each_artifact_its_object_holds(sink: ArtifactSink, value: Any) -> None:
+    outcome = returning(value(), sink)
+
+    held = refs_in(outcome.result_object)
+    assert held, outcome
+    assert refs_in(outcome.result_object, text=outcome.text) == held
+
+
+def test_a_result_whose_text_names_no_artifact_is_not_walked() -> None:
+    tree = {"file": ref("text/plain", 5).to_json()}
+
+    assert refs_in(tree, text="no reference here") == []
+    assert refs_in(tree, text=f"see artifact:{ID}") == [ref("text/plain", 5)]

@@ -221,28 +221,18 @@ class Dispatcher:
                 notify("cancelled", None)
             raise
         outcome = outcome_of_meta(meta, definition, timeout_s)
-        if outcome.kind is OutcomeKind.NO_WORKER and not undoing:
-            # The pool lost its last worker while the call waited, nobody known to have taken it; its
-            # message may yet be taken (by a worker that comes back) or have been (by one that died
-            # before telling): given up as at a deadline, so that it is discarded, or undone by its
-            # worker if it still finishes; one its worker marked finished meanwhile is collected.
-            if abandon_atomically and not await self.claim_abandoned(task_id):
-                stored = await self.stored_result(task_id)
-                if stored is not None:
-                    meta, outcome = stored, outcome_of_meta(stored, definition, timeout_s)
-            else:
-                self.abandon(task_id, pool, terminate=terminate)
-        elif (
-            outcome.kind is OutcomeKind.WORKER_LOST
-            and abandon_atomically
-            and not await self.claim_abandoned(task_id)
-        ):
-            # Declared lost, yet its worker marked it finished: the result is on its way.
+        # Declared lost, or its pool left without a worker as it waited: its worker may have marked it
+        # finished meanwhile (the result is on its way), else it is given up as at a deadline.
+        lost = outcome.kind in (OutcomeKind.WORKER_LOST, OutcomeKind.NO_WORKER)
+        if lost and abandon_atomically and not await self.claim_abandoned(task_id):
             collector.forget(task_id)
             stored = await self.stored_result(task_id)
             if stored is not None:
-                meta = stored
-                outcome = outcome_of_meta(meta, definition, timeout_s)
+                meta, outcome = stored, outcome_of_meta(stored, definition, timeout_s)
+        elif outcome.kind is OutcomeKind.NO_WORKER and not undoing:
+            # nobody known to have taken it, its message may yet be taken (a worker that comes back):
+            # revoked, so that it is discarded, or (claimed abandoned above) undone by its worker
+            self.abandon(task_id, pool, terminate=terminate)
         if notify:
             notify(outcome.kind.value, worker_of(meta))
         return dataclasses.replace(outcome, task_id=task_id, pool=pool, worker=worker_of(meta))
