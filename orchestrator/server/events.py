@@ -387,15 +387,5 @@ async def tell_settled(journal: JournalRunner, events: EventLog, invocation_id: 
         if call.outcome is None or call.call_id is None or ("tool_call.finished", call.call_id) in told:
             continue
         elapsed = None if call.finished_at is None else (call.finished_at - call.started_at).total_seconds()
-        end = call_finished(
-            call.call_id,
-            call.tool,
-            call.pool,
-            call.worker,
-            call.task_id,
-            call.outcome,
-            elapsed,
-            call.result_object,
-            call.result,
-        )
-        await events.add(invocation_id, end)
+        ids = (call.call_id, call.tool, call.pool, call.worker, call.task_id, call.outcome, elapsed)
+        await events.add(invocation_id, call_finished(*ids, call.result_object, call.result))
