@@ -3,6 +3,8 @@ Sentinel (URLs, what Celery is given, the clients toolfleet makes)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from workers.app import make_app, make_publisher
@@ -11,6 +13,7 @@ from workers.errors import SettingsError
 from workers.priorities import MAX_PRIORITY, broker_priority
 from workers.redis_client import celery_url, connect, is_redis, parse_sentinel_url
 from workers.runtime._backend import ResultBackend, SentinelResultBackend
+from workers.runtime._consumer import Consumer
 from workers.settings import Settings, redact_url
 
 RABBIT = "amqp://guest:guest@rabbit.internal:5672//"
@@ -31,6 +34,19 @@ def test_a_pools_queue_on_rabbitmq_is_a_quorum_queue_on_a_topic_exchange_by_defa
         assert queue.exchange.type == "topic"  # native delayed delivery needs one that is not direct
         assert app.amqp.queues["default"].queue_arguments == {"x-queue-type": "quorum"}
         assert app.conf.broker_transport_options["confirm_publish"] is True
+
+
+def test_a_workers_events_are_published_without_the_confirms_its_calls_wait_for() -> None:
+    # The worker's event loop reads the events' connection; a pool thread waiting there for a confirm
+    # lost it to the loop and held the events' lock forever (the worker stopped consuming)
+    app = make_app(_on(RABBIT))
+    consumer = SimpleNamespace(app=app, ensure_connected=lambda connection: connection)
+    events = Consumer.connection_for_write(consumer, heartbeat=60)  # what Celery's Events step calls
+    calls = app.connection_for_write()  # what a retry or a compensation is published on
+    assert events.transport_options["confirm_publish"] is False
+    assert events.heartbeat == 60
+    assert calls.transport_options["confirm_publish"] is True
+    assert app.conf.worker_consumer == "workers.runtime._consumer:Consumer"
 
 
 def test_classic_queues_on_rabbitmq_keep_their_priorities() -> None:
