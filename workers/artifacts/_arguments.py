@@ -11,6 +11,7 @@ from typing import Any
 from workers.artifacts._results import ArtifactSink
 from workers.artifacts._values import Artifact, artifact_id_of
 from workers.errors import ArtifactNotFoundError, ToolArgumentsError
+from workers.tenants import DEFAULT_TENANT
 
 __all__ = ["ARGUMENT_SCHEMA", "artifact_argument", "reading_artifacts"]
 
@@ -34,7 +35,8 @@ def reading_artifacts(tenant: str) -> Iterator[None]:
 
 def artifact_argument(value: Any, path: str) -> Artifact:
     """The stored artifact an argument names; `ToolArgumentsError` when it names none the call may read
-    (another tenant's reads as missing: it is not told apart)."""
+    (another tenant's reads as missing: it is not told apart). An artifact recorded with no tenant (a
+    call made outside any invocation) is the default tenant's, as such a call's own arguments are."""
     artifact_id = artifact_id_of(value)
     if artifact_id is None:
         raise ToolArgumentsError(f'Argument "{path}" is not an artifact reference (artifact:<id>): <{value}>')
@@ -48,6 +50,6 @@ def artifact_argument(value: Any, path: str) -> Artifact:
             f'Argument "{path}": artifact {artifact_id} could not be read: {exc}'
         ) from exc
     tenant = _READER.get()
-    if record is None or (tenant is not None and record.tenant not in (None, tenant)):
+    if record is None or (tenant is not None and (record.tenant or DEFAULT_TENANT) != tenant):
         raise ToolArgumentsError(f'Argument "{path}": {ArtifactNotFoundError.missing(artifact_id)}')
     return Artifact.stored(record.ref, store)
