@@ -108,6 +108,7 @@ async def _run(
             task.cancel()
 
     beat = None if journal is None else beating(journal, invocation_id, config.heartbeat_s, taken_over)
+    state.saga.fence = None if beat is None else beat.fence
     try:
         with cancellable(invocation_id, config.cancel_redis_url):
             url = config.cancel_redis_url

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -27,7 +28,7 @@ from workers.settings import Settings
 if TYPE_CHECKING:
     from orchestrator.saga._fast_writes import FastWrites
 
-__all__ = ["AsyncJournal", "JournalRunner", "beating", "journal_runner", "to_the_end"]
+__all__ = ["AsyncJournal", "Beat", "JournalRunner", "beating", "journal_runner", "to_the_end"]
 
 log = logging.getLogger(__name__)
 
@@ -182,30 +183,73 @@ async def to_the_end(step: Awaitable[_T]) -> tuple[_T, bool]:
             cancelled = True
 
 
+OVERDUE_BEATS = 2  # an owner whose last beat is older than this many intervals may have been taken over
+
+
 def beating(
     journal: JournalRunner,
     invocation_id: str,
     every_s: float,
     on_taken_over: Callable[[str | None], None] | None = None,
-) -> asyncio.Task[None]:
+) -> Beat:
     """A task keeping the invocation's journal heartbeat fresh every `every_s` for this process, its
     owner (an invocation's loop, or a recovery), until cancelled: recovery never takes over a live
     owner. A beat of an invocation another process took over writes nothing, and then, with
     `on_taken_over`, tells it (the new owner), once, and stops; a failed one is logged and the next
     tries again."""
-    owner = owner_id()
+    return Beat(journal, invocation_id, every_s, on_taken_over)
 
-    async def beat() -> None:
+
+class Beat:
+    """An owner's heartbeat of one invocation (`beating`), and the fence its calls pass before they
+    are dispatched (`fence`)."""
+
+    def __init__(
+        self,
+        journal: JournalRunner,
+        invocation_id: str,
+        every_s: float,
+        on_taken_over: Callable[[str | None], None] | None,
+    ) -> None:
+        self.journal, self.invocation_id, self.every_s = journal, invocation_id, every_s
+        self.on_taken_over = on_taken_over
+        self.owner = owner_id()
+        self.last_beat = time.monotonic()  # the invocation was claimed (started, adopted) just now
+        self.task = asyncio.ensure_future(self._beating())
+
+    def cancel(self) -> None:
+        self.task.cancel()
+
+    async def fence(self) -> None:
+        """Before calls are dispatched: when this owner's last beat is overdue (the process stood
+        still: a pause, a blocked loop, a database away), so that another may have counted it gone
+        and taken the invocation over, beat now; taken over, stop here (`CancelledError`, the
+        takeover told as a beat tells it) so that not one more call is dispatched."""
+        if time.monotonic() - self.last_beat <= OVERDUE_BEATS * self.every_s:
+            return
+        if not await self._beat():
+            await asyncio.sleep(0)  # the takeover's cancel of this task, if it is the loop's, lands here
+            raise asyncio.CancelledError
+
+    async def _beating(self) -> None:
         while True:
-            await asyncio.sleep(every_s)
+            await asyncio.sleep(self.every_s)
             try:
-                written = (await journal.execute(heartbeat_write(invocation_id, owner))).rowcount
-                if not written and on_taken_over is not None:
-                    record = await journal.run(lambda j: j.invocation(invocation_id))
-                    if record is not None and record.owner != owner:  # no row yet: not taken
-                        on_taken_over(record.owner)
-                        return
+                if not await self._beat():
+                    return
             except Exception as exc:  # a journal hiccup must not end the invocation or its recovery
-                log.warning("journal heartbeat of %s failed: %s", invocation_id, exc)
+                log.warning("journal heartbeat of %s failed: %s", self.invocation_id, exc)
 
-    return asyncio.ensure_future(beat())
+    async def _beat(self) -> bool:
+        """One beat; False when another process took the invocation over (told to `on_taken_over`)."""
+        invocation_id = self.invocation_id
+        if (await self.journal.execute(heartbeat_write(invocation_id, self.owner))).rowcount:
+            self.last_beat = time.monotonic()
+            return True
+        if self.on_taken_over is None:
+            return True
+        record = await self.journal.run(lambda j: j.invocation(invocation_id))
+        if record is None or record.owner == self.owner:  # no row yet: not taken
+            return True
+        self.on_taken_over(record.owner)
+        return False

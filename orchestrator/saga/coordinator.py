@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +71,9 @@ class Saga:
         self._sequence = 0
         self.turn: int | None = None  # the model turn whose calls are being journaled, from 1
         self._planned = False  # compensations were planned in the journal: read them at the end
+        # Passed before a call's intent is written, so before it is dispatched (`Beat.fence`): a
+        # process whose invocation was taken over while it stood still dispatches nothing more.
+        self.fence: Callable[[], Awaitable[None]] | None = None
 
     async def intent(
         self, request: ToolExecutionRequest, definition: ToolDefinition, invocation: Invocation
@@ -79,6 +82,8 @@ class Saga:
         self._sequence += 1
         if self.journal is None:
             return None
+        if self.fence is not None:
+            await self.fence()
         sequence, turn = self._sequence, self.turn
         key = idempotency_key(invocation, request)
         intent = Intent(sequence, request, definition.pool, definition.compensation is not None, key)
@@ -95,6 +100,8 @@ class Saga:
         of it about to be published, in one transaction before any is; their rows, in order."""
         if self.journal is None or self.turn is None:
             return []
+        if self.fence is not None:
+            await self.fence()
         intents = []
         for request, definition in calls:
             self._sequence += 1

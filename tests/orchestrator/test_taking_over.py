@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from orchestrator import AiMessage, AiService, LocalExecutor
+from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel
 from orchestrator.cli import main
 from orchestrator.errors import InvocationTakenOverError
 from orchestrator.executors.base import Settled
 from orchestrator.saga.journal import Journal, invocations, utc_now
 from orchestrator.saga.recovery import recover
+from tests._waiting import wait_for
 from tests.orchestrator._bank import Bank, compensating_service
 from tests.orchestrator._service import call
 from tests.orchestrator.test_recovery_settled import SettledExecutor, left_in_flight
@@ -285,3 +286,47 @@ def test_a_recovery_that_runs_past_the_staleness_beats_and_is_not_taken_over(jou
     assert [r.compensated for r in first] == [["credit (c1)"]]
     assert second == []
     assert executor.compensated == ["credited 5"]
+
+
+def test_an_owner_that_stood_still_while_taken_over_dispatches_nothing_after(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: invocations beat every 0.1 s; the model's first answer asks for a second booking, but
+    # while it answers the process stands still for 1 s (its event loop blocked: no beat goes out)
+    monkeypatch.setenv("TOOLFLEET_INVOCATION_HEARTBEAT_S", "0.1")
+    desk, executor = TwoDesks(), LocalExecutor()
+    standing_still = threading.Event()
+
+    def model(request: Any) -> AiMessage | str:
+        if not standing_still.is_set():
+            standing_still.set()
+            time.sleep(1.0)
+            return AiMessage(tool_execution_requests=[call("book_again", "b2")])
+        return "booked"
+
+    service = AiService(
+        chat_model=ScriptedChatModel(model),
+        tools=[desk],
+        executor=executor,
+        compensate_on_tool_errors=True,
+        journal=journal,
+    )
+    runner, ended = chatting(service, "book")
+    try:
+        # when: meanwhile another host's recoverer, counting it gone, takes the invocation over
+        assert standing_still.wait(10)
+        [record] = wait_for(lambda: journal.invocations(), 5.0, "the invocation's row")
+        taken_over_by(journal, record.id, ELSEWHERE)
+        runner.join(10)
+    finally:
+        runner.join(30)
+        executor.close()
+
+    # then: once it moves again, the call its model asked for is not dispatched: it stops, undoing
+    # nothing and writing nothing over the new owner's record
+    assert [type(exc) for exc in ended] == [InvocationTakenOverError], ended
+    assert desk.seconds == 0
+    after = journal.invocation(record.id)
+    assert after is not None
+    assert (after.state, after.owner, after.finished_at) == ("compensating", ELSEWHERE, None)
+    assert [c.tool for c in journal.calls(record.id)] == []
