@@ -8,6 +8,7 @@ publisher. The harness keeps only what tells it where its servers are, and sets 
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
@@ -93,3 +94,15 @@ def make_hermetic(environ: MutableMapping[str, str], scratch: Path) -> list[str]
     environ["TOOLFLEET_DATABASE_URL"] = f"sqlite:///{scratch / 'toolfleet.db'}"
     environ["TOOLFLEET_ARTIFACT_URL"] = (scratch / "artifacts").as_uri()
     return removed
+
+
+LOCAL_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+def rabbitmq_listens() -> bool:
+    """Whether this machine's RabbitMQ (`LOCAL_RABBITMQ_URL`) accepts a connection."""
+    try:
+        with socket.create_connection(("127.0.0.1", 5672), timeout=1):
+            return True
+    except OSError:
+        return False

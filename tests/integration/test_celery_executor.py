@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -23,6 +22,7 @@ import pytest
 import redis
 
 from orchestrator.executors.celery import CeleryExecutor
+from tests._environment import LOCAL_RABBITMQ_URL, rabbitmq_listens
 from tests._waiting import wait_until
 from tests.integration.states import META, StateRecorder
 from tests.integration.worker_processes import tool_worker
@@ -33,7 +33,7 @@ from workers.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
-RABBIT_URL = "amqp://guest:guest@127.0.0.1:5672//"
+RABBIT_URL = LOCAL_RABBITMQ_URL
 HEARTBEAT_TTL_S = 2.0
 HEARTBEAT_ENV = {"TOOLFLEET_HEARTBEAT_TTL_S": str(HEARTBEAT_TTL_S)}
 
@@ -101,14 +101,6 @@ def killable(redis_url: str, worker_logs: Path) -> Iterator[WorkerProcess]:
     )
     with worker.running(timeout_s=30):
         yield worker
-
-
-def _rabbit_listens() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 5672), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 # -- (1) pools on separate worker processes ------------------------------------------------------
@@ -412,7 +404,7 @@ def test_a_rabbitmq_broker_behaves_as_redis(
     redis_url: str,
     worker_logs: Path,
 ) -> None:
-    if not _rabbit_listens():
+    if not rabbitmq_listens():
         pytest.skip("no RabbitMQ listens on 127.0.0.1:5672: the AMQP broker variant cannot run")
     # given: a worker for pool `rabbit` taking its tasks from RabbitMQ, its results going to Redis,
     # and an executor publishing to RabbitMQ

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 import redis
 
 from orchestrator import CeleryExecutor, ToolExecutionRequest
+from tests._environment import LOCAL_RABBITMQ_URL, rabbitmq_listens
 from tests.integration import slot_tools
 from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolDefinition, ToolOutcome
@@ -26,16 +26,8 @@ from workers.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-RABBIT_URL = "amqp://guest:guest@127.0.0.1:5672//"
+RABBIT_URL = LOCAL_RABBITMQ_URL
 LOW, HIGH = 8, 4
-
-
-def _rabbit_listens() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 5672), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def _empty(settings: Settings, pool: str) -> None:
@@ -90,7 +82,7 @@ async def _low_then_high(
 def test_high_priority_calls_overtake_the_low_ones_waiting_in_the_queue(
     broker: str, settings: Settings, redis_url: str, client: redis.Redis, tmp_path: Path
 ) -> None:
-    if broker == "rabbitmq" and not _rabbit_listens():
+    if broker == "rabbitmq" and not rabbitmq_listens():
         pytest.skip("no RabbitMQ listens on 127.0.0.1:5672: the AMQP broker variant cannot run")
     # given: one worker running one call at a time for the pool, on the broker
     broker_url = RABBIT_URL if broker == "rabbitmq" else redis_url

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from orchestrator.executors.celery import CeleryExecutor
+from tests._environment import LOCAL_RABBITMQ_URL, rabbitmq_listens
 from tests._waiting import wait_for, wait_until
 from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolExecutionRequest
@@ -27,22 +27,14 @@ from workers.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.broker]
 
-RABBIT_URL = "amqp://guest:guest@127.0.0.1:5672//"
+RABBIT_URL = LOCAL_RABBITMQ_URL
 BURSTS = 40
 CALLS = 100
 
 
-def _rabbit_listens() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", 5672), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def rabbit_settings(settings: Settings) -> Settings:
-    if not _rabbit_listens():
+    if not rabbitmq_listens():
         pytest.skip("no RabbitMQ listens on 127.0.0.1:5672: the AMQP broker variant cannot run")
     return dataclasses.replace(settings, broker_url=RABBIT_URL)
 
@@ -60,7 +52,12 @@ def succeeded(rabbit_settings: Settings) -> Iterator[set[str]]:
 
         with app.connection_for_read() as connection:
             receiver = app.events.Receiver(connection, handlers={"task-succeeded": on_event})
-            threading.Thread(target=lambda: (stop.wait(), setattr(receiver, "should_stop", True))).start()
+
+            def stop_when_asked() -> None:
+                stop.wait()
+                receiver.should_stop = True  # seen within a second, at its next poll
+
+            threading.Thread(target=stop_when_asked, daemon=True).start()
             receiver.capture(limit=None, timeout=None, wakeup=False)
 
     thread = threading.Thread(target=consume, name="task-events", daemon=True)
