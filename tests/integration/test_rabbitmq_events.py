@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,8 @@ import pytest
 
 from orchestrator.executors.celery import CeleryExecutor
 from tests._environment import LOCAL_RABBITMQ_URL, rabbitmq_listens
-from tests._waiting import wait_for, wait_until
+from tests._waiting import wait_until
+from tests.integration.task_events import task_events
 from tests.integration.worker_processes import tool_worker
 from workers import OutcomeKind, ToolExecutionRequest
 from workers.app import make_publisher
@@ -39,38 +38,8 @@ def rabbit_settings(settings: Settings) -> Settings:
     return dataclasses.replace(settings, broker_url=RABBIT_URL)
 
 
-@pytest.fixture
-def succeeded(rabbit_settings: Settings) -> Iterator[set[str]]:
-    """The ids of the tasks whose `task-succeeded` event reached the broker's events exchange."""
-    app = make_publisher(rabbit_settings)
-    seen: set[str] = set()
-    stop = threading.Event()
-
-    def consume() -> None:
-        def on_event(event: dict[str, Any]) -> None:
-            seen.add(event["uuid"])
-
-        with app.connection_for_read() as connection:
-            receiver = app.events.Receiver(connection, handlers={"task-succeeded": on_event})
-
-            def stop_when_asked() -> None:
-                stop.wait()
-                receiver.should_stop = True  # seen within a second, at its next poll
-
-            threading.Thread(target=stop_when_asked, daemon=True).start()
-            receiver.capture(limit=None, timeout=None, wakeup=False)
-
-    thread = threading.Thread(target=consume, name="task-events", daemon=True)
-    thread.start()
-    try:
-        yield seen
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-
-
 def test_a_threads_worker_on_rabbitmq_takes_burst_after_burst_while_sending_their_events(
-    rabbit_settings: Settings, succeeded: set[str], redis_url: str, worker_logs: Path
+    rabbit_settings: Settings, redis_url: str, worker_logs: Path
 ) -> None:
     # given: a worker of 100 threads for pool `burst`, its broker RabbitMQ, its task events on
     with make_publisher(rabbit_settings).connection_for_write() as connection:
@@ -103,20 +72,18 @@ def test_a_threads_worker_on_rabbitmq_takes_burst_after_burst_while_sending_thei
 
         return asyncio.run(all_of_them())
 
+    probe = ToolExecutionRequest("probe", "echo_burst", '{"text": "p"}')
     try:
         worker.wait_ready(timeout_s=30)
+        with task_events(rabbit_settings, executor, probe) as events:
+            # when: 40 bursts of 100 calls each are made, one after the other
+            outcomes = [burst(n) for n in range(BURSTS)]
+            task_ids = {o.task_id for results in outcomes for o in results}
 
-        # events are pub/sub: the receiver is bound once a probe call's event reaches it
-        def probe_seen() -> bool:
-            probe = asyncio.run(
-                executor.execute(ToolExecutionRequest("probe", "echo_burst", '{"text": "p"}'))
-            )
-            return wait_until(lambda: probe.task_id in succeeded, 1.0)
+            def succeeded() -> set[str]:
+                return {e["uuid"] for e in list(events) if e.get("type") == "task-succeeded"}
 
-        wait_for(probe_seen, 15.0, "the event receiver")
-
-        # when: 40 bursts of 100 calls each are made, one after the other
-        outcomes = [burst(n) for n in range(BURSTS)]
+            events_told = wait_until(lambda: task_ids <= succeeded(), 15.0)
     finally:
         executor.close()
         worker.stop()
@@ -125,6 +92,5 @@ def test_a_threads_worker_on_rabbitmq_takes_burst_after_burst_while_sending_thei
     for n, results in enumerate(outcomes):
         assert [o.kind for o in results] == [OutcomeKind.SUCCESS] * CALLS, f"burst {n}"
         assert [o.text for o in results] == [f"{n}.{i}" for i in range(CALLS)], f"burst {n}"
-    task_ids = {o.task_id for results in outcomes for o in results}
     assert len(task_ids) == BURSTS * CALLS
-    assert wait_until(lambda: task_ids <= succeeded, 15.0), len(task_ids - succeeded)
+    assert events_told, f"{len(task_ids - succeeded())} calls' task-succeeded events never arrived"

@@ -15,9 +15,8 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from orchestrator import (
 )
 from orchestrator.messages import message_to_json
 from tests._waiting import wait_for
+from tests.integration.task_events import task_events
 from workers import OutcomeKind, ToolExecutionRequest
 from workers.app import make_publisher
 from workers.calls.invocation import Invocation, InvocationContext
@@ -301,48 +301,11 @@ def test_a_visible_message_reaches_the_model_but_its_cause_does_not(
 # ---- Flower's view of a task: kwargsrepr -------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _task_events(settings: Settings, celery: CeleryExecutor) -> Iterator[list[dict[str, Any]]]:
+def _task_events(
+    settings: Settings, celery: CeleryExecutor
+) -> contextlib.AbstractContextManager[list[dict[str, Any]]]:
     """Every task event on the broker (what Flower sees) while the block runs."""
-    app = make_publisher(settings)
-    events: list[dict[str, Any]] = []
-    stop = threading.Event()
-
-    def consume() -> None:
-        with app.connection_for_read() as connection:
-            receiver = app.events.Receiver(connection, handlers={"*": events.append})
-
-            def stop_when_asked() -> None:
-                stop.wait()
-                receiver.should_stop = True  # seen within a second, at its next poll
-
-            threading.Thread(target=stop_when_asked, daemon=True).start()
-            receiver.capture(limit=None, timeout=None, wakeup=False)
-
-    thread = threading.Thread(target=consume, name="task-events", daemon=True)
-    thread.start()
-    try:
-        # Events are pub/sub: wait until a probe call's events arrive, so none of the block's are missed.
-        def probe_seen() -> bool:
-            probe = asyncio.run(
-                celery.execute(ToolExecutionRequest("probe", "bad_str", '{"value": "probe"}'))
-            )
-            return _wait_quietly(lambda: any(e.get("uuid") == probe.task_id for e in events), 1.0)
-
-        wait_for(probe_seen, 10.0, "the event receiver")
-        yield events
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        app.close()
-
-
-def _wait_quietly(condition: Callable[[], bool], timeout_s: float) -> bool:
-    try:
-        wait_for(condition, timeout_s)
-    except AssertionError:
-        return False
-    return True
+    return task_events(settings, celery, ToolExecutionRequest("probe", "bad_str", '{"value": "probe"}'))
 
 
 def _events_of(events: list[dict[str, Any]], task_id: str | None) -> list[dict[str, Any]]:
