@@ -14,20 +14,24 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import threading
+import time
 from collections.abc import AsyncGenerator
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from workers.errors import SettingsError
 from workers.settings import ENVIRONMENT, redact_url
 
 __all__ = [
     "ASYNC_POOL_SIZE",
+    "CONNECT_RETRY_EVERY_S",
+    "CONNECT_RETRY_S",
     "SQLITE_BUSY_TIMEOUT_S",
     "LoopEngines",
     "async_database_url",
+    "connected",
     "database_engine",
     "database_url",
     "shared_loop_engines",
@@ -40,6 +44,10 @@ SQLITE_BUSY_TIMEOUT_S = 30
 # share them, each holding one for a transaction of a few statements; connections opened beyond a
 # pool's size are closed when given back, and reopening them under load costs more than the wait.
 ASYNC_POOL_SIZE = 20
+# A connection the server (or a proxy before it) refuses is tried again this long, every quarter of a
+# second: nothing was sent on it yet, so a statement waits out a restart instead of failing.
+CONNECT_RETRY_S = 5.0
+CONNECT_RETRY_EVERY_S = 0.25
 _DRIVER = "postgresql+psycopg"
 _SHORT_SCHEMES = ("postgres", "postgresql")
 _EXTRA = "pip install 'toolfleet[postgres]'"
@@ -139,6 +147,20 @@ class LoopEngines:
 
 _shared: dict[str, LoopEngines] = {}
 _shared_lock = threading.Lock()
+
+
+async def connected(engine: AsyncEngine) -> AsyncConnection:
+    """A connection of `engine` (the caller closes it), tried again for `CONNECT_RETRY_S` while a
+    database server cannot be connected to: a failed connect sent nothing of the caller's. (An SQLite
+    file that cannot be opened is no outage: it fails at once.)"""
+    deadline = time.monotonic() + CONNECT_RETRY_S
+    while True:
+        try:
+            return await engine.connect()
+        except sa.exc.OperationalError:
+            if engine.dialect.name == "sqlite" or time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(CONNECT_RETRY_EVERY_S)
 
 
 def shared_loop_engines(url: str | sa.URL) -> LoopEngines:

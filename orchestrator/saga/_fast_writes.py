@@ -42,6 +42,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import Compiled
 
+from orchestrator._database_url import CONNECT_RETRY_EVERY_S, CONNECT_RETRY_S
 from orchestrator.saga._journal_writes import Write, Written
 
 __all__ = ["FAST_POOL_SIZE", "MAX_BATCH", "FastWrites", "shared_fast_writes"]
@@ -51,8 +52,6 @@ __all__ = ["FAST_POOL_SIZE", "MAX_BATCH", "FastWrites", "shared_fast_writes"]
 FAST_POOL_SIZE = 4
 MAX_BATCH = 64  # writes sent in one round trip and committed together, at most
 CONNECT_TIMEOUT_S = 10  # a server that does not answer fails the write, it does not hang it
-CONNECT_RETRY_S = 5.0  # a refused connection is tried again this long (a restart, a proxy between)
-CONNECT_RETRY_EVERY_S = 0.25
 RESEND_S = 15.0  # a write that may be sent again is, this long, while its connection keeps dropping
 
 

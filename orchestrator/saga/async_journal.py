@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from orchestrator._database_url import database_engine, shared_loop_engines
+from orchestrator._database_url import connected, database_engine, shared_loop_engines
 from orchestrator.saga._journal_crypto import JournalCipher
 from orchestrator.saga._journal_writes import Write, Written, heartbeat_write, written
 from orchestrator.saga.journal import Journal, owner_id
@@ -99,10 +99,13 @@ class AsyncJournal:
     async def run(self, fn: Callable[[Journal], _T]) -> _T:
         """`fn(journal)` in one transaction on an async connection: committed when `fn` returns,
         rolled back when it raises. `fn` runs on the event loop: it should only call the journal."""
-        engine = await self._engine()
         cipher = self._cipher
-        async with engine.begin() as connection:
-            return await connection.run_sync(lambda sync: fn(Journal.on_connection(sync, cipher)))
+        connection = await connected(await self._engine())  # a refused connect is tried again
+        try:
+            async with connection.begin():
+                return await connection.run_sync(lambda sync: fn(Journal.on_connection(sync, cipher)))
+        finally:
+            await connection.close()
 
     async def execute(self, write: Write) -> Written:
         """One statement of the journal's hot path (`_journal_writes`), in autocommit: on PostgreSQL
@@ -111,10 +114,12 @@ class AsyncJournal:
             if not self._schema_ready:
                 await asyncio.to_thread(self._ensure_schema)
             return await self._fast.execute(write)
-        engine = await self._engine()
-        async with engine.connect() as connection:
+        connection = await connected(await self._engine())
+        try:
             autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
             return written(await autocommit.execute(write.statement, write.params))
+        finally:
+            await connection.close()
 
     async def _engine(self) -> AsyncEngine:
         if not self._schema_ready:

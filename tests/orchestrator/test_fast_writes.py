@@ -5,6 +5,10 @@ cut off midway that leaves no broken connection behind."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +17,8 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from bench.soak.proxy import FaultProxy
+from orchestrator._database_url import CONNECT_RETRY_S
 from orchestrator.messages import AiMessage, UserMessage, message_to_json
 from orchestrator.saga._journal_checkpoints import turn_rows, turn_write
 from orchestrator.saga._journal_writes import (
@@ -217,3 +223,73 @@ def test_a_write_cut_off_midway_is_sent_again_only_when_that_is_harmless(
             journal.engine.dispose()
     else:
         assert failed == "failed"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("how", ["transaction", "statement"])
+def test_a_journal_waits_out_a_database_that_refuses_connections_for_a_moment(
+    postgres_url: str, how: str
+) -> None:
+    # given: the journal's database reached through a forwarder (a proxy, a server's port) that is gone
+    port = _free_port()
+    target = sa.make_url(postgres_url)
+    through = target.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+    context = InvocationContext(memory_id="m1", user_message="hi")
+    invocation_id = str(context.invocation_id)
+    forwarder = FaultProxy("postgres", ("127.0.0.1", port), (target.host or "127.0.0.1", target.port or 5432))
+    forwarder.start()
+    journal = AsyncJournal(through, keys=[])
+
+    async def story() -> float:
+        try:
+            await journal.execute(start_write(journal.cipher, context, Invocation(context).to_json(), None))
+            await journal.dispose()  # no connection kept: the next statement connects anew
+            forwarder.stop()  # connections refused from now on
+            again = FaultProxy("postgres", forwarder.listen, forwarder.target)
+            threading.Timer(1.0, again.start).start()  # back after a second, as a restarted one is
+            started = time.monotonic()
+            try:
+                # when: the journal is used while it refuses
+                if how == "transaction":
+                    record = await journal.run(lambda j: j.invocation(invocation_id))
+                    assert record is not None and record.id == invocation_id
+                else:
+                    await journal.execute(heartbeat_write(invocation_id, None))
+                return time.monotonic() - started
+            finally:
+                await journal.dispose()
+                again.stop()
+        finally:
+            forwarder.stop()
+
+    # then: it connects once the database is back, and goes on, instead of failing
+    waited = asyncio.run(story())
+    assert 0.9 <= waited < CONNECT_RETRY_S, waited
+
+
+def test_an_sqlite_journal_that_cannot_be_opened_fails_at_once(tmp_path: Path) -> None:
+    # given: an SQLite journal whose directory is gone once its schema was made
+    folder = tmp_path / "journal"
+    folder.mkdir()
+    journal = AsyncJournal(f"sqlite:///{folder / 'journal.db'}", keys=[])
+
+    async def story() -> float:
+        try:
+            await journal.run(lambda j: j.invocations())
+            await journal.dispose()
+            shutil.rmtree(folder)
+            started = time.monotonic()
+            # when: it is used again
+            with pytest.raises(sa.exc.OperationalError, match="unable to open database file"):
+                await journal.run(lambda j: j.invocations())
+            return time.monotonic() - started
+        finally:
+            await journal.dispose()
+
+    # then: the error comes at once: a file that cannot be opened is no outage to wait out
+    assert asyncio.run(story()) < 1.0
