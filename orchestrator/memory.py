@@ -13,7 +13,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 
-from orchestrator._database_url import database_engine, shared_loop_engines
+from orchestrator._database_url import connected, database_engine, shared_loop_engines
 from orchestrator._memory_tables import memory_table
 from orchestrator.messages import (
     AiMessage,
@@ -103,15 +103,20 @@ class SqlChatMemoryStore:
 
     async def aget_messages(self, memory_id: str) -> list[ChatMessage]:
         """`get_messages` awaited on an async connection."""
-        engine = await self._async_engines.engine()
-        async with engine.connect() as connection:
+        connection = await connected(await self._async_engines.engine())  # a refused connect: again
+        try:
             return await connection.run_sync(_read_messages, memory_id)
+        finally:
+            await connection.close()
 
     async def aupdate_messages(self, memory_id: str, messages: Sequence[ChatMessage]) -> None:
         """`update_messages` awaited on an async connection, in one transaction."""
-        engine = await self._async_engines.engine()
-        async with engine.begin() as connection:
-            await connection.run_sync(_write_messages, memory_id, messages)
+        connection = await connected(await self._async_engines.engine())
+        try:
+            async with connection.begin():
+                await connection.run_sync(_write_messages, memory_id, messages)
+        finally:
+            await connection.close()
 
     async def adispose(self) -> None:
         """Close the async connections this store holds for the running loop."""

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from bench.soak.proxy import FaultProxy
 from orchestrator._database_url import CONNECT_RETRY_S
+from orchestrator.memory import SqlChatMemoryStore
 from orchestrator.messages import AiMessage, UserMessage, message_to_json
 from orchestrator.saga._journal_checkpoints import turn_rows, turn_write
 from orchestrator.saga._journal_writes import (
@@ -231,7 +232,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.mark.parametrize("how", ["transaction", "statement"])
+@pytest.mark.parametrize("how", ["transaction", "statement", "conversation"])
 def test_a_journal_waits_out_a_database_that_refuses_connections_for_a_moment(
     postgres_url: str, how: str
 ) -> None:
@@ -244,6 +245,7 @@ def test_a_journal_waits_out_a_database_that_refuses_connections_for_a_moment(
     forwarder = FaultProxy("postgres", ("127.0.0.1", port), (target.host or "127.0.0.1", target.port or 5432))
     forwarder.start()
     journal = AsyncJournal(through, keys=[])
+    conversations = SqlChatMemoryStore(through)  # the conversation store's database, the same way
 
     async def story() -> float:
         try:
@@ -258,14 +260,19 @@ def test_a_journal_waits_out_a_database_that_refuses_connections_for_a_moment(
                 if how == "transaction":
                     record = await journal.run(lambda j: j.invocation(invocation_id))
                     assert record is not None and record.id == invocation_id
-                else:
+                elif how == "statement":
                     await journal.execute(heartbeat_write(invocation_id, None))
+                else:
+                    await conversations.aupdate_messages("m1", [UserMessage("hi")])
+                    assert [m.text for m in await conversations.aget_messages("m1")] == ["hi"]
                 return time.monotonic() - started
             finally:
                 await journal.dispose()
+                await conversations.adispose()
                 again.stop()
         finally:
             forwarder.stop()
+            conversations.engine.dispose()
 
     # then: it connects once the database is back, and goes on, instead of failing
     waited = asyncio.run(story())
