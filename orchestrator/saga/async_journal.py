@@ -220,6 +220,7 @@ class Beat:
         self.on_taken_over = on_taken_over
         self.owner = owner_id()
         self.last_beat = time.monotonic()  # the invocation was claimed (started, adopted) just now
+        self.told = False  # the takeover was told (once, by the beat or the fence that found it)
         self.task = asyncio.ensure_future(self._beating())
 
     def cancel(self) -> None:
@@ -256,5 +257,7 @@ class Beat:
         record = await self.journal.run(lambda j: j.invocation(invocation_id))
         if record is None or record.owner == self.owner:  # no row yet: not taken
             return True
-        self.on_taken_over(record.owner)
+        if not self.told:  # the beat and the fence may both have found it at once
+            self.told = True
+            self.on_taken_over(record.owner)
         return False

@@ -23,6 +23,7 @@ from orchestrator import AiMessage, AiService, LocalExecutor, ScriptedChatModel
 from orchestrator.cli import main
 from orchestrator.errors import InvocationTakenOverError
 from orchestrator.executors.base import Settled
+from orchestrator.saga.async_journal import AsyncJournal, beating
 from orchestrator.saga.journal import Journal, invocations, utc_now
 from orchestrator.saga.recovery import recover
 from tests._waiting import wait_for
@@ -330,3 +331,26 @@ def test_an_owner_that_stood_still_while_taken_over_dispatches_nothing_after(
     assert after is not None
     assert (after.state, after.owner, after.finished_at) == ("compensating", ELSEWHERE, None)
     assert [c.tool for c in journal.calls(record.id)] == []
+
+
+def test_a_takeover_found_by_the_beat_and_the_fence_at_once_is_told_once(journal: Journal) -> None:
+    # given: an invocation another host took over, and this process's beat of it, overdue
+    invocation_id = left_in_flight(journal)
+    taken_over_by(journal, invocation_id, ELSEWHERE)
+    told: list[str | None] = []
+
+    async def both() -> list[Any]:
+        beat = beating(AsyncJournal(journal), invocation_id, 60.0, told.append)
+        beat.last_beat -= 1000
+        try:
+            # when: a beat and a dispatch's fence find it at the same moment
+            return await asyncio.gather(beat._beat(), beat.fence(), return_exceptions=True)
+        finally:
+            beat.cancel()
+
+    found = asyncio.run(both())
+
+    # then: both stop, and the takeover is told once
+    assert found[0] is False
+    assert isinstance(found[1], asyncio.CancelledError)
+    assert told == [ELSEWHERE]
