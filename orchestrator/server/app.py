@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator, Mapping
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -250,6 +252,14 @@ def _error(error: ApiError) -> JSONResponse:
     return JSONResponse(api_error_body(error), status_code=error.status, headers=error.headers)
 
 
+REDIS_AWAY = ApiError(
+    503,
+    "the service's Redis cannot be reached just now: send the request again",
+    code="service_unavailable",
+    headers={"Retry-After": "1"},
+)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     async def api_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
@@ -265,6 +275,12 @@ def _install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, HTTPException)
         return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
 
+    async def redis_away(request: Request, exc: Exception) -> Response:
+        # a Redis restarting, or out of reach: the request is worth sending again, to any replica
+        method, path = request.method, request.url.path
+        log.warning("%s %s: Redis cannot be reached (%s): answered 503", method, path, exc)
+        return _error(REDIS_AWAY)
+
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return JSONResponse(
@@ -275,4 +291,6 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RedisConnectionError, redis_away)
+    app.add_exception_handler(RedisTimeoutError, redis_away)
     app.add_exception_handler(Exception, unexpected)
