@@ -12,10 +12,11 @@ through aiosqlite, PostgreSQL through psycopg 3's async connections, one engine 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import threading
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -149,18 +150,24 @@ _shared: dict[str, LoopEngines] = {}
 _shared_lock = threading.Lock()
 
 
-async def connected(engine: AsyncEngine) -> AsyncConnection:
-    """A connection of `engine` (the caller closes it), tried again for `CONNECT_RETRY_S` while a
-    database server cannot be connected to: a failed connect sent nothing of the caller's. (An SQLite
-    file that cannot be opened is no outage: it fails at once.)"""
+@contextlib.asynccontextmanager
+async def connected(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection of `engine`, closed after the block; its connect tried again for
+    `CONNECT_RETRY_S` while a database server cannot be connected to: a failed connect sent nothing
+    of the caller's. (An SQLite file that cannot be opened is no outage: it fails at once.)"""
     deadline = time.monotonic() + CONNECT_RETRY_S
     while True:
         try:
-            return await engine.connect()
+            connection = await engine.connect()
+            break
         except sa.exc.OperationalError:
             if engine.dialect.name == "sqlite" or time.monotonic() >= deadline:
                 raise
             await asyncio.sleep(CONNECT_RETRY_EVERY_S)
+    try:
+        yield connection
+    finally:
+        await connection.close()
 
 
 def shared_loop_engines(url: str | sa.URL) -> LoopEngines:

@@ -103,20 +103,13 @@ class SqlChatMemoryStore:
 
     async def aget_messages(self, memory_id: str) -> list[ChatMessage]:
         """`get_messages` awaited on an async connection."""
-        connection = await connected(await self._async_engines.engine())  # a refused connect: again
-        try:
+        async with connected(await self._async_engines.engine()) as connection:
             return await connection.run_sync(_read_messages, memory_id)
-        finally:
-            await connection.close()
 
     async def aupdate_messages(self, memory_id: str, messages: Sequence[ChatMessage]) -> None:
         """`update_messages` awaited on an async connection, in one transaction."""
-        connection = await connected(await self._async_engines.engine())
-        try:
-            async with connection.begin():
-                await connection.run_sync(_write_messages, memory_id, messages)
-        finally:
-            await connection.close()
+        async with connected(await self._async_engines.engine()) as connection, connection.begin():
+            await connection.run_sync(_write_messages, memory_id, messages)
 
     async def adispose(self) -> None:
         """Close the async connections this store holds for the running loop."""

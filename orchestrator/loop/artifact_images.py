@@ -32,6 +32,7 @@ MAX_IMAGE_BYTES = 20 << 20  # the largest image sent to a model: providers refus
 CACHE_BYTES = 64 << 20  # images' base64 kept for the requests that follow, in all
 
 _cached: OrderedDict[tuple[str, str], str] = OrderedDict()  # (id, SHA-256) -> base64, latest last
+_cached_bytes = 0  # the sum of their lengths
 _cache_lock = threading.Lock()  # services on several threads' event loops share it
 
 
@@ -98,11 +99,13 @@ def _recall(key: tuple[str, str]) -> str | None:
 def _keep(key: tuple[str, str], encoded: str) -> None:
     """Keep an image's base64, dropping the least recently sent over `CACHE_BYTES` (one larger is
     not kept)."""
+    global _cached_bytes
     if len(encoded) > CACHE_BYTES:
         return
     with _cache_lock:
+        replaced = _cached.pop(key, None)
         _cached[key] = encoded
-        total = sum(len(value) for value in _cached.values())
-        while total > CACHE_BYTES:
+        _cached_bytes += len(encoded) - (0 if replaced is None else len(replaced))
+        while _cached_bytes > CACHE_BYTES:
             _, dropped = _cached.popitem(last=False)
-            total -= len(dropped)
+            _cached_bytes -= len(dropped)

@@ -100,12 +100,8 @@ class AsyncJournal:
         """`fn(journal)` in one transaction on an async connection: committed when `fn` returns,
         rolled back when it raises. `fn` runs on the event loop: it should only call the journal."""
         cipher = self._cipher
-        connection = await connected(await self._engine())  # a refused connect is tried again
-        try:
-            async with connection.begin():
-                return await connection.run_sync(lambda sync: fn(Journal.on_connection(sync, cipher)))
-        finally:
-            await connection.close()
+        async with connected(await self._engine()) as connection, connection.begin():
+            return await connection.run_sync(lambda sync: fn(Journal.on_connection(sync, cipher)))
 
     async def execute(self, write: Write) -> Written:
         """One statement of the journal's hot path (`_journal_writes`), in autocommit: on PostgreSQL
@@ -114,12 +110,9 @@ class AsyncJournal:
             if not self._schema_ready:
                 await asyncio.to_thread(self._ensure_schema)
             return await self._fast.execute(write)
-        connection = await connected(await self._engine())
-        try:
+        async with connected(await self._engine()) as connection:
             autocommit = await connection.execution_options(isolation_level="AUTOCOMMIT")
             return written(await autocommit.execute(write.statement, write.params))
-        finally:
-            await connection.close()
 
     async def _engine(self) -> AsyncEngine:
         if not self._schema_ready:

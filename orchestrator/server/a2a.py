@@ -38,7 +38,7 @@ from orchestrator.server.invocations import Run
 from orchestrator.server.quota import within_budget
 from orchestrator.server.state import ServiceState, checked_id, find_agent, read_body, service_state
 from orchestrator.server.visibility import sees_invocation, viewer_of
-from workers.artifacts import ArtifactRef, is_ref
+from workers.artifacts import refs_in
 
 __all__ = ["CARD_PATH", "PROTOCOL_VERSION", "router"]
 
@@ -269,10 +269,7 @@ def _files(event: dict[str, Any], base: str) -> list[dict[str, Any]]:
     if event.get("type") != "tool_call.finished":
         return []
     found = []
-    for node in event.get("artifacts") or ():
-        if not is_ref(node):
-            continue
-        ref = ArtifactRef.from_json(node)
+    for ref in refs_in(event.get("artifacts")):
         media_type = safe_media_type(ref.media_type)  # as the download sends it
         file = {"uri": f"{base}/v1/artifacts/{ref.id}", "name": ref.name, "mimeType": media_type}
         found.append({"artifactId": ref.id, "name": ref.name, "parts": [{"kind": "file", "file": file}]})

@@ -26,6 +26,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ArtifactStore:
     url = (tmp_path / "artifacts").as_uri()
     monkeypatch.setenv("TOOLFLEET_ARTIFACT_URL", url)
     monkeypatch.setattr(artifact_images, "_cached", OrderedDict())  # what earlier tests' reads kept
+    monkeypatch.setattr(artifact_images, "_cached_bytes", 0)
     return ArtifactStore.from_url(url)
 
 
